@@ -1,0 +1,3 @@
+from hangscope.cli import main
+
+raise SystemExit(main())

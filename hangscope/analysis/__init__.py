@@ -1,0 +1,1 @@
+"""From the evidence model to a verdict: correlation, wait graph, detectors."""

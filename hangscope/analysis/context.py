@@ -1,0 +1,49 @@
+"""What every detector gets: the evidence, its FR picture and the wait graph, built once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from hangscope.analysis.correlate import FrPicture, GroupView
+from hangscope.analysis.divergence import Divergence, first_divergence
+from hangscope.analysis.frames import user_frame
+from hangscope.analysis.verdict import EvidenceItem, Finding
+from hangscope.analysis.waitgraph import WaitGraph
+from hangscope.model import FrEntry, JobEvidence
+
+
+@dataclass(slots=True)
+class Context:
+    evidence: JobEvidence
+    picture: FrPicture
+    graph: WaitGraph
+    _divergences: dict[str, Divergence | None] = field(default_factory=dict)
+
+    def divergence(self, group: GroupView) -> Divergence | None:
+        """The group's first mismatch, computed once for all detectors that ask."""
+        if group.name not in self._divergences:
+            self._divergences[group.name] = first_divergence(group)
+        return self._divergences[group.name]
+
+    def fr_evidence(self, rank: int, entry: FrEntry, group: GroupView, what: str) -> EvidenceItem:
+        """Cite one FR entry: the user's call site when the dump has frames, else the record."""
+        dump = self.picture.dumps[rank]
+        frame = user_frame(entry.frames)
+        where = frame.where() if frame else f"{dump.path}#record_id={entry.record_id}"
+        detail = (f"{what} {entry.op} seq {entry.seq} on pg {group.label}"
+                  f"{_args(entry)} [record {entry.record_id} in {dump.path}]")
+        return EvidenceItem(source="flight_recorder", rank=rank, detail=detail, where=where)
+
+
+def _args(entry: FrEntry) -> str:
+    if not entry.input_sizes and not entry.input_dtypes:
+        return ""
+    sizes = [list(shape) for shape in entry.input_sizes]
+    return f" with sizes {sizes} {','.join(entry.input_dtypes)}".rstrip()
+
+
+class Detector(Protocol):
+    """A detector reads the context and returns findings; it never prints or logs conclusions."""
+
+    def __call__(self, ctx: Context) -> list[Finding]: ...

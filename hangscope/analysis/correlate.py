@@ -1,0 +1,196 @@
+"""Line up every rank's flight-recorder entries per process group, by sequence number.
+
+The result, :class:`FrPicture`, says for each group who its members are, where each member is
+(last op entered, the op it is blocked in) and which ranks share an identical history. Detectors and
+the wait graph read only this. Work is per group and per *class* of identical ranks, so 4096 ranks
+in 3 kinds of group cost about as much as the few distinct histories they hold.
+
+Ring buffers: each rank keeps only its last N entries, so histories are compared only on the
+sequence numbers every member still holds (torch's ``align_trace_from_beginning`` idea, but per
+group and without discarding the newer entries a lagging rank lacks).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from hangscope.model import FrDump, FrEntry, JobEvidence
+
+DEFAULT_PG = "0"
+
+
+@dataclass(slots=True)
+class RankInGroup:
+    """One rank's view of one process group (collectives only; p2p is kept apart)."""
+
+    rank: int
+    seqs: list[int]  # collective seq ids held, ascending
+    entries: list[FrEntry]  # same order as seqs
+    pending: FrEntry | None  # first op not completed: what the rank is blocked in on this group
+    p2p_pending: list[FrEntry] = field(default_factory=list)
+
+    @property
+    def last_seq(self) -> int:
+        return self.seqs[-1] if self.seqs else 0
+
+    @property
+    def first_seq(self) -> int:
+        return self.seqs[0] if self.seqs else 0
+
+    def entry_at(self, seq: int) -> FrEntry | None:
+        index = bisect.bisect_left(self.seqs, seq)
+        if index < len(self.seqs) and self.seqs[index] == seq:
+            return self.entries[index]
+        return None
+
+    def last_completed(self) -> FrEntry | None:
+        for entry in reversed(self.entries):
+            if entry.completed:
+                return entry
+        return None
+
+
+@dataclass(slots=True)
+class GroupView:
+    """A process group across ranks. ``members_known`` is False when inferred from usage."""
+
+    name: str
+    desc: str
+    members: tuple[int, ...]
+    members_known: bool
+    ranks: dict[int, RankInGroup]  # members that have a dump
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.desc})" if self.desc and self.desc != self.name else self.name
+
+    def without_dump(self) -> list[int]:
+        return [r for r in self.members if r not in self.ranks]
+
+    def global_rank(self, local: int) -> int | None:
+        """Map a group-local rank (as p2p profiling names give it) to a global rank."""
+        if 0 <= local < len(self.members):
+            return self.members[local]
+        return None
+
+
+@dataclass(slots=True)
+class FrPicture:
+    """Everything the FR detectors need, derived once from the dumps."""
+
+    groups: dict[str, GroupView]
+    dumps: dict[int, FrDump]
+    world_size: int
+    backends: set[str]
+    notes: list[str]  # evidence gaps found while correlating (inferred membership, ...)
+
+    def pending_ops(self, rank: int) -> list[tuple[GroupView, FrEntry]]:
+        """Every op the rank is blocked in, oldest first (by record id)."""
+        found = [(group, view.pending) for group in self.groups.values()
+                 if (view := group.ranks.get(rank)) is not None and view.pending is not None]
+        found += [(group, entry) for group in self.groups.values()
+                  if (view := group.ranks.get(rank)) is not None for entry in view.p2p_pending]
+        return sorted(found, key=lambda item: item[1].record_id)
+
+
+def build_picture(evidence: JobEvidence) -> FrPicture:
+    dumps = evidence.fr_dumps()
+    world_size = evidence.expected_world_size() or 0
+    notes: list[str] = []
+    per_group: dict[str, dict[int, list[FrEntry]]] = defaultdict(lambda: defaultdict(list))
+    descs: dict[str, str] = {}
+    backends: set[str] = set()
+    for rank, dump in dumps.items():
+        if dump.backend:
+            backends.add(dump.backend)
+        for entry in dump.entries:
+            per_group[entry.pg_name][rank].append(entry)
+            if entry.pg_desc and entry.pg_name not in descs:
+                descs[entry.pg_name] = entry.pg_desc
+    declared = _declared_groups(dumps)
+    groups: dict[str, GroupView] = {}
+    for name in sorted(set(per_group) | set(declared), key=_group_sort_key):
+        by_rank = per_group.get(name, {})
+        members, known = _members(name, declared.get(name), by_rank, world_size, dumps)
+        if not known and name != DEFAULT_PG:
+            notes.append(
+                f"process group {name} ({descs.get(name, '')}): the dumps do not list its members;"
+                f" inferred ranks {_fmt(members)} from the ranks that used it")
+        views = {rank: _rank_view(rank, entries) for rank, entries in by_rank.items()}
+        for rank in members:
+            if rank in dumps and rank not in views:
+                views[rank] = RankInGroup(rank=rank, seqs=[], entries=[], pending=None)
+        groups[name] = GroupView(name=name, desc=descs.get(name, ""), members=members,
+                                 members_known=known, ranks=views)
+    if "gloo" in backends:
+        notes.append("gloo's flight recorder does not record send/recv: point-to-point waits are "
+                     "invisible in these dumps (stacks show them)")
+    return FrPicture(groups=groups, dumps=dumps, world_size=world_size, backends=backends,
+                     notes=notes)
+
+
+def _fmt(ranks: tuple[int, ...]) -> str:
+    from hangscope.ranges import format_ranks
+
+    return format_ranks(ranks)
+
+
+def _group_sort_key(name: str) -> tuple[int, str]:
+    return (0, f"{int(name):012d}") if name.isdigit() else (1, name)
+
+
+def _declared_groups(dumps: dict[int, FrDump]) -> dict[str, tuple[int, ...]]:
+    declared: dict[str, tuple[int, ...]] = {}
+    for dump in dumps.values():
+        for name, info in dump.process_groups.items():
+            if info.ranks and name not in declared:
+                declared[name] = info.ranks
+    return declared
+
+
+def _members(
+    name: str,
+    declared: tuple[int, ...] | None,
+    by_rank: dict[int, list[FrEntry]],
+    world_size: int,
+    dumps: dict[int, FrDump],
+) -> tuple[tuple[int, ...], bool]:
+    if declared:
+        return declared, True
+    if name == DEFAULT_PG and world_size:
+        return tuple(range(world_size)), True
+    return tuple(sorted(by_rank)), False
+
+
+def _rank_view(rank: int, entries: list[FrEntry]) -> RankInGroup:
+    collectives = sorted((e for e in entries if not e.is_p2p), key=lambda e: e.collective_seq_id)
+    pending = next((e for e in collectives if e.completed is False), None)
+    if pending is None and collectives and collectives[-1].completed is None:
+        pending = collectives[-1]  # no completion info: the newest op is where it stands
+    p2p_pending = [e for e in entries if e.is_p2p and e.completed is False]
+    return RankInGroup(rank=rank, seqs=[e.collective_seq_id for e in collectives],
+                       entries=collectives, pending=pending, p2p_pending=p2p_pending)
+
+
+def history_classes(group: GroupView) -> dict[tuple[object, ...], list[int]]:
+    """Ranks of ``group`` grouped by identical op signatures on the seqs all of them still hold.
+
+    Two ranks in one class agree on every collective they both recorded; a group with more than one
+    class has a mismatch somewhere in the shared window.
+    """
+    views = [v for v in group.ranks.values() if v.seqs]
+    if not views:
+        return {}
+    low = max(v.first_seq for v in views)
+    high = min(v.last_seq for v in views)
+    classes: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    sig_ids: dict[object, int] = {}
+    for view in views:
+        start = bisect.bisect_left(view.seqs, low)
+        stop = bisect.bisect_right(view.seqs, high)
+        key = tuple(sig_ids.setdefault(entry.signature(), len(sig_ids))
+                    for entry in view.entries[start:stop])
+        classes[key].append(view.rank)
+    return classes

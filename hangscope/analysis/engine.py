@@ -1,0 +1,85 @@
+"""Evidence in, verdict out: correlate, build the wait graph, run every detector, rank findings."""
+
+from __future__ import annotations
+
+import logging
+
+from hangscope import __version__
+from hangscope.analysis import detectors
+from hangscope.analysis.context import Context
+from hangscope.analysis.correlate import build_picture
+from hangscope.analysis.verdict import (
+    STATUS_OF_KIND,
+    RankClass,
+    Status,
+    Verdict,
+    order_findings,
+)
+from hangscope.analysis.waitgraph import build_wait_graph
+from hangscope.model import JobEvidence
+from hangscope.ranges import format_ranks
+
+log = logging.getLogger(__name__)
+
+
+def build_context(evidence: JobEvidence) -> Context:
+    picture = build_picture(evidence)
+    return Context(evidence=evidence, picture=picture, graph=build_wait_graph(picture))
+
+
+def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
+    ctx = build_context(evidence)
+    findings = []
+    for detect in detectors.ALL:
+        findings.extend(detect(ctx))
+    findings = order_findings(findings)
+    world = ctx.picture.world_size or None
+    seen = sorted(evidence.ranks)
+    expected = set(range(world)) if world else set(seen)
+    gaps = list(evidence.gaps) + ctx.picture.notes
+    missing_dumps = sorted(expected - set(ctx.picture.dumps))
+    if ctx.picture.dumps and missing_dumps:
+        gaps.append(f"no flight-recorder dump for rank{'s' if len(missing_dumps) > 1 else ''} "
+                    f"{format_ranks(missing_dumps)}")
+    status = _status(ctx, findings, gaps)
+    verdict = Verdict(
+        status=status,
+        world_size=world,
+        ranks_seen=seen,
+        ranks_missing=sorted(expected - set(seen)),
+        findings=findings,
+        evidence_gaps=gaps,
+        rank_classes=_classes(ctx, findings),
+        tool_version=__version__,
+    )
+    return verdict, ctx
+
+
+def _status(ctx: Context, findings: list, gaps: list[str]) -> Status:  # type: ignore[type-arg]
+    if findings:
+        return STATUS_OF_KIND.get(findings[0].kind, Status.HANG)
+    anyone_waits = any(ctx.picture.pending_ops(rank) for rank in ctx.picture.dumps)
+    if not ctx.picture.dumps:
+        gaps.append("no usable evidence: nothing to analyze")
+        return Status.INCONCLUSIVE
+    if anyone_waits:
+        gaps.append("every rank that waits is inside the same collective with matching arguments:"
+                    " the flight recorder cannot tell a slow collective from a stuck transport "
+                    "(check NCCL logs, or attach to the live job for stacks)")
+        return Status.INCONCLUSIVE
+    if "gloo" in ctx.picture.backends:
+        gaps.append("no collective is pending in any dump; gloo records no send/recv, so ranks "
+                    "may be blocked in point-to-point ops or outside torch.distributed")
+        return Status.INCONCLUSIVE
+    return Status.HEALTHY
+
+
+def _classes(ctx: Context, findings: list) -> list[RankClass]:  # type: ignore[type-arg]
+    culprits = {r for f in findings[:1] for r in f.culprit_ranks}
+    waiting = {r for f in findings[:1] for r in f.waiting_ranks}
+    out = []
+    for cid, ranks in sorted(ctx.graph.members.items(), key=lambda kv: kv[1][0]):
+        role = ("culprit" if culprits & set(ranks) else "waiting" if waiting & set(ranks)
+                else "unknown" if ranks[0] not in ctx.picture.dumps else "ok")
+        out.append(RankClass(id=cid, ranks=ranks, state=ctx.graph.states[cid], role=role))
+    return out

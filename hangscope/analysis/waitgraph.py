@@ -1,0 +1,191 @@
+"""The cross-rank wait graph: an edge A -> B means "A cannot proceed until B acts".
+
+Nodes are equivalence classes of ranks with identical state (LLNL STAT's trick), not ranks, so
+that 4096 ranks waiting on one straggler make two nodes and one edge, and a picture of the graph
+stays readable. Every edge keeps the reasons behind it (group, seq, op), which findings cite.
+
+Edges come from:
+- collectives: a rank blocked in seq N of group P waits on every member of P that has not
+  entered N (a member without a dump counts as not entered: absent evidence is not progress);
+- p2p (NCCL dumps; gloo records none): a rank blocked in send/recv waits on its peer unless the
+  peer is blocked in the matching recv/send towards it;
+- stacks and logs, added by later sources through :meth:`WaitGraph.add_wait`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from hangscope.analysis.correlate import FrPicture, GroupView
+from hangscope.model import FrEntry
+from hangscope.ranges import format_ranks
+
+
+@dataclass(frozen=True, slots=True)
+class WaitReason:
+    kind: str  # "collective" | "p2p"
+    pg: str
+    pg_desc: str
+    seq: int
+    op: str
+
+
+@dataclass(slots=True)
+class WaitGraph:
+    """Rank-state classes and the waits between them."""
+
+    class_of: dict[int, str]  # rank -> class id
+    members: dict[str, list[int]]  # class id -> ranks
+    states: dict[str, str]  # class id -> one-line state
+    graph: nx.DiGraph = field(default_factory=nx.DiGraph)
+    # rank-level edges, kept only per (reason): waiting ranks -> ranks waited on
+    waits: dict[WaitReason, tuple[set[int], set[int]]] = field(default_factory=dict)
+
+    def add_wait(self, reason: WaitReason, waiting: Iterable[int], waited_on: Iterable[int]) -> None:
+        waiting, waited_on = set(waiting), set(waited_on) - set()
+        if not waiting or not waited_on:
+            return
+        have = self.waits.setdefault(reason, (set(), set()))
+        have[0].update(waiting)
+        have[1].update(waited_on)
+        for src in {self.class_of[r] for r in waiting}:
+            for dst in {self.class_of[r] for r in waited_on}:
+                data = self.graph.get_edge_data(src, dst)
+                if data is None:
+                    self.graph.add_edge(src, dst, reasons=[reason])
+                elif reason not in data["reasons"]:
+                    data["reasons"].append(reason)
+
+    def ranks_of(self, classes: Iterable[str]) -> list[int]:
+        return sorted(r for c in classes for r in self.members[c])
+
+    def sinks(self) -> list[str]:
+        """Classes others wait on that wait on nobody: the candidates for root cause."""
+        return [n for n in self.graph if self.graph.in_degree(n) and not self.graph.out_degree(n)]
+
+    def cycles(self) -> list[list[str]]:
+        """Strongly connected sets of classes that wait on each other (deadlocks)."""
+        found = []
+        for component in nx.strongly_connected_components(self.graph):
+            nodes = sorted(component)
+            if len(nodes) > 1 or self.graph.has_edge(nodes[0], nodes[0]):
+                found.append(nodes)
+        return found
+
+
+def _rank_key(picture: FrPicture, rank: int, hung: dict[str, int | None]) -> tuple[object, ...]:
+    if rank not in picture.dumps:
+        return ("no-dump",)
+    parts: list[tuple[object, ...]] = []
+    for name, group in picture.groups.items():
+        if rank not in group.members:
+            continue
+        view = group.ranks.get(rank)
+        tag = group.desc or name
+        if view is None:
+            continue
+        if view.pending is not None:
+            pending = view.pending
+            parts.append((tag, "waiting", pending.collective_seq_id, pending.op,
+                          pending.input_sizes, pending.input_dtypes))
+        elif hung[name] is not None and view.last_seq < (hung[name] or 0):
+            parts.append((tag, "behind", view.last_seq))
+        for entry in view.p2p_pending:
+            parts.append((tag, "p2p", entry.op, entry.peer, entry.p2p_seq_id))
+    return tuple(sorted(parts, key=repr))
+
+
+def _describe(picture: FrPicture, rank: int) -> str:
+    if rank not in picture.dumps:
+        return "no flight-recorder dump"
+    pending = picture.pending_ops(rank)
+    if pending:
+        group, entry = pending[0]
+        where = f"{entry.op} {'p2p ' if entry.is_p2p else ''}seq {entry.seq} on pg {group.label}"
+        more = f" (+{len(pending) - 1} more pending)" if len(pending) > 1 else ""
+        return f"waiting in {where}{more}"
+    last = _last_entry(picture, rank)
+    if last is None:
+        return "no collective recorded"
+    return (f"not in a collective; last completed {last.op} seq {last.seq} on pg "
+            f"{picture.groups[last.pg_name].label}")
+
+
+def _last_entry(picture: FrPicture, rank: int) -> FrEntry | None:
+    dump = picture.dumps.get(rank)
+    if dump is None or not dump.entries:
+        return None
+    return max(dump.entries, key=lambda e: e.record_id)
+
+
+def hung_seqs(picture: FrPicture) -> dict[str, int | None]:
+    """Per group, the lowest collective seq some member is blocked in (None: nobody waits)."""
+    hung: dict[str, int | None] = {}
+    for name, group in picture.groups.items():
+        pending = [v.pending.collective_seq_id for v in group.ranks.values() if v.pending]
+        hung[name] = min(pending) if pending else None
+    return hung
+
+
+def build_wait_graph(picture: FrPicture) -> WaitGraph:
+    ranks = sorted(set(range(picture.world_size)) | set(picture.dumps))
+    hung = hung_seqs(picture)
+    keys: dict[tuple[object, ...], str] = {}
+    class_of: dict[int, str] = {}
+    members: dict[str, list[int]] = defaultdict(list)
+    for rank in ranks:
+        key = _rank_key(picture, rank, hung)
+        cid = keys.get(key)
+        if cid is None:
+            cid = keys[key] = f"c{len(keys)}"
+        class_of[rank] = cid
+        members[cid].append(rank)
+    states = {cid: _describe(picture, ranks_[0]) for cid, ranks_ in members.items()}
+    graph = WaitGraph(class_of=class_of, members=dict(members), states=states)
+    for cid, ranks_ in members.items():
+        graph.graph.add_node(cid, ranks=format_ranks(ranks_), state=states[cid])
+    for group in picture.groups.values():
+        _add_collective_waits(graph, group, picture)
+        _add_p2p_waits(graph, group)
+    return graph
+
+
+def _add_collective_waits(graph: WaitGraph, group: GroupView, picture: FrPicture) -> None:
+    by_pending: dict[int, list[FrEntry]] = defaultdict(list)
+    for view in group.ranks.values():
+        if view.pending is not None:
+            by_pending[view.pending.collective_seq_id].append(view.pending)
+    if not by_pending:
+        return
+    waiting_at: dict[int, list[int]] = defaultdict(list)
+    for view in group.ranks.values():
+        if view.pending is not None:
+            waiting_at[view.pending.collective_seq_id].append(view.rank)
+    no_dump = [r for r in group.members if r not in picture.dumps]
+    for seq, waiting in waiting_at.items():
+        behind = [v.rank for v in group.ranks.values() if v.last_seq < seq] + no_dump
+        op = by_pending[seq][0].op
+        reason = WaitReason("collective", group.name, group.desc, seq, op)
+        graph.add_wait(reason, waiting, behind)
+
+
+def _add_p2p_waits(graph: WaitGraph, group: GroupView) -> None:
+    blocked: dict[int, list[FrEntry]] = {r: v.p2p_pending for r, v in group.ranks.items()
+                                         if v.p2p_pending}
+    for rank, entries in blocked.items():
+        entry = entries[0]
+        if entry.peer is None:
+            continue
+        peer = group.global_rank(entry.peer)
+        if peer is None:
+            continue
+        wanted = "recv" if entry.op == "send" else "send"
+        peer_entries = blocked.get(peer, [])
+        if any(e.op == wanted and group.global_rank(e.peer or -1) == rank for e in peer_entries):
+            continue  # matched pair in flight: not a wait on the peer's behaviour
+        reason = WaitReason("p2p", group.name, group.desc, entry.p2p_seq_id, entry.op)
+        graph.add_wait(reason, [rank], [peer])

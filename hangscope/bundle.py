@@ -1,0 +1,196 @@
+"""The on-disk bundle: everything collected from a job, so any analysis can be re-run later.
+
+Layout (schema ``hangscope.bundle/1``)::
+
+    bundle/
+      manifest.json             job, hosts, world size, what was collected how and when, gaps
+      ranks/<rank>/<file>       per-rank evidence in its source format (FR dump bytes as torch
+                                wrote them, py-spy JSON, process-state JSON, log excerpts)
+
+``manifest.json``::
+
+    {"schema": "hangscope.bundle/1", "hangscope_version": "0.1.0", "created_at": 1790000000.0,
+     "job": {"launcher_pid": 123, "run_id": "..."}, "hosts": ["node1"], "world_size": 4,
+     "ranks": {"0": {"host": "node1", "pid": 456, "local_rank": 0,
+                     "files": [{"kind": "fr", "path": "ranks/0/fr_dump"}, ...]}},
+     "collection": [{"source": "py-spy", "rank": 0, "status": "ok", "detail": "",
+                     "started_at": 1790000000.0, "seconds": 0.02}],
+     "gaps": ["rank 3: permission denied ..."]}
+
+A bundle is untrusted input like any other: file paths in the manifest must stay inside the bundle
+and each file goes through the same loader as it would on its own. New sources add a file kind and
+register a loader in ``FILE_LOADERS``; the format itself does not change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hangscope import __version__
+from hangscope.errors import BadInputError
+from hangscope.model import JobEvidence
+
+SCHEMA = "hangscope.bundle/1"
+MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 64 << 20
+
+# kind -> loader(path, rank, evidence, problems). Filled by the source modules that own the kind.
+FileLoader = Callable[[str, int, JobEvidence, list[str]], None]
+FILE_LOADERS: dict[str, FileLoader] = {}
+
+
+def register_loader(kind: str) -> Callable[[FileLoader], FileLoader]:
+    def wrap(func: FileLoader) -> FileLoader:
+        FILE_LOADERS[kind] = func
+        return func
+
+    return wrap
+
+
+@dataclass(slots=True)
+class CollectionRecord:
+    source: str
+    rank: int | None
+    status: str  # ok | failed | timeout | skipped
+    detail: str = ""
+    started_at: float = 0.0
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class RankEntry:
+    host: str | None = None
+    pid: int | None = None
+    local_rank: int | None = None
+    files: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class BundleWriter:
+    """Collectors write into this; ``close`` writes the manifest last, so a manifest means done."""
+
+    root: str
+    job: dict[str, Any] = field(default_factory=dict)
+    world_size: int | None = None
+    hosts: list[str] = field(default_factory=list)
+    ranks: dict[int, RankEntry] = field(default_factory=dict)
+    collection: list[CollectionRecord] = field(default_factory=list)
+    gaps: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        os.makedirs(self.root, exist_ok=True)
+
+    def rank_entry(self, rank: int) -> RankEntry:
+        return self.ranks.setdefault(rank, RankEntry())
+
+    def add_file(self, rank: int, kind: str, name: str, data: bytes) -> str:
+        """Store one evidence file for ``rank``; returns its path inside the bundle."""
+        if os.path.basename(name) != name or name in ("", ".", ".."):
+            raise ValueError(f"bad bundle file name {name!r}")
+        rel = f"ranks/{rank}/{name}"
+        full = os.path.join(self.root, rel)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as handle:
+            handle.write(data)
+        self.rank_entry(rank).files.append({"kind": kind, "path": rel})
+        return full
+
+    def close(self) -> str:
+        manifest = {
+            "schema": SCHEMA,
+            "hangscope_version": __version__,
+            "created_at": time.time(),
+            "job": self.job,
+            "hosts": sorted(set(self.hosts)),
+            "world_size": self.world_size,
+            "ranks": {str(rank): {"host": entry.host, "pid": entry.pid,
+                                  "local_rank": entry.local_rank, "files": entry.files}
+                      for rank, entry in sorted(self.ranks.items())},
+            "collection": [vars_of(record) for record in self.collection],
+            "gaps": self.gaps,
+        }
+        path = os.path.join(self.root, MANIFEST)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(manifest, handle, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+        return path
+
+
+def vars_of(record: CollectionRecord) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in record.__slots__}  # type: ignore[attr-defined]
+
+
+def is_bundle(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, MANIFEST))
+
+
+def read_manifest(root: str) -> dict[str, Any]:
+    path = os.path.join(root, MANIFEST)
+    try:
+        if os.path.getsize(path) > MAX_MANIFEST_BYTES:
+            raise BadInputError(path, "manifest is implausibly large")
+        with open(path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise BadInputError(path, f"unreadable bundle manifest ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        raise BadInputError(path, f"not a {SCHEMA} manifest")
+    return manifest
+
+
+def load_bundle(root: str, evidence: JobEvidence, problems: list[str]) -> dict[str, Any]:
+    """Load every file the manifest lists through its kind's loader; returns the manifest."""
+    # Importing the sources registers their loaders.
+    from hangscope.sources import registry  # noqa: F401
+
+    manifest = read_manifest(root)
+    world = manifest.get("world_size")
+    if isinstance(world, int) and world > 0:
+        evidence.world_size = max(evidence.world_size or 0, world)
+    gaps = manifest.get("gaps")
+    if isinstance(gaps, list):
+        evidence.gaps.extend(str(gap) for gap in gaps)
+    ranks = manifest.get("ranks")
+    if not isinstance(ranks, dict):
+        raise BadInputError(os.path.join(root, MANIFEST), "'ranks' is not a mapping")
+    real_root = os.path.realpath(root)
+    for key, entry in ranks.items():
+        if not (isinstance(key, str) and key.isdigit() and isinstance(entry, dict)):
+            problems.append(f"{root}/{MANIFEST}: bad rank entry {key!r}")
+            continue
+        rank = int(key)
+        rank_ev = evidence.rank(rank)
+        rank_ev.host = _opt_str(entry.get("host")) or rank_ev.host
+        rank_ev.pid = _opt_int(entry.get("pid")) or rank_ev.pid
+        rank_ev.local_rank = _opt_int(entry.get("local_rank"))
+        for item in entry.get("files") or []:
+            if not isinstance(item, dict):
+                continue
+            kind, rel = str(item.get("kind", "")), str(item.get("path", ""))
+            full = os.path.realpath(os.path.join(root, rel))
+            if not full.startswith(real_root + os.sep):
+                problems.append(f"{root}/{MANIFEST}: refused path {rel!r} outside the bundle")
+                continue
+            loader = FILE_LOADERS.get(kind)
+            if loader is None:
+                problems.append(f"{full}: unknown evidence kind {kind!r} (newer hangscope?)")
+                continue
+            if not os.path.isfile(full):
+                problems.append(f"{full}: listed in the manifest but missing")
+                continue
+            loader(full, rank, evidence, problems)
+    return manifest
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

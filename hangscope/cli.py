@@ -1,0 +1,126 @@
+"""Command line: parse options, call the pipeline, print. No analysis logic lives here.
+
+Exit codes (documented in README.md): 0 no hang found, 1 inconclusive, 2 bad input or usage,
+3 hang or crash found, 4 could not collect, 70 internal error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from hangscope import __version__
+from hangscope.errors import ExitCode, HangscopeError
+from hangscope.pipeline import OutputOptions, Result, run_analyze
+from hangscope.ranges import format_ranks
+from hangscope.report.text import format_verdict
+from hangscope.sources.load import LoadOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def output_options(func: F) -> F:
+    """Options shared by every command that writes a verdict."""
+    decorators = [
+        click.option("--out", "out_dir", type=click.Path(file_okay=False),
+                     help="Directory for verdict.json and report.html "
+                          "[default: ./hangscope-YYYYmmdd-HHMMSS]."),
+        click.option("--force", is_flag=True, help="Write into a non-empty --out directory."),
+        click.option("--json", "as_json", is_flag=True,
+                     help="Print verdict.json to stdout instead of the summary."),
+        click.option("--no-redact", is_flag=True,
+                     help="Keep tokens and passwords found in logs in the report."),
+        click.option("-v", "--verbose", count=True, help="Log progress to stderr (-vv: debug)."),
+    ]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hangscope")
+def cli() -> None:
+    """Find the rank that holds a distributed PyTorch job up, and why."""
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--prefix", help="Flight-recorder file name prefix, e.g. nccl_trace_rank_, when "
+                               "file names do not say the rank unambiguously.")
+@click.option("--world-size", type=click.IntRange(min=1),
+              help="Number of ranks in the job, when the evidence may not show all of them.")
+@output_options
+def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None,
+            out_dir: str | None, force: bool, as_json: bool, no_redact: bool,
+            verbose: int) -> int:
+    """Analyze saved evidence: flight-recorder dumps (pickle or JSON), or hangscope bundles."""
+    _configure_logging(verbose)
+    result = run_analyze(list(paths), LoadOptions(prefix=prefix, world_size=world_size),
+                         OutputOptions(out_dir=out_dir, force=force, redact=not no_redact))
+    _print_result(result, as_json)
+    return result.exit_code
+
+
+def _print_result(result: Result, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(result.verdict.to_json(), indent=2))
+    else:
+        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        for line in format_verdict(result.verdict, color=color):
+            click.echo(line)
+    click.echo(_tally(result), err=as_json)
+
+
+def _tally(result: Result) -> str:
+    verdict = result.verdict
+    where = f"Wrote {result.out_dir}" if result.out_dir else "Analyzed"
+    parts = [f"{where} ({', '.join(os.path.basename(f) for f in result.files)})"
+             if result.files else where]
+    parts.append(f"{len(verdict.ranks_seen)} ranks with evidence"
+                 + (f" of {verdict.world_size}" if verdict.world_size else ""))
+    if verdict.ranks_missing:
+        parts.append(f"none from {format_ranks(verdict.ranks_missing)}")
+    if result.load_report is not None and result.load_report.problems:
+        parts.append(f"{len(result.load_report.problems)} input problems (see evidence gaps)")
+    parts.append(f"{result.seconds:.2f}s")
+    return " | ".join(parts)
+
+
+def _configure_logging(verbose: int) -> None:
+    if verbose:
+        logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.INFO,
+                            format="hangscope: %(message)s", stream=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for the console script and for tests: returns the exit code."""
+    try:
+        code = cli.main(args=argv, prog_name="hangscope", standalone_mode=False)
+    except HangscopeError as exc:
+        click.echo(f"hangscope: error: {exc}", err=True)
+        if exc.help_text:
+            click.echo(exc.help_text, err=True)
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("hangscope: aborted", err=True)
+        return int(ExitCode.BAD_INPUT)
+    except click.ClickException as exc:
+        exc.show()
+        return int(ExitCode.BAD_INPUT)
+    except KeyboardInterrupt:
+        click.echo("hangscope: interrupted", err=True)
+        return 130
+    except Exception:  # noqa: BLE001 - a bug: say so, with the traceback, and a distinct code
+        click.echo("hangscope: internal error (please report this with the traceback):", err=True)
+        traceback.print_exc()
+        return int(ExitCode.INTERNAL_ERROR)
+    return int(code) if isinstance(code, int) else 0
+
+

@@ -1,0 +1,224 @@
+"""The evidence model: what every loader produces and every detector reads.
+
+Loaders (``hangscope.sources``) and live collectors (``hangscope.collect``) turn foreign formats into
+these plain dataclasses; nothing downstream of them looks at a raw file again. Partial evidence is
+normal: every field that a source may not provide is optional, and a rank may have any subset of
+flight-recorder dump, stack samples, process states and log events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+# --------------------------------------------------------------------------------------------------
+# Stacks (py-spy, saved stack dumps, FR entry frames)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One Python (or native) frame. Frames are interned by loaders: compare them by value."""
+
+    name: str
+    filename: str
+    line: int | None = None
+    native: bool = False
+
+    def where(self) -> str:
+        return f"{self.filename}:{self.line}" if self.line is not None else self.filename
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStack:
+    """One thread of one process at one instant. ``frames`` is innermost first, as py-spy prints."""
+
+    thread_id: int
+    frames: tuple[Frame, ...]
+    name: str | None = None
+    is_main: bool = False
+    active: bool | None = None  # py-spy: False when the thread sits idle in a known wait
+    owns_gil: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StackSample:
+    """Every thread of one process, dumped once at ``taken_at`` (seconds since the epoch)."""
+
+    pid: int
+    taken_at: float
+    threads: tuple[ThreadStack, ...]
+    source: str = "py-spy"  # where it came from, for evidence citations
+    path: str | None = None  # file it was read from, if any
+
+
+# --------------------------------------------------------------------------------------------------
+# Process state (/proc via psutil, launcher and log exit records)
+
+ProcStatus = Literal["R", "S", "D", "Z", "T", "I", "gone", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessState:
+    """A process at one instant. ``cpu_time_s`` grows between samples only if it computes."""
+
+    pid: int
+    sampled_at: float
+    status: ProcStatus
+    cpu_time_s: float | None = None
+    rss_bytes: int | None = None
+    num_threads: int | None = None
+    wchan: str | None = None
+    children: tuple[int, ...] = ()
+    exit_code: int | None = None
+    exit_signal: int | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Logs
+
+Severity = Literal["debug", "info", "warning", "error", "fatal"]
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    """One meaningful line (or multi-line block) recognised in a log.
+
+    ``kind`` is a short machine name (``nccl_watchdog_timeout``, ``cuda_oom``, ``traceback``,
+    ``gloo_connection_closed``...); ``fields`` holds what the parser pulled out of it (seq, op,
+    peer, bytes...). ``path:line_no`` is what a finding cites.
+    """
+
+    kind: str
+    message: str
+    path: str
+    line_no: int
+    rank: int | None = None
+    time: float | None = None  # seconds since the epoch, when the line carries a timestamp
+    severity: Severity = "info"
+    fields: dict[str, str | int | float] = field(default_factory=dict)
+
+    def where(self) -> str:
+        return f"{self.path}:{self.line_no}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Flight recorder
+
+FrState = Literal["scheduled", "started", "completed"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessGroupInfo:
+    """A process group as a dump describes it. ``ranks`` are global ranks; None when unknown
+    (gloo dumps in torch 2.13 leave it empty)."""
+
+    name: str
+    desc: str
+    ranks: tuple[int, ...] | None
+
+
+@dataclass(slots=True)
+class FrEntry:
+    """One flight-recorder record: one collective or p2p op as one rank issued it.
+
+    ``op`` is the operation without the backend prefix (``all_reduce``, ``send``). For p2p ops
+    ``peer`` is the peer's rank inside ``pg_name`` as torch wrote it (``nccl:send 0->1``).
+    ``completed`` is True/False when the dump says (state, ``retired``), None when it cannot tell.
+    """
+
+    record_id: int
+    pg_name: str
+    pg_desc: str
+    collective_seq_id: int
+    p2p_seq_id: int
+    op: str
+    backend: str
+    is_p2p: bool
+    state: str
+    completed: bool | None
+    input_sizes: tuple[tuple[int, ...], ...]
+    input_dtypes: tuple[str, ...]
+    output_sizes: tuple[tuple[int, ...], ...]
+    output_dtypes: tuple[str, ...]
+    time_created_ns: int | None = None
+    time_started_ns: int | None = None
+    time_completed_ns: int | None = None
+    duration_ms: float | None = None
+    timeout_ms: int | None = None
+    peer: int | None = None
+    frames: tuple[Frame, ...] = ()
+    thread_name: str | None = None
+
+    @property
+    def seq(self) -> int:
+        """The sequence number this op is matched on: p2p and collectives count separately."""
+        return self.p2p_seq_id if self.is_p2p else self.collective_seq_id
+
+    def signature(self) -> tuple[str, tuple[tuple[int, ...], ...], tuple[str, ...]]:
+        """What must agree across ranks for a collective to match: op, sizes, dtypes."""
+        return (self.op, self.input_sizes, self.input_dtypes)
+
+
+@dataclass(slots=True)
+class FrDump:
+    """One rank's flight-recorder dump, normalised across torch versions and backends."""
+
+    rank: int
+    path: str
+    version: str
+    backend: str  # "nccl", "gloo", ... taken from the entries' profiling names
+    process_groups: dict[str, ProcessGroupInfo]
+    pg_status: dict[str, dict[str, int]]
+    entries: list[FrEntry]
+    host: str | None = None
+    torch_version: str | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# A rank and a job
+
+
+@dataclass(slots=True)
+class RankEvidence:
+    """Everything known about one rank. Any part may be missing."""
+
+    rank: int
+    host: str | None = None
+    pid: int | None = None
+    local_rank: int | None = None
+    fr: FrDump | None = None
+    samples: list[StackSample] = field(default_factory=list)
+    proc: list[ProcessState] = field(default_factory=list)
+    logs: list[LogEvent] = field(default_factory=list)
+    worker_pids: list[int] = field(default_factory=list)  # DataLoader workers
+    worker_samples: dict[int, list[StackSample]] = field(default_factory=dict)
+    worker_proc: dict[int, list[ProcessState]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class JobEvidence:
+    """The whole job as the loaders saw it: per-rank evidence plus what could not be had."""
+
+    ranks: dict[int, RankEvidence] = field(default_factory=dict)
+    world_size: int | None = None
+    gaps: list[str] = field(default_factory=list)
+    unattributed_logs: list[LogEvent] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)  # files and folders the evidence came from
+
+    def rank(self, rank: int) -> RankEvidence:
+        """The rank's evidence, created empty on first use."""
+        found = self.ranks.get(rank)
+        if found is None:
+            found = self.ranks[rank] = RankEvidence(rank=rank)
+        return found
+
+    def fr_dumps(self) -> dict[int, FrDump]:
+        return {r: ev.fr for r, ev in self.ranks.items() if ev.fr is not None}
+
+    def expected_world_size(self) -> int | None:
+        """The declared world size, else the largest one the evidence implies."""
+        sizes = [self.world_size or 0, max(self.ranks, default=-1) + 1]
+        for dump in self.fr_dumps().values():
+            sizes.extend(len(pg.ranks) for pg in dump.process_groups.values() if pg.ranks)
+        best = max(sizes)
+        return best or None

@@ -1,0 +1,99 @@
+"""The one pipeline behind every command: evidence -> verdict -> reports on disk.
+
+Takes typed options and returns values; only ``cli.py`` prints or exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+from hangscope.analysis.context import Context
+from hangscope.analysis.engine import analyze
+from hangscope.analysis.verdict import Status, Verdict
+from hangscope.errors import ExitCode, UsageError
+from hangscope.model import JobEvidence
+from hangscope.sources.load import LoadOptions, LoadReport, load_paths
+
+
+@dataclass(frozen=True, slots=True)
+class OutputOptions:
+    out_dir: str | None = None
+    force: bool = False
+    redact: bool = True
+    write_html: bool = True
+
+
+@dataclass(slots=True)
+class Result:
+    verdict: Verdict
+    context: Context
+    evidence: JobEvidence
+    out_dir: str | None = None
+    files: list[str] = field(default_factory=list)
+    load_report: LoadReport | None = None
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code_for(self.verdict.status)
+
+
+def exit_code_for(status: Status) -> int:
+    if status in (Status.HANG, Status.CRASHED):
+        return ExitCode.HANG_FOUND
+    if status is Status.INCONCLUSIVE:
+        return ExitCode.INCONCLUSIVE
+    return ExitCode.NO_HANG
+
+
+def default_out_dir() -> str:
+    return os.path.abspath(time.strftime("hangscope-%Y%m%d-%H%M%S"))
+
+
+def prepare_out_dir(options: OutputOptions) -> str:
+    """Validate ``--out`` before any work: refuse to mix a new run into an old one."""
+    out = os.path.abspath(options.out_dir or default_out_dir())
+    if os.path.exists(out):
+        if not os.path.isdir(out):
+            raise UsageError(f"{out}: --out exists and is not a directory")
+        if os.listdir(out) and not options.force:
+            raise UsageError(f"{out}: --out is not empty (pass --force to overwrite)")
+    return out
+
+
+def run_analyze(paths: list[str], load: LoadOptions, output: OutputOptions) -> Result:
+    started = time.monotonic()
+    out = prepare_out_dir(output)
+    evidence, report = load_paths(paths, load)
+    result = analyze_evidence(evidence, output, out)
+    result.load_report = report
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def analyze_evidence(evidence: JobEvidence, output: OutputOptions, out: str | None) -> Result:
+    verdict, ctx = analyze(evidence)
+    result = Result(verdict=verdict, context=ctx, evidence=evidence, out_dir=out)
+    if out is not None:
+        result.files = write_outputs(result, output, out)
+    return result
+
+
+def write_outputs(result: Result, output: OutputOptions, out: str) -> list[str]:
+    os.makedirs(out, exist_ok=True)
+    written = []
+    verdict_path = os.path.join(out, "verdict.json")
+    with open(verdict_path + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump(result.verdict.to_json(), handle, indent=2, sort_keys=False)
+        handle.write("\n")
+    os.replace(verdict_path + ".tmp", verdict_path)
+    written.append(verdict_path)
+    if output.write_html:
+        from hangscope.report.html import write_report
+
+        written.append(write_report(result, os.path.join(out, "report.html"),
+                                    redact=output.redact))
+    return written

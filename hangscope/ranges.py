@@ -1,0 +1,45 @@
+"""Rank sets as people read them: ``0-511,513-1023``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def format_ranks(ranks: Iterable[int]) -> str:
+    """Compress sorted unique ranks into comma-separated ranges; ``""`` for none."""
+    ordered = sorted(set(ranks))
+    if not ordered:
+        return ""
+    parts: list[str] = []
+    start = prev = ordered[0]
+    for rank in ordered[1:]:
+        if rank == prev + 1:
+            prev = rank
+            continue
+        parts.append(_span(start, prev))
+        start = prev = rank
+    parts.append(_span(start, prev))
+    return ",".join(parts)
+
+
+def _span(start: int, end: int) -> str:
+    if start == end:
+        return str(start)
+    if end == start + 1:
+        return f"{start},{end}"
+    return f"{start}-{end}"
+
+
+def parse_ranks(text: str) -> list[int]:
+    """Inverse of :func:`format_ranks`; raises ValueError on malformed text."""
+    ranks: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, sep, hi = part.partition("-")
+        if sep:
+            start, end = int(lo), int(hi)
+            if end < start:
+                raise ValueError(f"bad rank range {part!r}")
+            ranks.update(range(start, end + 1))
+        else:
+            ranks.add(int(lo))
+    return sorted(ranks)

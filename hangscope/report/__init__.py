@@ -1,0 +1,1 @@
+"""Renderings of one verdict: terminal text, JSON (``Verdict.to_json``) and the HTML report."""

@@ -1,0 +1,1 @@
+"""One loader per evidence format; each turns a file into parts of the evidence model."""

@@ -1,0 +1,365 @@
+"""Loader for PyTorch flight-recorder (FR) dumps, pickle or JSON, NCCL or gloo, torch 2.4 to 2.13.
+
+What torch writes (``torch/csrc/distributed/c10d/FlightRecorder*.{cpp,hpp}``), one file per rank,
+named ``<prefix><rank>`` (``TORCH_FR_DUMP_TEMP_FILE`` / ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, default
+prefix ``/tmp/nccl_trace_rank_``), or JSON from ``_dump_fr_trace_json``::
+
+    {"version": "2.10",                      # "2.2" (torch 2.4) ... "2.10" (torch 2.13)
+     "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}, ...},
+     "pg_status": {"0": {"last_enqueued_collective": 7, "last_started_collective": 7,
+                         "last_completed_collective": 6}},          # >= 2.3; str values in JSON
+     "comm_lib_version": "2.21.5", "nccl_comm_state": {...},         # optional
+     "entries": [{"record_id": 12, "pg_id": 0, "process_group": ("0", "default_pg"),
+                  "collective_seq_id": 7, "p2p_seq_id": 0, "op_id": 7,
+                  "profiling_name": "nccl:all_reduce",   # "nccl:send 0->1", "nccl:recv 1<-0"
+                  "time_created_ns": ..., "time_discovered_started_ns": ..., (None or 0)
+                  "time_discovered_completed_ns": ..., "duration_ms": 1.5 (optional),
+                  "input_sizes": [[4, 4]], "input_dtypes": ["Float"], "output_sizes": ...,
+                  "output_dtypes": ..., "state": "scheduled" | "started" | "completed",
+                  "retired": bool, "timeout_ms": 600000, "is_p2p": bool,
+                  "frames": [{"name": ..., "filename": ..., "line": ...}],   # pickle only
+                  "thread_id": "140..", "thread_name": "pt_main_thread"}, ...]}
+
+gloo in torch 2.13 differs (see ``shared/TORCH-FACTS.md``): every entry is ``scheduled``, a finished
+op is ``retired``; ``pg_config`` is keyed ``''`` with empty ranks, so membership must be inferred;
+send/recv are not recorded at all. Older versions lack ``pg_status``, ``is_p2p``, ``p2p_seq_id``,
+``thread_*``, ``timeout_ms``: missing optional fields default, missing required ones reject the
+entry (the rest of the file and the other ranks are still used).
+
+The file name gives the rank (dumps carry no rank of their own): ``rank[_-]?N`` if present, else
+the trailing number; ``prefix`` overrides that for odd naming schemes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from hangscope.errors import BadInputError
+from hangscope.model import Frame, FrDump, FrEntry, ProcessGroupInfo
+from hangscope.sources import safe_pickle
+
+log = logging.getLogger(__name__)
+
+MAX_DUMP_BYTES = 1 << 30  # a 2000-entry dump is a few MB; anything near this is not a dump
+_REQUIRED = ("record_id", "profiling_name", "state", "collective_seq_id")
+_RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)(?!.*rank[_\-.]?\d)", re.IGNORECASE)
+_TRAILING_NUMBER = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle))?$")
+
+
+def looks_like_fr_dump(head: bytes) -> bool:
+    """Cheap sniff on the first bytes: a pickle protocol 2+ header, or JSON with FR keys."""
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return True
+    text = head.lstrip()[:4096]
+    return text.startswith(b"{") and (b'"entries"' in text or b'"pg_config"' in text
+                                      or b'"version"' in text)
+
+
+def rank_from_name(path: str, prefix: str | None = None) -> int | None:
+    """The rank a dump's file name claims, or None if it names none."""
+    base = os.path.basename(path)
+    if prefix is not None:
+        prefix_base = os.path.basename(prefix)
+        if not base.startswith(prefix_base):
+            return None
+        rest = base[len(prefix_base):]
+        for suffix in (".json", ".pkl", ".pickle"):
+            rest = rest.removesuffix(suffix)
+        return int(rest) if rest.isdigit() else None
+    match = _RANK_IN_NAME.search(base) or _TRAILING_NUMBER.search(base)
+    return int(match.group(1)) if match else None
+
+
+def load_dump(path: str, rank: int, data: bytes | None = None) -> tuple[FrDump, list[str]]:
+    """Read one dump. Returns it with per-entry problems (as one-line gaps).
+
+    Raises BadInputError, naming the file, when the file as a whole is unusable.
+    """
+    if data is None:
+        data = _read_bounded(path)
+    raw = _decode(path, data)
+    if not isinstance(raw, dict):
+        raise BadInputError(path, f"not a flight-recorder dump (top level is {type(raw).__name__})")
+    entries_raw = raw.get("entries")
+    if entries_raw is None and "version" not in raw:
+        raise BadInputError(path, "not a flight-recorder dump (no 'version' or 'entries')")
+    if entries_raw is None:
+        entries_raw = []
+    if not isinstance(entries_raw, list):
+        raise BadInputError(path, "'entries' is not a list")
+    problems: list[str] = []
+    entries = _convert_entries(path, entries_raw, problems)
+    backend = next((e.backend for e in entries if e.backend), "")
+    dump = FrDump(
+        rank=rank,
+        path=path,
+        version=str(raw.get("version", "")),
+        backend=backend,
+        process_groups=_process_groups(raw.get("pg_config")),
+        pg_status=_pg_status(raw.get("pg_status")),
+        entries=entries,
+        torch_version=None,
+    )
+    return dump, problems
+
+
+def _read_bounded(path: str) -> bytes:
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_DUMP_BYTES:
+            raise BadInputError(path, f"{size} bytes is too large for a flight-recorder dump")
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise BadInputError(path, exc.strerror or str(exc)) from None
+
+
+def _decode(path: str, data: bytes) -> Any:
+    if not data:
+        raise BadInputError(path, "empty file")
+    if data[:1] == b"\x80":
+        try:
+            return safe_pickle.loads(data)
+        except safe_pickle.ForbiddenPickleError as exc:
+            raise BadInputError(path, f"unsafe pickle refused ({exc})") from None
+        except Exception as exc:  # noqa: BLE001 - hostile input may raise anything
+            raise BadInputError(path, f"truncated or corrupt pickle ({type(exc).__name__}: "
+                                      f"{_clip(str(exc))})") from None
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BadInputError(path, f"neither a pickle nor valid JSON ({_clip(str(exc))})") from None
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@functools.lru_cache(maxsize=65536)
+def _parse_ranks(text: str) -> tuple[int, ...] | None:
+    """``"[0, 1, 2]"`` -> (0, 1, 2) without eval; None when empty or malformed."""
+    body = text.strip()
+    if not (body.startswith("[") and body.endswith("]")):
+        return None
+    items = [item.strip() for item in body[1:-1].split(",") if item.strip()]
+    if not items or not all(item.lstrip("-").isdigit() for item in items):
+        return None
+    return tuple(sorted(int(item) for item in items))
+
+
+def _process_groups(pg_config: Any) -> dict[str, ProcessGroupInfo]:
+    groups: dict[str, ProcessGroupInfo] = {}
+    if not isinstance(pg_config, dict):
+        return groups
+    for key, cfg in pg_config.items():
+        if not isinstance(cfg, dict):
+            continue
+        name = str(cfg.get("name", key))
+        if not name:  # gloo's default group: keyed '' with no ranks; entries say ('0', ...)
+            continue
+        ranks_field = cfg.get("ranks")
+        if isinstance(ranks_field, str):
+            ranks = _parse_ranks(ranks_field)
+        elif isinstance(ranks_field, list) and all(isinstance(r, int) for r in ranks_field):
+            ranks = tuple(sorted(ranks_field)) or None
+        else:
+            ranks = None
+        groups[name] = ProcessGroupInfo(name=name, desc=str(cfg.get("desc", "")), ranks=ranks)
+    return groups
+
+
+def _pg_status(raw: Any) -> dict[str, dict[str, int]]:
+    status: dict[str, dict[str, int]] = {}
+    if not isinstance(raw, dict):
+        return status
+    for pg, fields in raw.items():
+        if not isinstance(fields, dict):
+            continue
+        parsed: dict[str, int] = {}
+        for name, value in fields.items():
+            try:
+                parsed[str(name)] = int(value)
+            except (TypeError, ValueError):
+                continue
+        status[str(pg)] = parsed
+    return status
+
+
+def _shape_list(value: Any) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(tuple(dim for dim in shape if isinstance(dim, int))
+                 if isinstance(shape, (list, tuple)) else () for shape in value)
+
+
+def _str_list(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return tuple(str(item) for item in value)
+
+
+def _time_ns(value: Any) -> int | None:
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _convert_entries(path: str, entries: list[Any], problems: list[str]) -> list[FrEntry]:
+    """Normalise raw entries. Hot path at scale: 4096 ranks x 2000 entries."""
+    frame_cache: dict[tuple[Any, Any, Any], Frame] = {}
+    frames_cache: dict[tuple[Frame, ...], tuple[Frame, ...]] = {}
+    name_cache: dict[str, tuple[str, str, int | None, bool]] = {}
+    shape_cache: dict[Any, tuple[tuple[int, ...], ...]] = {}
+    out: list[FrEntry] = []
+    append = out.append
+    for index, raw in enumerate(entries):
+        if not isinstance(raw, dict):
+            problems.append(f"{path}: entry {index}: not a mapping")
+            continue
+        missing = [key for key in _REQUIRED if key not in raw]
+        if missing:
+            problems.append(f"{path}: entry {index}: missing field '{missing[0]}'")
+            continue
+        try:
+            profiling_name = raw["profiling_name"]
+            parsed = name_cache.get(profiling_name)
+            if parsed is None:
+                parsed = name_cache[profiling_name] = _parse_profiling_name(str(profiling_name))
+            backend, op, peer, name_says_p2p = parsed
+            pg_name, pg_desc = _pg_of(raw)
+            state = str(raw["state"])
+            retired = raw.get("retired")
+            if state == "completed":
+                completed: bool | None = True
+            elif backend == "gloo":
+                # gloo never moves past "scheduled"; a finished (or failed) op is retired.
+                completed = bool(retired) if isinstance(retired, bool) else None
+            else:
+                completed = False
+            is_p2p = raw.get("is_p2p")
+            if not isinstance(is_p2p, bool):
+                is_p2p = name_says_p2p
+            frames = _frames(raw.get("frames"), frame_cache, frames_cache)
+            in_sizes = raw.get("input_sizes")
+            key = repr(in_sizes)
+            input_sizes = shape_cache.get(key)
+            if input_sizes is None:
+                input_sizes = shape_cache[key] = _shape_list(in_sizes)
+            out_sizes = raw.get("output_sizes")
+            key = repr(out_sizes)
+            output_sizes = shape_cache.get(key)
+            if output_sizes is None:
+                output_sizes = shape_cache[key] = _shape_list(out_sizes)
+            duration = raw.get("duration_ms")
+            timeout = raw.get("timeout_ms")
+            thread_name = raw.get("thread_name")
+            append(FrEntry(
+                record_id=int(raw["record_id"]),
+                pg_name=pg_name,
+                pg_desc=pg_desc,
+                collective_seq_id=int(raw["collective_seq_id"]),
+                p2p_seq_id=int(raw.get("p2p_seq_id") or 0),
+                op=op,
+                backend=backend,
+                is_p2p=is_p2p,
+                state=state,
+                completed=completed,
+                input_sizes=input_sizes,
+                input_dtypes=_str_list(raw.get("input_dtypes")),
+                output_sizes=output_sizes,
+                output_dtypes=_str_list(raw.get("output_dtypes")),
+                time_created_ns=_time_ns(raw.get("time_created_ns")),
+                time_started_ns=_time_ns(raw.get("time_discovered_started_ns")),
+                time_completed_ns=_time_ns(raw.get("time_discovered_completed_ns")),
+                duration_ms=float(duration) if isinstance(duration, (int, float)) else None,
+                timeout_ms=int(timeout) if isinstance(timeout, int) else None,
+                peer=peer,
+                frames=frames,
+                thread_name=str(thread_name) if thread_name is not None else None,
+            ))
+        except (TypeError, ValueError, OverflowError) as exc:
+            problems.append(f"{path}: entry {index}: {_clip(str(exc))}")
+    return out
+
+
+def _pg_of(raw: dict[str, Any]) -> tuple[str, str]:
+    group = raw.get("process_group")
+    if isinstance(group, (list, tuple)) and len(group) == 2:
+        return str(group[0]), str(group[1])
+    if isinstance(group, str):
+        return group, ""
+    pg_id = raw.get("pg_id")
+    if pg_id is None:
+        raise ValueError("no 'process_group' or 'pg_id'")
+    return str(pg_id), ""
+
+
+def _parse_profiling_name(name: str) -> tuple[str, str, int | None, bool]:
+    """``nccl:send 0->1`` -> ("nccl", "send", 1, True); ``gloo:all_reduce`` -> (.., None, False).
+
+    The peer is group-local, as torch writes it: for a send the destination, for a recv the source.
+    """
+    backend, sep, rest = name.partition(":")
+    if not sep:
+        backend, rest = "", name
+    op, _, meta = rest.strip().partition(" ")
+    peer: int | None = None
+    if op == "send" and "->" in meta:
+        peer = _int_or_none(meta.split("->", 1)[1])
+    elif op == "recv" and "<-" in meta:
+        peer = _int_or_none(meta.split("<-", 1)[1])
+    return backend, op, peer, op in ("send", "recv")
+
+
+def _int_or_none(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def _frames(
+    raw: Any,
+    frame_cache: dict[tuple[Any, Any, Any], Frame],
+    frames_cache: dict[tuple[Frame, ...], tuple[Frame, ...]],
+) -> tuple[Frame, ...]:
+    if not isinstance(raw, list) or not raw:
+        return ()
+    frames: list[Frame] = []
+    for item in raw:
+        if not isinstance(item, dict):
+            continue
+        key = (item.get("name"), item.get("filename"), item.get("line"))
+        frame = frame_cache.get(key)
+        if frame is None:
+            line = key[2]
+            frame = frame_cache[key] = Frame(
+                name=str(key[0]), filename=str(key[1]),
+                line=line if isinstance(line, int) else None)
+        frames.append(frame)
+    as_tuple = tuple(frames)
+    return frames_cache.setdefault(as_tuple, as_tuple)
+
+
+def assign_ranks(paths: Iterable[str], prefix: str | None = None) -> dict[int, str]:
+    """Map rank -> dump path from file names; one line of error if names clash or say nothing."""
+    by_rank: dict[int, str] = {}
+    for path in paths:
+        rank = rank_from_name(path, prefix)
+        if rank is None:
+            hint = "pass --prefix" if prefix is None else f"it does not start with {prefix!r}"
+            raise BadInputError(path, f"cannot tell which rank this dump belongs to ({hint})")
+        other = by_rank.get(rank)
+        if other is not None and os.path.realpath(other) != os.path.realpath(path):
+            # torch can write both forms for one rank: keep the pickle, which has stack frames.
+            if other.endswith(".json") != path.endswith(".json"):
+                if other.endswith(".json"):
+                    by_rank[rank] = path
+                continue
+            raise BadInputError(path, f"claims rank {rank}, as does {other}; pass --prefix to "
+                                      "choose one naming scheme")
+        by_rank[rank] = path
+    return by_rank

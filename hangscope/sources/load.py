@@ -1,0 +1,109 @@
+"""Turn the paths a user gave into one :class:`JobEvidence`: find, sniff, dispatch, collect gaps.
+
+Every file is classified by its first bytes, not its name, and handed to the one loader for its
+format. A file that fails to load becomes a one-line problem (naming it) and the rest is still
+analyzed; only when nothing at all is usable does loading fail.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from hangscope import bundle
+from hangscope.errors import BadInputError
+from hangscope.model import JobEvidence
+from hangscope.sources import flight_recorder
+
+MAX_FILES = 200_000
+SNIFF_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    prefix: str | None = None  # flight-recorder file name prefix, when names are ambiguous
+    world_size: int | None = None
+
+
+@dataclass(slots=True)
+class LoadReport:
+    """What happened to each input: shown to the user, and kept as evidence gaps."""
+
+    loaded: dict[str, list[str]] = field(default_factory=dict)  # kind -> paths
+    problems: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    def count(self) -> int:
+        return sum(len(paths) for paths in self.loaded.values())
+
+
+def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, LoadReport]:
+    evidence = JobEvidence(world_size=options.world_size, inputs=list(paths))
+    report = LoadReport()
+    fr_files: list[str] = []
+    for path in paths:
+        if not os.path.exists(path):
+            raise BadInputError(path, "no such file or directory")
+        if os.path.isdir(path) and bundle.is_bundle(path):
+            bundle.load_bundle(path, evidence, report.problems)
+            report.loaded.setdefault("bundle", []).append(path)
+            continue
+        for file_path, explicit in _files_under(path):
+            kind = _sniff(file_path)
+            if kind == "fr":
+                fr_files.append(file_path)
+            elif explicit:
+                report.problems.append(f"{file_path}: not a recognised evidence file")
+            else:
+                report.skipped.append(file_path)
+    _load_fr(fr_files, options, evidence, report)
+    evidence.gaps.extend(report.problems)
+    if not report.count() and not evidence.ranks:
+        if report.problems:
+            raise BadInputError(paths[0] if len(paths) == 1 else " ".join(paths),
+                                f"nothing usable ({report.problems[0]})")
+        raise BadInputError(" ".join(paths), "no flight-recorder dumps, logs, stacks or bundles "
+                                             "found here")
+    return evidence, report
+
+
+def _files_under(path: str) -> list[tuple[str, bool]]:
+    if not os.path.isdir(path):
+        return [(path, True)]
+    found: list[tuple[str, bool]] = []
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            found.append((os.path.join(root, name), False))
+            if len(found) > MAX_FILES:
+                raise BadInputError(path, f"more than {MAX_FILES} files; point at the dumps")
+    return found
+
+
+def _sniff(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(SNIFF_BYTES)
+    except OSError:
+        return None
+    if flight_recorder.looks_like_fr_dump(head):
+        return "fr"
+    return None
+
+
+def _load_fr(files: list[str], options: LoadOptions, evidence: JobEvidence,
+             report: LoadReport) -> None:
+    if not files:
+        return
+    by_rank = flight_recorder.assign_ranks(files, options.prefix)
+    for rank, path in sorted(by_rank.items()):
+        try:
+            dump, problems = flight_recorder.load_dump(path, rank)
+        except BadInputError as exc:
+            report.problems.append(str(exc))
+            continue
+        report.problems.extend(problems[:20])
+        if len(problems) > 20:
+            report.problems.append(f"{path}: {len(problems) - 20} more bad entries")
+        evidence.rank(rank).fr = dump
+        report.loaded.setdefault("flight_recorder", []).append(path)

@@ -1,0 +1,20 @@
+"""Bundle file kinds -> the loader that reads them. One place, so a bundle and a bare file of the
+same format always go through the same code."""
+
+from __future__ import annotations
+
+from hangscope.bundle import register_loader
+from hangscope.errors import BadInputError
+from hangscope.model import JobEvidence
+from hangscope.sources import flight_recorder
+
+
+@register_loader("fr")
+def load_fr_file(path: str, rank: int, evidence: JobEvidence, problems: list[str]) -> None:
+    try:
+        dump, entry_problems = flight_recorder.load_dump(path, rank)
+    except BadInputError as exc:
+        problems.append(str(exc))
+        return
+    problems.extend(entry_problems[:20])
+    evidence.rank(rank).fr = dump
