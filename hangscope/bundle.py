@@ -123,7 +123,7 @@ class BundleWriter:
 
 
 def vars_of(record: CollectionRecord) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in record.__slots__}  # type: ignore[attr-defined]
+    return {name: getattr(record, name) for name in record.__slots__}
 
 
 def is_bundle(path: str) -> bool:

@@ -7,6 +7,7 @@ import pytest
 from hangscope.analysis.engine import analyze
 from hangscope.analysis.verdict import Kind, Status
 from hangscope.sources.load import LoadOptions, load_paths
+
 from frdumps import history, make_dump, make_entry, write_dumps
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from hangscope.cli import main
 from hangscope.errors import ExitCode
+
 from frdumps import history, make_dump, make_entry, write_dumps
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from hangscope.errors import BadInputError
 from hangscope.sources import flight_recorder as fr
+
 from frdumps import history, make_dump, make_entry, write_dumps
 
 

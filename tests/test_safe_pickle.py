@@ -9,6 +9,7 @@ import pytest
 
 from hangscope.cli import main
 from hangscope.sources import safe_pickle
+
 from frdumps import history, make_dump, write_dumps
 
 

@@ -63,16 +63,26 @@ def _finding(ctx: Context, culprits: list[int],
             evidence.append(EvidenceItem("flight_recorder", rank, f"rank {rank} is {state}",
                                          ctx.picture.dumps[rank].path))
         last_text = f" (last completed there: {'; '.join(last_parts)})" if last_parts else ""
-        parts.append(f"rank{'s' if len(with_dump) > 1 else ''} {format_ranks(with_dump)} never "
-                     f"entered {where}{last_text}")
+        parts.append(f"{_ranks(with_dump)} never entered {where}{last_text}")
     if without:
-        parts.append(f"rank{'s' if len(without) > 1 else ''} {format_ranks(without)} left no "
-                     f"flight-recorder dump and so never showed {where}")
+        parts.append(f"{_ranks(without)} left no flight-recorder dump and so never showed "
+                     f"{where}")
         evidence.extend(EvidenceItem("flight_recorder", r, "no flight-recorder dump", "")
                         for r in without[:8])
-    summary = "; ".join(parts) + f"; ranks {format_ranks(all_waiting)} wait for them there"
-    confidence = 0.9 if with_dump and not without else 0.75 if with_dump else 0.6
+    idle = [r for r in with_dump if not ctx.picture.pending_ops(r)
+            and ctx.picture.dumps[r].backend == "gloo"]
+    if idle:
+        parts.append(f"the flight recorder shows nothing pending on {_ranks(idle)}: gloo records "
+                     "no send/recv, so they may be blocked in a point-to-point op or outside "
+                     "torch.distributed (stacks tell which)")
+    summary = "; ".join(parts) + f"; {_ranks(all_waiting)} wait for them there"
+    # Absence of a dump is weak evidence: a mismatch or a cycle seen in the dumps beats it.
+    confidence = 0.9 if with_dump and not without else 0.7 if with_dump else 0.5
     return Finding(kind=Kind.MISSING_RANK, culprit_ranks=culprits, waiting_ranks=all_waiting,
                    confidence=confidence, summary=summary, evidence=evidence,
                    collective=CollectiveRef(pg=reason.pg, seq=reason.seq, op=reason.op,
                                             pg_desc=reason.pg_desc))
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)}"
