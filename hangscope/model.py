@@ -1,9 +1,9 @@
 """The evidence model: what every loader produces and every detector reads.
 
-Loaders (``hangscope.sources``) and live collectors (``hangscope.collect``) turn foreign formats into
-these plain dataclasses; nothing downstream of them looks at a raw file again. Partial evidence is
-normal: every field that a source may not provide is optional, and a rank may have any subset of
-flight-recorder dump, stack samples, process states and log events.
+Loaders (``hangscope.sources``) and live collectors (``hangscope.collect``) turn foreign
+formats into these plain dataclasses; nothing downstream of them looks at a raw file again.
+Partial evidence is normal: every field that a source may not provide is optional, and a rank may
+have any subset of flight-recorder dump, stack samples, process states and log events.
 """
 
 from __future__ import annotations

@@ -45,8 +45,9 @@ class WaitGraph:
     # rank-level edges, kept only per (reason): waiting ranks -> ranks waited on
     waits: dict[WaitReason, tuple[set[int], set[int]]] = field(default_factory=dict)
 
-    def add_wait(self, reason: WaitReason, waiting: Iterable[int], waited_on: Iterable[int]) -> None:
-        waiting, waited_on = set(waiting), set(waited_on) - set()
+    def add_wait(self, reason: WaitReason, waiting: Iterable[int],
+                 waited_on: Iterable[int]) -> None:
+        waiting, waited_on = set(waiting), set(waited_on)
         if not waiting or not waited_on:
             return
         have = self.waits.setdefault(reason, (set(), set()))
@@ -94,8 +95,7 @@ def _rank_key(picture: FrPicture, rank: int, hung: dict[str, int | None]) -> tup
                           pending.input_sizes, pending.input_dtypes))
         elif hung[name] is not None and view.last_seq < (hung[name] or 0):
             parts.append((tag, "behind", view.last_seq))
-        for entry in view.p2p_pending:
-            parts.append((tag, "p2p", entry.op, entry.peer, entry.p2p_seq_id))
+        parts.extend((tag, "p2p", e.op, e.peer, e.p2p_seq_id) for e in view.p2p_pending)
     return tuple(sorted(parts, key=repr))
 
 

@@ -37,7 +37,8 @@ def detect(ctx: Context) -> list[Finding]:
             evidence.append(ctx.fr_evidence(rank, entry, group, "blocked in"))
             peer = ""
             if entry.is_p2p and entry.peer is not None:
-                peer = f" {'to' if entry.op == 'send' else 'from'} rank {group.global_rank(entry.peer)}"
+                direction = "to" if entry.op == "send" else "from"
+                peer = f" {direction} rank {group.global_rank(entry.peer)}"
             steps.append(f"rank{'s' if len(graph.members[node]) > 1 else ''} "
                          f"{format_ranks(graph.members[node])} blocked in {entry.op}{peer} "
                          f"seq {entry.seq} on pg {group.label}")
