@@ -40,7 +40,8 @@ MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20
 
 # kind -> loader(path, rank, evidence, problems). Filled by the source modules that own the kind.
-FileLoader = Callable[[str, int, JobEvidence, list[str]], None]
+# ``rank`` is None for job-level files (the launcher's log), which say their ranks themselves.
+FileLoader = Callable[[str, int | None, JobEvidence, list[str]], None]
 FILE_LOADERS: dict[str, FileLoader] = {}
 
 
@@ -79,6 +80,7 @@ class BundleWriter:
     world_size: int | None = None
     hosts: list[str] = field(default_factory=list)
     ranks: dict[int, RankEntry] = field(default_factory=dict)
+    job_files: list[dict[str, str]] = field(default_factory=list)
     collection: list[CollectionRecord] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
 
@@ -100,6 +102,18 @@ class BundleWriter:
         self.rank_entry(rank).files.append({"kind": kind, "path": rel})
         return full
 
+    def add_job_file(self, kind: str, name: str, data: bytes, source_path: str = "") -> str:
+        """Store a file that belongs to no single rank (the launcher's output)."""
+        if os.path.basename(name) != name or name in ("", ".", ".."):
+            raise ValueError(f"bad bundle file name {name!r}")
+        rel = f"job/{name}"
+        full = os.path.join(self.root, rel)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as handle:
+            handle.write(data)
+        self.job_files.append({"kind": kind, "path": rel, "source": source_path})
+        return full
+
     def close(self) -> str:
         manifest = {
             "schema": SCHEMA,
@@ -111,6 +125,7 @@ class BundleWriter:
             "ranks": {str(rank): {"host": entry.host, "pid": entry.pid,
                                   "local_rank": entry.local_rank, "files": entry.files}
                       for rank, entry in sorted(self.ranks.items())},
+            "job_files": self.job_files,
             "collection": [vars_of(record) for record in self.collection],
             "gaps": self.gaps,
         }
@@ -160,6 +175,10 @@ def load_bundle(root: str, evidence: JobEvidence, problems: list[str]) -> dict[s
     if not isinstance(ranks, dict):
         raise BadInputError(os.path.join(root, MANIFEST), "'ranks' is not a mapping")
     real_root = os.path.realpath(root)
+    job_files = manifest.get("job_files") or []
+    if isinstance(job_files, list):
+        for item in job_files:
+            _load_listed(root, real_root, item, None, evidence, problems)
     for key, entry in ranks.items():
         if not (isinstance(key, str) and key.isdigit() and isinstance(entry, dict)):
             problems.append(f"{root}/{MANIFEST}: bad rank entry {key!r}")
@@ -169,23 +188,29 @@ def load_bundle(root: str, evidence: JobEvidence, problems: list[str]) -> dict[s
         rank_ev.host = _opt_str(entry.get("host")) or rank_ev.host
         rank_ev.pid = _opt_int(entry.get("pid")) or rank_ev.pid
         rank_ev.local_rank = _opt_int(entry.get("local_rank"))
-        for item in entry.get("files") or []:
-            if not isinstance(item, dict):
-                continue
-            kind, rel = str(item.get("kind", "")), str(item.get("path", ""))
-            full = os.path.realpath(os.path.join(root, rel))
-            if not full.startswith(real_root + os.sep):
-                problems.append(f"{root}/{MANIFEST}: refused path {rel!r} outside the bundle")
-                continue
-            loader = FILE_LOADERS.get(kind)
-            if loader is None:
-                problems.append(f"{full}: unknown evidence kind {kind!r} (newer hangscope?)")
-                continue
-            if not os.path.isfile(full):
-                problems.append(f"{full}: listed in the manifest but missing")
-                continue
-            loader(full, rank, evidence, problems)
+        files = entry.get("files") or []
+        for item in files if isinstance(files, list) else []:
+            _load_listed(root, real_root, item, rank, evidence, problems)
     return manifest
+
+
+def _load_listed(root: str, real_root: str, item: Any, rank: int | None,
+                 evidence: JobEvidence, problems: list[str]) -> None:
+    if not isinstance(item, dict):
+        return
+    kind, rel = str(item.get("kind", "")), str(item.get("path", ""))
+    full = os.path.realpath(os.path.join(root, rel))
+    if not full.startswith(real_root + os.sep):
+        problems.append(f"{root}/{MANIFEST}: refused path {rel!r} outside the bundle")
+        return
+    loader = FILE_LOADERS.get(kind)
+    if loader is None:
+        problems.append(f"{full}: unknown evidence kind {kind!r} (newer hangscope?)")
+        return
+    if not os.path.isfile(full):
+        problems.append(f"{full}: listed in the manifest but missing")
+        return
+    loader(full, rank, evidence, problems)
 
 
 def _opt_str(value: Any) -> str | None:

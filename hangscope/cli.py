@@ -18,7 +18,8 @@ import click
 
 from hangscope import __version__
 from hangscope.errors import ExitCode, HangscopeError
-from hangscope.pipeline import OutputOptions, Result, run_analyze
+from hangscope.collect.options import AttachOptions
+from hangscope.pipeline import OutputOptions, Result, run_analyze, run_attach
 from hangscope.ranges import format_ranks
 from hangscope.report.text import format_verdict
 from hangscope.sources.load import LoadOptions
@@ -68,6 +69,45 @@ def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None,
     return result.exit_code
 
 
+@cli.command()
+@click.option("--pid-group", type=int, help="Process group id of the job (its launcher's or "
+                                            "its ranks'); descendants are followed.")
+@click.option("--pid", "pids", type=int, multiple=True,
+              help="A launcher (torchrun, ...) or rank pid; repeatable.")
+@click.option("--match", help="Regular expression over command lines, to find ranks.")
+@click.option("--samples", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="Stack samples per rank, to tell stuck from slow.")
+@click.option("--interval", type=click.FloatRange(0.05, 30), default=1.0, show_default=True,
+              help="Seconds between samples.")
+@click.option("--dump-timeout", type=click.FloatRange(0.5, 120), default=5.0, show_default=True,
+              help="Seconds allowed for one py-spy dump or flight-recorder trigger.")
+@click.option("--native", is_flag=True, help="Include native (C/C++) frames in stacks.")
+@click.option("--nonblocking", is_flag=True,
+              help="Never pause a rank, even for a stack dump (stacks may be torn).")
+@click.option("--no-fr-trigger", is_flag=True,
+              help="Do not ask ranks to write flight-recorder dumps through their dump pipe.")
+@output_options
+def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samples: int,
+           interval: float, dump_timeout: float, native: bool, nonblocking: bool,
+           no_fr_trigger: bool, out_dir: str | None, force: bool, as_json: bool,
+           no_redact: bool, verbose: int) -> int:
+    """Attach to a live job, collect stacks, state, logs and FR dumps, and analyze them.
+
+    Writes OUT/bundle/ first, so `hangscope analyze OUT/bundle` reproduces the verdict later.
+    Nothing is killed or signalled.
+    """
+    _configure_logging(verbose)
+    if pid_group is None and not pids and not match:
+        raise click.UsageError("give --pid-group PGID, --pid PID or --match PATTERN")
+    options = AttachOptions(pid_group=pid_group, pids=pids, match=match, samples=samples,
+                            interval=interval, dump_timeout=dump_timeout, native=native,
+                            nonblocking=nonblocking, trigger_fr=not no_fr_trigger)
+    result = run_attach(options, LoadOptions(),
+                        OutputOptions(out_dir=out_dir, force=force, redact=not no_redact))
+    _print_result(result, as_json)
+    return result.exit_code
+
+
 def _print_result(result: Result, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.verdict.to_json(), indent=2))
@@ -83,6 +123,8 @@ def _tally(result: Result) -> str:
     where = f"Wrote {result.out_dir}" if result.out_dir else "Analyzed"
     parts = [f"{where} ({', '.join(os.path.basename(f) for f in result.files)})"
              if result.files else where]
+    if result.collect_tally:
+        parts.append(result.collect_tally)
     parts.append(f"{len(verdict.ranks_seen)} ranks with evidence"
                  + (f" of {verdict.world_size}" if verdict.world_size else ""))
     if verdict.ranks_missing:

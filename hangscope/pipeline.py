@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from hangscope.analysis.context import Context
+from hangscope.collect.options import AttachOptions
 from hangscope.analysis.engine import analyze
 from hangscope.analysis.verdict import Status, Verdict
 from hangscope.errors import ExitCode, UsageError
@@ -35,6 +36,7 @@ class Result:
     files: list[str] = field(default_factory=list)
     load_report: LoadReport | None = None
     seconds: float = 0.0
+    collect_tally: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -70,6 +72,22 @@ def run_analyze(paths: list[str], load: LoadOptions, output: OutputOptions) -> R
     evidence, report = load_paths(paths, load)
     result = analyze_evidence(evidence, output, out)
     result.load_report = report
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) -> Result:
+    """Collect into ``OUT/bundle`` first, then run exactly what ``analyze OUT/bundle`` runs."""
+    from hangscope.collect.attach import collect
+
+    started = time.monotonic()
+    out = prepare_out_dir(output)
+    bundle_dir = os.path.join(out, "bundle")
+    summary = collect(attach, bundle_dir)
+    evidence, report = load_paths([bundle_dir], load)
+    result = analyze_evidence(evidence, output, out)
+    result.load_report = report
+    result.collect_tally = summary.tally()
     result.seconds = time.monotonic() - started
     return result
 

@@ -8,9 +8,17 @@ from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence
 from hangscope.sources import flight_recorder
 
+# Each of these registers the bundle kinds it owns when imported.
+from hangscope.collect import procstate  # noqa: F401,E402  ("proc")
+from hangscope.sources import pyspy  # noqa: F401,E402  ("pyspy")
+
 
 @register_loader("fr")
-def load_fr_file(path: str, rank: int, evidence: JobEvidence, problems: list[str]) -> None:
+def load_fr_file(path: str, rank: int | None, evidence: JobEvidence,
+                 problems: list[str]) -> None:
+    if rank is None:
+        problems.append(f"{path}: a flight-recorder dump must belong to a rank")
+        return
     try:
         dump, entry_problems = flight_recorder.load_dump(path, rank)
     except BadInputError as exc:

@@ -1,0 +1,214 @@
+"""Live collection: discover a job's processes, gather every source in parallel, write a bundle.
+
+Never harms the job: nothing is signalled or killed; py-spy pauses a rank only for one stack dump
+per sample (``nonblocking`` avoids even that); each source runs with its own timeout and a failure
+on one rank becomes an evidence gap, never an exception that stops the others. The whole
+collection is bounded by ``deadline`` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from hangscope.bundle import BundleWriter, CollectionRecord
+from hangscope.collect import fr_trigger, logs, permissions, procstate, pyspy
+from hangscope.collect.options import AttachOptions
+from hangscope.discover import JobProcesses, discover
+from hangscope.sources import pyspy as pyspy_source
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class CollectSummary:
+    """What was collected from whom; the CLI prints its tally line."""
+
+    job: JobProcesses
+    bundle_dir: str
+    ok: dict[str, list[int]] = field(default_factory=dict)  # source -> ranks collected
+    failed: dict[int, list[str]] = field(default_factory=dict)  # rank -> one line per failure
+    gaps: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def tally(self) -> str:
+        ranks = sorted(r.rank for r in self.job.ranks)
+        stacks = len(set(self.ok.get("py-spy", [])))
+        parts = [f"{len(ranks)} ranks found, stacks from {stacks}"]
+        if self.failed:
+            parts.append(f"{len(self.failed)} with problems (" + "; ".join(
+                f"rank {rank}: {msgs[0]}" for rank, msgs in sorted(self.failed.items())[:3])
+                + (", ..." if len(self.failed) > 3 else "") + ")")
+        return ", ".join(parts)
+
+
+def collect(options: AttachOptions, bundle_dir: str) -> CollectSummary:
+    """Discover the job and write everything into ``bundle_dir``; returns what happened."""
+    started = time.monotonic()
+    job = discover(pid_group=options.pid_group, pids=options.pids, match=options.match)
+    writer = BundleWriter(bundle_dir)
+    summary = CollectSummary(job=job, bundle_dir=bundle_dir)
+    _describe_job(writer, job)
+    summary.gaps.extend(job.notes)
+    rank_of_pid = {r.pid: r.rank for r in job.ranks}
+    worker_of = {w: r.rank for r in job.ranks for w in r.workers}
+    problems = permissions.check_access(list(rank_of_pid) + list(worker_of))
+    for pid, problem in problems.items():
+        rank = rank_of_pid.get(pid, worker_of.get(pid))
+        line = f"{problem.cause} ({problem.fix})" if problem.fix else problem.cause
+        if pid in rank_of_pid:
+            summary.failed.setdefault(rank_of_pid[pid], []).append(line)
+        summary.gaps.append(f"rank {rank} (pid {pid}): {problem.cause}")
+    traceable = [pid for pid in rank_of_pid if pid not in problems]
+    workers = [pid for pid in worker_of if pid not in problems]
+    if job.ranks and not traceable:
+        raise permissions.PtraceDenied(
+            f"cannot read any rank: {next(iter(problems.values())).cause}")
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="collect") as pool:
+        fr_future = pool.submit(_collect_fr, job, writer, summary, options)
+        logs_future = pool.submit(_collect_logs, job, writer, summary)
+        _collect_stacks_and_state(traceable + workers, rank_of_pid, worker_of, writer,
+                                  summary, options)
+        logs_future.result()
+        fr_future.result()
+    writer.gaps.extend(summary.gaps)
+    summary.seconds = time.monotonic() - started
+    writer.job["collect_seconds"] = round(summary.seconds, 3)
+    writer.close()
+    return summary
+
+
+def _describe_job(writer: BundleWriter, job: JobProcesses) -> None:
+    writer.hosts.append(job.host or socket.gethostname())
+    sizes = {r.world_size for r in job.ranks if r.world_size}
+    writer.world_size = max(sizes) if sizes else None
+    run_ids = sorted({r.run_id for r in job.ranks if r.run_id})
+    writer.job.update({
+        "searched": job.searched,
+        "launchers": [{"pid": p.pid, "kind": p.kind, "cmdline": p.cmdline[:8]}
+                      for p in job.launchers],
+        "run_id": run_ids[0] if len(run_ids) == 1 else run_ids,
+        "missing_local_ranks": job.missing_local_ranks,
+    })
+    for rank in job.ranks:
+        entry = writer.rank_entry(rank.rank)
+        entry.host, entry.pid, entry.local_rank = job.host, rank.pid, rank.local_rank
+    if job.missing_local_ranks:
+        writer.gaps.append(f"local ranks {job.missing_local_ranks} should run on {job.host} "
+                           "but have no process (exited or never started)")
+
+
+def _collect_stacks_and_state(pids: list[int], rank_of_pid: dict[int, int],
+                              worker_of: dict[int, int], writer: BundleWriter,
+                              summary: CollectSummary, options: AttachOptions) -> None:
+    """py-spy samples and /proc states at the same cadence, so CPU growth lines up with stacks."""
+    states: dict[int, list] = {pid: [] for pid in pids}  # type: ignore[type-arg]
+    began = time.time()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="procstate") as pool:
+        proc_future = pool.submit(_sample_states, pids, states, options)
+        try:
+            dumps = pyspy.sample_many(pids, samples=options.samples, interval=options.interval,
+                                      timeout=options.dump_timeout, native=options.native,
+                                      nonblocking=options.nonblocking)
+        except pyspy.PySpyMissing as exc:
+            summary.gaps.append(f"no stacks: {exc}")
+            dumps = {}
+        proc_future.result()
+    for pid, results in dumps.items():
+        rank = rank_of_pid.get(pid, worker_of.get(pid))
+        if rank is None:
+            continue
+        is_worker = pid in worker_of
+        for index, result in enumerate(results):
+            writer.collection.append(CollectionRecord(
+                source="py-spy", rank=rank, status=result.status,
+                detail=(f"worker pid {pid}: " if is_worker else "") + result.detail,
+                started_at=result.taken_at, seconds=round(result.seconds, 4)))
+            if result.ok:
+                writer.add_file(rank, pyspy_source.RECORD_KIND,
+                                pyspy_source.bundle_name(result, index),
+                                pyspy_source.bundle_record(result, worker=is_worker, rank=rank))
+        good = [r for r in results if r.ok]
+        if good and not is_worker:
+            summary.ok.setdefault("py-spy", []).append(rank)
+        elif results and not good:
+            failure = results[-1]
+            what = f"worker pid {pid}: " if is_worker else ""
+            summary.gaps.append(f"rank {rank}: no stacks from {what}py-spy: {failure.detail}")
+            if not is_worker:
+                summary.failed.setdefault(rank, []).append(f"py-spy {failure.status}")
+    for pid, pid_states in states.items():
+        rank = rank_of_pid.get(pid, worker_of.get(pid))
+        if rank is None or not pid_states:
+            continue
+        writer.add_file(rank, "proc", f"proc-{pid}.json",
+                        procstate.to_json(pid, pid_states, worker_of=worker_of.get(pid)))
+        gone = [s for s in pid_states if s.status == "gone"]
+        if gone and pid in rank_of_pid:
+            summary.gaps.append(f"rank {rank} (pid {pid}) exited during collection")
+    writer.collection.append(CollectionRecord(source="proc", rank=None, status="ok",
+                                              started_at=began,
+                                              seconds=round(time.time() - began, 3)))
+
+
+def _sample_states(pids: list[int], states: dict[int, list], options: AttachOptions) -> None:  # type: ignore[type-arg]
+    start = time.monotonic()
+    for index in range(max(1, options.samples)):
+        delay = start + index * options.interval - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        for pid, state in procstate.sample_many(pids).items():
+            states[pid].append(state)
+
+
+def _collect_logs(job: JobProcesses, writer: BundleWriter, summary: CollectSummary) -> None:
+    began = time.time()
+    try:
+        files, notes = logs.collect_job_logs(job)
+    except Exception as exc:  # noqa: BLE001 - a collector failure is a gap, never fatal
+        summary.gaps.append(f"log discovery failed: {exc}")
+        return
+    summary.gaps.extend(notes)
+    used: set[tuple[int | None, str]] = set()
+    for item in files:
+        name = item.bundle_name()
+        stem, dot, ext = name.rpartition(".")
+        suffix = 1
+        while (item.rank, name) in used:
+            suffix += 1
+            name = f"{stem}-{suffix}{dot}{ext}"
+        used.add((item.rank, name))
+        if item.rank is None:
+            writer.add_job_file("log", name, item.data, source_path=item.path)
+        else:
+            writer.add_file(item.rank, "log", name, item.data)
+        summary.ok.setdefault("log", []).append(item.rank if item.rank is not None else -1)
+    writer.collection.append(CollectionRecord(source="log", rank=None, status="ok",
+                                              detail=f"{len(files)} files",
+                                              started_at=began,
+                                              seconds=round(time.time() - began, 3)))
+
+
+def _collect_fr(job: JobProcesses, writer: BundleWriter, summary: CollectSummary,
+                options: AttachOptions) -> None:
+    for rank in job.ranks:
+        began = time.time()
+        try:
+            result = fr_trigger.collect_fr(rank, trigger=options.trigger_fr,
+                                           timeout_s=options.dump_timeout)
+        except Exception as exc:  # noqa: BLE001 - one rank's failure is a gap
+            summary.gaps.append(f"rank {rank.rank}: flight-recorder dump failed: {exc}")
+            continue
+        summary.gaps.extend(f"rank {rank.rank}: {note}" for note in result.notes)
+        if not result.files:
+            continue
+        newest = max(result.files, key=lambda f: f.mtime)
+        writer.add_file(rank.rank, "fr", "fr_dump", newest.data)
+        summary.ok.setdefault("flight_recorder", []).append(rank.rank)
+        writer.collection.append(CollectionRecord(
+            source="flight_recorder", rank=rank.rank, status="ok",
+            detail=("triggered " if newest.triggered else "found ") + newest.path,
+            started_at=began, seconds=round(time.time() - began, 3)))
