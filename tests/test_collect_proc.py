@@ -1,0 +1,142 @@
+"""Process-state sampling on real processes, and the ``proc`` bundle file kind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from procs.procutil import family_args, kill_groups, started
+
+from hangscope.bundle import FILE_LOADERS, BundleWriter, load_bundle
+from hangscope.collect.procstate import (
+    from_json,
+    load_proc_file,
+    sample_many,
+    sample_process,
+    to_json,
+)
+from hangscope.errors import BadInputError
+from hangscope.model import JobEvidence, ProcessState
+
+
+def poll_status(pid: int, want: str, timeout: float = 5.0) -> ProcessState:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = sample_process(pid)
+        if state.status == want or time.monotonic() > deadline:
+            return state
+        time.sleep(0.01)
+
+
+class TestSample:
+    def test_sleeping_process_with_children(self, tmp_path: Path) -> None:
+        ready = tmp_path / "ready"
+        with started(family_args(ready, "fork", 2), ready) as proc:
+            state = sample_process(proc.pid)
+            assert state.pid == proc.pid and state.status == "S"
+            assert state.cpu_time_s is not None and state.cpu_time_s >= 0
+            assert state.rss_bytes and state.rss_bytes > 1 << 20
+            assert state.num_threads and state.num_threads >= 1
+            assert state.wchan  # e.g. hrtimer_nanosleep / do_nanosleep
+            assert sorted(state.children) == sorted(proc.ready["children"])
+            assert abs(state.sampled_at - time.time()) < 5
+
+    def test_busy_process_is_running_and_burns_cpu(self) -> None:
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                start_new_session=True)
+        try:
+            first = poll_status(busy.pid, "R")
+            assert first.status == "R"
+            second = sample_process(busy.pid)
+            deadline = time.monotonic() + 5
+            while second.cpu_time_s == first.cpu_time_s and time.monotonic() < deadline:
+                second = sample_process(busy.pid)
+            assert (second.cpu_time_s or 0) > (first.cpu_time_s or 0)
+        finally:
+            kill_groups([busy.pid], busy)
+
+    def test_stopped_process(self, tmp_path: Path) -> None:
+        ready = tmp_path / "ready"
+        with started(family_args(ready), ready) as proc:
+            os.kill(proc.pid, signal.SIGSTOP)
+            assert poll_status(proc.pid, "T").status == "T"
+            os.kill(proc.pid, signal.SIGCONT)
+
+    def test_zombie_carries_its_exit_signal(self) -> None:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                 start_new_session=True)
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+            state = poll_status(child.pid, "Z")  # we are its parent and have not reaped it
+            assert (state.status, state.exit_signal, state.exit_code) == ("Z", 9, None)
+        finally:
+            kill_groups([child.pid], child)
+
+    def test_gone_process_is_a_state_not_an_error(self, tmp_path: Path) -> None:
+        ready = tmp_path / "ready"
+        with started(family_args(ready), ready) as proc:
+            pass
+        state = sample_process(proc.pid)
+        assert state.status == "gone" and state.cpu_time_s is None
+
+    def test_sample_many(self, tmp_path: Path) -> None:
+        ready = tmp_path / "ready"
+        with started(family_args(ready, "fork", 1), ready) as proc:
+            worker = proc.ready["children"][0]
+            states = sample_many([proc.pid, worker, proc.pid])
+            assert list(states) == [proc.pid, worker]
+            assert states[proc.pid].children == (worker,)
+            assert states[worker].status == "S"
+
+
+def make_state(pid: int, at: float, status: str = "S") -> ProcessState:
+    return ProcessState(pid=pid, sampled_at=at, status=status, cpu_time_s=1.5,  # type: ignore[arg-type]
+                        rss_bytes=4096, num_threads=3, wchan="futex_wait_queue",
+                        children=(11, 12))
+
+
+class TestProcFile:
+    def test_round_trip(self) -> None:
+        states = [make_state(10, 1.0), make_state(10, 2.0, "gone")]
+        assert from_json(to_json(10, states, worker_of=3), "x.json") == (10, 3, states)
+
+    @pytest.mark.parametrize("data,error", [
+        (b"{", "not JSON"),
+        (b"[]", "no 'states' list"),
+        (b'{"pid": "1", "states": []}', "'pid' is not an integer"),
+        (b'{"pid": 1, "states": [{"pid": 1, "sampled_at": 1, "status": "Q"}]}',
+         "states[0]: unknown status 'Q'"),
+        (b'{"pid": 1, "states": [{"pid": 1, "status": "S"}]}',
+         "states[0]: missing field 'sampled_at'"),
+    ], ids=["garbage", "list", "pid-type", "status", "no-time"])
+    def test_bad_input_names_the_file(self, data: bytes, error: str) -> None:
+        with pytest.raises(BadInputError) as info:
+            from_json(data, "ranks/0/proc.json")
+        assert error in str(info.value)
+        assert str(info.value).startswith("ranks/0/proc.json: ")
+
+    def test_loader_is_registered_and_fills_rank_and_workers(self, tmp_path: Path) -> None:
+        assert FILE_LOADERS["proc"] is load_proc_file
+        writer = BundleWriter(str(tmp_path / "bundle"))
+        writer.add_file(2, "proc", "proc-100.json", to_json(100, [make_state(100, 2.0),
+                                                                   make_state(100, 1.0)]))
+        writer.add_file(2, "proc", "proc-101.json", to_json(101, [make_state(101, 1.0)], 2))
+        writer.add_file(2, "proc", "proc-bad.json", b"not json")
+        writer.close()
+        evidence, problems = JobEvidence(), []
+        load_bundle(str(tmp_path / "bundle"), evidence, problems)
+        rank = evidence.rank(2)
+        assert rank.pid == 100 and [s.sampled_at for s in rank.proc] == [1.0, 2.0]
+        assert rank.worker_pids == [101] and len(rank.worker_proc[101]) == 1
+        assert len(problems) == 1 and "proc-bad.json: not JSON" in problems[0]
+
+    def test_to_json_is_plain_json(self) -> None:
+        doc = json.loads(to_json(7, [make_state(7, 1.0)]))
+        assert doc["pid"] == 7 and doc["worker_of"] is None
+        assert doc["states"][0]["children"] == [11, 12]

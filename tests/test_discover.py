@@ -1,0 +1,156 @@
+"""discover(): real processes (a real torchrun gloo job, real multiprocessing children)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from procs.procutil import family_args, started, torchrun_job
+
+from hangscope.discover import discover, filter_env, launcher_kind
+from hangscope.errors import CollectError, ExitCode, UsageError
+
+RANK_ENV = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "2", "TORCHELASTIC_RUN_ID": "run-xyz", "MASTER_ADDR": "10.0.0.1",
+            "MASTER_PORT": "29500"}
+
+
+@pytest.mark.live
+class TestTorchrunJob:
+    def test_pid_group_finds_ranks_and_dataloader_workers(self, tmp_path: Path) -> None:
+        # GIVEN a 2-rank gloo job whose ranks each run a DataLoader with 2 workers
+        with torchrun_job(tmp_path, nproc=2, workers=2) as job:
+            # WHEN we search from the launcher's process group (it holds only the launcher)
+            found = discover(pid_group=job.pid)
+
+            # THEN both ranks are found through the process tree, with their identity
+            assert [r.rank for r in found.ranks] == [0, 1]
+            for r in found.ranks:
+                assert r.pid == job.ready[r.rank]["pid"]
+                assert os.getpgid(r.pid) != job.pid  # torchrun: a new session per worker
+                assert (r.local_rank, r.world_size, r.local_world_size) == (r.rank, 2, 2)
+                assert r.group_rank == 0 and r.run_id
+                assert (r.master_addr, r.master_port) == ("127.0.0.1", r.master_port)
+                assert r.master_port and r.master_port > 0
+                assert sorted(r.workers) == sorted(job.ready[r.rank]["workers"])
+                assert len(r.workers) == 2
+                assert "RANK" in r.env and "PATH" not in r.env and "HOME" not in r.env
+                assert r.env["TORCHELASTIC_ERROR_FILE"].endswith(f"/{r.local_rank}/error.json")
+            assert [p.pid for p in found.launchers] == [job.pid]
+            assert found.launchers[0].kind == "torch.distributed.run"
+            assert found.expected_local_ranks == {0, 1}
+            assert found.missing_local_ranks == []
+
+    def test_one_rank_pid_finds_its_launcher_and_names_the_other_rank(self, tmp_path: Path
+                                                                       ) -> None:
+        with torchrun_job(tmp_path, nproc=2) as job:
+            found = discover(pids=[job.ready[1]["pid"]])
+
+            assert [r.rank for r in found.ranks] == [1]
+            assert [p.pid for p in found.launchers] == [job.pid]
+            assert found.missing_local_ranks == []  # rank 0 runs; it just was not searched
+            assert any(f"runs as pid {job.ready[0]['pid']}" in n for n in found.notes)
+            # AND --match over command lines finds the same job from its script name
+            matched = discover(match=r"gloo_hang\.py")
+            assert {r.rank for r in matched.ranks} == {0, 1}
+            assert job.pid in [p.pid for p in matched.launchers]
+
+
+class TestWorkers:
+    @pytest.mark.parametrize("mode", ["fork", "spawn", "forkserver"])
+    def test_multiprocessing_children_are_workers_not_ranks(self, tmp_path: Path, mode: str
+                                                            ) -> None:
+        # GIVEN a rank with 2 multiprocessing children (which inherit RANK in their environment)
+        ready = tmp_path / "ready"
+        with started(family_args(ready, mode, 2), ready, env=RANK_ENV) as proc:
+            # WHEN
+            found = discover(pids=[proc.pid])
+            # THEN one rank, its children are its workers (not the forkserver or resource tracker)
+            assert len(found.ranks) == 1
+            rank = found.ranks[0]
+            assert (rank.pid, rank.rank, rank.local_rank, rank.world_size) == (proc.pid, 5, 1, 8)
+            assert (rank.group_rank, rank.run_id, rank.master_port) == (2, "run-xyz", 29500)
+            assert sorted(rank.workers) == sorted(proc.ready["children"])
+
+    def test_process_group_search_starts_from_the_topmost_process(self, tmp_path: Path) -> None:
+        ready = tmp_path / "ready"
+        with started(family_args(ready, "fork", 2), ready, env=RANK_ENV) as proc:
+            found = discover(pid_group=proc.pid)  # the children are in the same group
+            assert [r.pid for r in found.ranks] == [proc.pid]
+            assert sorted(found.ranks[0].workers) == sorted(proc.ready["children"])
+
+
+class TestIdentity:
+    def test_slurm_task_without_rank_uses_slurm_procid(self, tmp_path: Path) -> None:
+        ready = tmp_path / "ready"
+        env = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "4",
+               "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_ID": "777", "SLURM_NODEID": "1"}
+        with started(family_args(ready), ready, env=env) as proc:
+            found = discover(pids=[proc.pid])
+            rank = found.ranks[0]
+            assert (rank.rank, rank.local_rank, rank.world_size, rank.identity_from) == (
+                3, 1, 4, "SLURM_PROCID")
+            assert rank.run_id == "777" and rank.env["SLURM_JOB_ID"] == "777"
+
+    def test_missing_local_rank_is_reported(self, tmp_path: Path) -> None:
+        # GIVEN local rank 0 of 2 alone, no launcher
+        ready = tmp_path / "ready"
+        env = {**RANK_ENV, "RANK": "4", "LOCAL_RANK": "0"}
+        with started(family_args(ready), ready, env=env) as proc:
+            found = discover(pids=[proc.pid])
+            assert found.expected_local_ranks == {0, 1}
+            assert found.missing_local_ranks == [1]
+            assert any("no launcher is alive" in n for n in found.notes)
+
+    def test_environment_keeps_only_the_allow_list(self) -> None:
+        env = {"RANK": "0", "AWS_SECRET_ACCESS_KEY": "x", "PATH": "/bin", "NCCL_DEBUG": "INFO",
+               "SLURM_JOB_ID": "1", "SLURM_API_TOKEN": "t", "TORCH_FR_BUFFER_SIZE": "2000"}
+        assert filter_env(env) == {"RANK": "0", "NCCL_DEBUG": "INFO", "SLURM_JOB_ID": "1",
+                                   "TORCH_FR_BUFFER_SIZE": "2000"}
+
+    @pytest.mark.parametrize("cmdline,kind", [
+        (["/usr/bin/python3", "/usr/local/bin/torchrun", "--nproc-per-node", "8", "t.py"],
+         "torchrun"),
+        (["python", "-m", "torch.distributed.run", "t.py"], "torch.distributed.run"),
+        (["python", "-m", "torch.distributed.launch", "t.py"], "torch.distributed.run"),
+        (["mpirun", "-np", "4", "python", "t.py"], "mpirun"),
+        (["/opt/slurm/bin/srun", "python", "t.py"], "srun"),
+        (["/usr/bin/python", "/usr/bin/deepspeed", "t.py"], "deepspeed"),
+        (["/usr/bin/python", "/usr/bin/accelerate", "launch", "t.py"], "accelerate"),
+        (["python", "train.py", "--torchrun-like"], ""),
+    ], ids=["torchrun", "m-run", "m-launch", "mpirun", "srun", "deepspeed", "accelerate", "none"])
+    def test_launcher_kinds(self, cmdline: list[str], kind: str) -> None:
+        assert launcher_kind(cmdline) == kind
+
+
+class TestNothingFound:
+    def test_python_without_rank_says_so(self, tmp_path: Path) -> None:
+        ready = tmp_path / "ready"
+        with started(family_args(ready), ready, clear_env=True) as proc:
+            with pytest.raises(CollectError) as info:
+                discover(pid_group=proc.pid)
+        message = str(info.value)
+        assert "\n" not in message
+        assert f"process group {proc.pid}" in message and "looked at 1 process;" in message
+        assert f"pid {proc.pid} is a python process but has no RANK" in message
+        assert info.value.exit_code == ExitCode.COULD_NOT_COLLECT
+
+    def test_pid_that_does_not_exist(self, tmp_path: Path) -> None:
+        ready = tmp_path / "ready"
+        with started(family_args(ready), ready) as proc:
+            pass  # stopped and reaped: its pid is free now
+        with pytest.raises(CollectError, match=f"pid {proc.pid} does not exist"):
+            discover(pids=[proc.pid])
+
+    def test_pattern_that_matches_nothing_ignores_our_own_command_line(self) -> None:
+        pattern = "no-such-job-[0-9]{6}"
+        with pytest.raises(CollectError, match=re.escape(f"no command line matches {pattern!r}")):
+            discover(match=pattern)
+
+    def test_usage_errors(self) -> None:
+        with pytest.raises(UsageError, match="nothing to search"):
+            discover()
+        with pytest.raises(UsageError, match="not a valid regular expression"):
+            discover(match="(")

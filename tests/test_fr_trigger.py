@@ -1,0 +1,123 @@
+"""Flight-recorder dump pickup and the dump pipe, against a fake pipe reader (a real process
+that behaves like ProcessGroupNCCL's monitor thread: see tests/procs/fake_fr_pipe.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from procs.procutil import HERE, started
+
+from hangscope.collect.fr_trigger import (
+    DEFAULT_PREFIX,
+    collect_fr,
+    dump_paths,
+    find_dumps,
+    pipe_path,
+    poke_pipe,
+    trigger_dump,
+)
+from hangscope.discover import RankProcess
+
+
+def rank_proc(pid: int, env: dict[str, str], rank: int = 3) -> RankProcess:
+    return RankProcess(pid=pid, rank=rank, local_rank=rank, world_size=4, local_world_size=4,
+                       group_rank=0, run_id="r", master_addr=None, master_port=None, env=env,
+                       cmdline=["python"], workers=[], create_time=0.0)
+
+
+def fake_reader(tmp_path: Path, mode: str = "dump"):  # noqa: ANN201
+    ready = tmp_path / "ready"
+    args = [str(HERE / "fake_fr_pipe.py"), str(tmp_path / "pipe_3.pipe"),
+            str(tmp_path / "trace_3"), str(ready), mode]
+    return started(args, ready)
+
+
+ENV_NAMES = {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "pipe_", "TORCH_FR_DUMP_TEMP_FILE": "trace_"}
+
+
+def env_in(tmp_path: Path) -> dict[str, str]:
+    return {name: str(tmp_path / value) for name, value in ENV_NAMES.items()}
+
+
+class TestTrigger:
+    def test_poke_makes_the_rank_dump_and_we_wait_for_the_whole_file(self, tmp_path: Path
+                                                                       ) -> None:
+        # GIVEN a rank reading its dump pipe, with an old dump already on disk
+        (tmp_path / "trace_3").write_bytes(b"old")
+        os.utime(tmp_path / "trace_3", (1, 1))
+        with fake_reader(tmp_path) as reader:
+            rank = rank_proc(reader.pid, env_in(tmp_path))
+            # WHEN we trigger a dump
+            result = trigger_dump(rank, timeout_s=8)
+        # THEN the fresh, complete dump comes back, marked as triggered
+        assert result.notes == []
+        [dump] = result.files
+        assert (dump.rank, dump.path, dump.triggered) == (3, str(tmp_path / "trace_3"), True)
+        assert dump.data.endswith(b'"pokes": 1}') and dump.data.startswith(b'{"version"')
+        assert dump.mtime > 1
+
+    def test_collect_fr_prefers_a_fresh_dump(self, tmp_path: Path) -> None:
+        with fake_reader(tmp_path) as reader:
+            result = collect_fr(rank_proc(reader.pid, env_in(tmp_path)), timeout_s=8)
+        assert [f.triggered for f in result.files] == [True]
+
+    def test_reader_that_never_dumps_times_out_and_old_dump_is_used(self, tmp_path: Path
+                                                                      ) -> None:
+        (tmp_path / "trace_3").write_bytes(b"old dump")
+        with fake_reader(tmp_path, mode="ignore") as reader:
+            started_at = time.monotonic()
+            result = collect_fr(rank_proc(reader.pid, env_in(tmp_path)), timeout_s=0.5)
+            assert time.monotonic() - started_at < 3
+        assert [(f.data, f.triggered) for f in result.files] == [(b"old dump", False)]
+        assert "none appeared" in result.notes[0] and "within 0.5 s" in result.notes[0]
+
+    def test_pipe_without_reader_is_enxio_and_never_blocks(self, tmp_path: Path) -> None:
+        os.mkfifo(tmp_path / "pipe_3.pipe")
+        started_at = time.monotonic()
+        result = trigger_dump(rank_proc(os.getpid(), env_in(tmp_path)), timeout_s=5)
+        assert time.monotonic() - started_at < 1
+        assert result.files == [] and "nobody reads the dump pipe" in result.notes[0]
+        assert "ENXIO" in result.notes[0]
+
+    def test_missing_pipe(self, tmp_path: Path) -> None:
+        result = trigger_dump(rank_proc(os.getpid(), env_in(tmp_path)))
+        assert "does not exist" in result.notes[0]
+
+    def test_regular_file_at_the_pipe_path_is_left_alone(self, tmp_path: Path) -> None:
+        (tmp_path / "pipe_3.pipe").write_bytes(b"")
+        assert "not a FIFO" in (poke_pipe(str(tmp_path / "pipe_3.pipe")) or "")
+        assert (tmp_path / "pipe_3.pipe").read_bytes() == b""
+
+    def test_no_pipe_configured(self, tmp_path: Path) -> None:
+        result = trigger_dump(rank_proc(os.getpid(), {}))
+        assert "TORCH_NCCL_DEBUG_INFO_PIPE_FILE is not set" in result.notes[0]
+
+
+class TestPaths:
+    def test_default_prefix(self) -> None:
+        rank = rank_proc(os.getpid(), {}, rank=12)
+        assert dump_paths(rank) == [f"{DEFAULT_PREFIX}12"] and pipe_path(rank) is None
+
+    def test_old_variable_name_and_dynamic_file_name(self) -> None:
+        rank = rank_proc(os.getpid(), {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/d/t_",
+                                       "TORCH_FR_DUMP_DYNAMIC_FILE_NAME": "1"})
+        assert dump_paths(rank) == ["/d/t_", "/d/t_3"]
+
+    def test_relative_names_are_relative_to_the_rank_cwd(self, tmp_path: Path) -> None:
+        ready = tmp_path / "ready"
+        env = {"TORCH_FR_DUMP_TEMP_FILE": "dumps/fr_", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "p_"}
+        args = [str(HERE / "family.py"), str(ready), "none", "0"]
+        (tmp_path / "dumps").mkdir()
+        (tmp_path / "dumps" / "fr_3").write_bytes(b"dump")
+        with started(args, ready, cwd=tmp_path) as proc:
+            rank = rank_proc(proc.pid, env)
+            assert dump_paths(rank) == [str(tmp_path / "dumps" / "fr_3")]
+            assert pipe_path(rank) == str(tmp_path / "p_3.pipe")
+            result = find_dumps(rank)
+        assert [(f.data, f.triggered) for f in result.files] == [(b"dump", False)]
+
+    def test_no_dump_is_a_note(self, tmp_path: Path) -> None:
+        result = find_dumps(rank_proc(os.getpid(), env_in(tmp_path)))
+        assert result.files == [] and "no flight-recorder dump at" in result.notes[0]
