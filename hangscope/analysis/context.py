@@ -8,6 +8,7 @@ from typing import Protocol
 from hangscope.analysis.correlate import FrPicture, GroupView
 from hangscope.analysis.divergence import Divergence, first_divergence
 from hangscope.analysis.frames import user_frame
+from hangscope.analysis.rank_state import RankStackState
 from hangscope.analysis.verdict import EvidenceItem, Finding
 from hangscope.analysis.waitgraph import WaitGraph
 from hangscope.model import FrEntry, JobEvidence
@@ -18,6 +19,7 @@ class Context:
     evidence: JobEvidence
     picture: FrPicture
     graph: WaitGraph
+    stacks: dict[int, RankStackState] = field(default_factory=dict)
     _divergences: dict[str, Divergence | None] = field(default_factory=dict)
 
     def divergence(self, group: GroupView) -> Divergence | None:
@@ -34,6 +36,17 @@ class Context:
         detail = (f"{what} {entry.op} seq {entry.seq} on pg {group.label}"
                   f"{_args(entry)} [record {entry.record_id} in {dump.path}]")
         return EvidenceItem(source="flight_recorder", rank=rank, detail=detail, where=where)
+
+
+    def stack_evidence(self, rank: int, what: str = "") -> EvidenceItem | None:
+        """Cite the rank's main thread as py-spy saw it last."""
+        state = self.stacks.get(rank)
+        if state is None or (state.main is None and not state.gone):
+            return None
+        main = state.main
+        where = main.user_frame.where() if main and main.user_frame else (state.sample_path or "")
+        detail = f"{what}{state.describe()}"
+        return EvidenceItem(source="py-spy", rank=rank, detail=detail, where=where)
 
 
 def _args(entry: FrEntry) -> str:

@@ -15,6 +15,7 @@ from hangscope.analysis.verdict import (
     Verdict,
     order_findings,
 )
+from hangscope.analysis.rank_state import rank_states
 from hangscope.analysis.waitgraph import build_wait_graph
 from hangscope.model import JobEvidence
 from hangscope.ranges import format_ranks
@@ -24,7 +25,9 @@ log = logging.getLogger(__name__)
 
 def build_context(evidence: JobEvidence) -> Context:
     picture = build_picture(evidence)
-    return Context(evidence=evidence, picture=picture, graph=build_wait_graph(picture))
+    stacks = rank_states(evidence)
+    return Context(evidence=evidence, picture=picture, graph=build_wait_graph(picture, stacks),
+                   stacks=stacks)
 
 
 def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
@@ -59,6 +62,19 @@ def _status(ctx: Context, findings: list, gaps: list[str]) -> Status:  # type: i
     if findings:
         return STATUS_OF_KIND.get(findings[0].kind, Status.HANG)
     anyone_waits = any(ctx.picture.pending_ops(rank) for rank in ctx.picture.dumps)
+    stuck_in_collective = sorted(r for r, s in ctx.stacks.items() if s.main is not None
+                                 and s.main.kind in ("collective", "p2p", "init")
+                                 and s.progress != "moving")
+    if stuck_in_collective and not anyone_waits:
+        gaps.append(f"ranks {format_ranks(stuck_in_collective)} sit in collectives that their "
+                    "stacks cannot tell apart (which group, which seq): a flight-recorder dump "
+                    "(TORCH_FR_BUFFER_SIZE=2000 and a dump) would")
+        return Status.INCONCLUSIVE
+    if ctx.stacks and not ctx.picture.dumps:
+        if any(s.progress == "moving" for s in ctx.stacks.values()):
+            return Status.HEALTHY
+        gaps.append("no rank is blocked in torch.distributed and none makes progress")
+        return Status.INCONCLUSIVE
     if not ctx.picture.dumps:
         gaps.append("no usable evidence: nothing to analyze")
         return Status.INCONCLUSIVE

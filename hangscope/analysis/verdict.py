@@ -65,8 +65,10 @@ class EvidenceItem:
 
 @dataclass(frozen=True, slots=True)
 class CollectiveRef:
-    pg: str
-    seq: int
+    """The collective a finding is about. From stacks alone the group and seq are unknown (None)."""
+
+    pg: str | None
+    seq: int | None
     op: str
     pg_desc: str = ""
 

@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from hangscope.analysis.correlate import FrPicture, GroupView
+from hangscope.analysis.rank_state import RankStackState
 from hangscope.model import FrEntry
 from hangscope.ranges import format_ranks
 
 
 @dataclass(frozen=True, slots=True)
 class WaitReason:
-    kind: str  # "collective" | "p2p"
+    kind: str  # "collective" | "p2p" (from FR); "stack-collective" | "stack-p2p" (from stacks)
     pg: str
     pg_desc: str
     seq: int
@@ -78,9 +79,15 @@ class WaitGraph:
         return found
 
 
-def _rank_key(picture: FrPicture, rank: int, hung: dict[str, int | None]) -> tuple[object, ...]:
+def _rank_key(picture: FrPicture, stacks: dict[int, RankStackState], rank: int,
+              hung: dict[str, int | None]) -> tuple[object, ...]:
     if rank not in picture.dumps:
-        return ("no-dump",)
+        state = stacks.get(rank)
+        if state is None:
+            return ("no-evidence",)
+        main = state.main
+        return ("stack", state.gone, state.main_finished, main.kind if main else None,
+                main.op if main else None, main.user_frame if main else None)
     parts: list[tuple[object, ...]] = []
     for name, group in picture.groups.items():
         if rank not in group.members:
@@ -99,9 +106,10 @@ def _rank_key(picture: FrPicture, rank: int, hung: dict[str, int | None]) -> tup
     return tuple(sorted(parts, key=repr))
 
 
-def _describe(picture: FrPicture, rank: int) -> str:
+def _describe(picture: FrPicture, stacks: dict[int, RankStackState], rank: int) -> str:
     if rank not in picture.dumps:
-        return "no flight-recorder dump"
+        state = stacks.get(rank)
+        return state.describe() if state is not None else "no evidence"
     pending = picture.pending_ops(rank)
     if pending:
         group, entry = pending[0]
@@ -131,26 +139,29 @@ def hung_seqs(picture: FrPicture) -> dict[str, int | None]:
     return hung
 
 
-def build_wait_graph(picture: FrPicture) -> WaitGraph:
-    ranks = sorted(set(range(picture.world_size)) | set(picture.dumps))
+def build_wait_graph(picture: FrPicture, stacks: dict[int, RankStackState] | None = None
+                     ) -> WaitGraph:
+    stacks = stacks or {}
+    ranks = sorted(set(range(picture.world_size)) | set(picture.dumps) | set(stacks))
     hung = hung_seqs(picture)
     keys: dict[tuple[object, ...], str] = {}
     class_of: dict[int, str] = {}
     members: dict[str, list[int]] = defaultdict(list)
     for rank in ranks:
-        key = _rank_key(picture, rank, hung)
+        key = _rank_key(picture, stacks, rank, hung)
         cid = keys.get(key)
         if cid is None:
             cid = keys[key] = f"c{len(keys)}"
         class_of[rank] = cid
         members[cid].append(rank)
-    states = {cid: _describe(picture, ranks_[0]) for cid, ranks_ in members.items()}
+    states = {cid: _describe(picture, stacks, ranks_[0]) for cid, ranks_ in members.items()}
     graph = WaitGraph(class_of=class_of, members=dict(members), states=states)
     for cid, ranks_ in members.items():
         graph.graph.add_node(cid, ranks=format_ranks(ranks_), state=states[cid])
     for group in picture.groups.values():
         _add_collective_waits(graph, group, picture)
         _add_p2p_waits(graph, group)
+    add_stack_waits(graph, picture, stacks)
     return graph
 
 
@@ -189,3 +200,44 @@ def _add_p2p_waits(graph: WaitGraph, group: GroupView) -> None:
             continue  # matched pair in flight: not a wait on the peer's behaviour
         reason = WaitReason("p2p", group.name, group.desc, entry.p2p_seq_id, entry.op)
         graph.add_wait(reason, [rank], [peer])
+
+
+def add_stack_waits(graph: WaitGraph, picture: FrPicture,
+                    stacks: dict[int, RankStackState]) -> None:
+    """Waits seen in stacks, for ranks whose FR dumps do not already place them.
+
+    A rank whose main thread sits in a collective waits on every rank that is elsewhere (not in
+    a collective, p2p op or init): the group and seq are unknown from a stack, so the reason has
+    seq -1. Ranks blocked in p2p recv (or all in send) with no rank in the matching op wait on
+    each other: the cycle a p2p deadlock makes.
+    """
+    unplaced = {r: s for r, s in stacks.items() if r not in picture.dumps or
+                (not picture.pending_ops(r) and s.main is not None and s.main.kind == "p2p")}
+    if not unplaced:
+        return
+    in_collective: dict[str, list[int]] = {}
+    in_p2p: dict[str, list[int]] = {}
+    elsewhere: list[int] = []
+    for rank, state in stacks.items():
+        main = state.main
+        if state.gone or state.main_finished or main is None:
+            elsewhere.append(rank)
+        elif main.kind == "collective" and rank in unplaced:
+            in_collective.setdefault(main.op or "?", []).append(rank)
+        elif main.kind == "p2p":
+            in_p2p.setdefault(main.op or "?", []).append(rank)
+        elif main.kind not in ("collective", "init"):
+            elsewhere.append(rank)
+    # ranks with no evidence at all are "elsewhere" as far as anyone can tell
+    known = set(stacks) | set(picture.dumps)
+    elsewhere += [r for r in graph.class_of if r not in known]
+    p2p_ranks = [r for ranks in in_p2p.values() for r in ranks]
+    for op, waiting in in_collective.items():
+        reason = WaitReason("stack-collective", "", "", -1, op)
+        graph.add_wait(reason, waiting, elsewhere + p2p_ranks)
+    ops = {op.removeprefix("i") for op in in_p2p}
+    if len(p2p_ranks) >= 2 and len(ops) == 1:
+        # everyone blocked in recv (or everyone in send): nobody will post the other side
+        for rank in p2p_ranks:
+            peers = [r for r in p2p_ranks if r != rank]
+            graph.add_wait(WaitReason("stack-p2p", "", "", -1, next(iter(ops))), [rank], peers)

@@ -47,8 +47,11 @@ def format_finding(finding: Finding, root: bool, color: bool = False) -> Iterato
     yield _style(head, "red" if root else "yellow", color, bold=root)
     if finding.collective is not None:
         c = finding.collective
-        desc = f" ({c.pg_desc})" if c.pg_desc else ""
-        yield f"  collective: pg {c.pg}{desc}, seq {c.seq}, {c.op}"
+        if c.pg is None:
+            yield f"  collective: {c.op} (group and seq unknown: no flight-recorder dump)"
+        else:
+            desc = f" ({c.pg_desc})" if c.pg_desc else ""
+            yield f"  collective: pg {c.pg}{desc}, seq {c.seq}, {c.op}"
     yield f"  {finding.summary}"
     for item in finding.evidence[:MAX_EVIDENCE]:
         where = f"  @ {item.where}" if item.where else ""

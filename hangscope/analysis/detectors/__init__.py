@@ -7,6 +7,7 @@ from hangscope.analysis.detectors import (
     collective_mismatch,
     deadlock_cycle,
     missing_rank,
+    rank_died,
     size_mismatch,
 )
 
@@ -15,4 +16,5 @@ ALL: tuple[Detector, ...] = (
     collective_mismatch.detect,
     size_mismatch.detect,
     missing_rank.detect,
+    rank_died.detect,
 )

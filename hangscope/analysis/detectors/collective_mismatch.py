@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from hangscope.analysis.context import Context
 from hangscope.analysis.detectors.mismatch_common import mismatch_finding
-from hangscope.analysis.verdict import Finding, Kind
+from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
+from hangscope.ranges import format_ranks
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -20,4 +21,36 @@ def detect(ctx: Context) -> list[Finding]:
         div = ctx.divergence(group)
         if div is not None and div.ops_differ:
             findings.append(mismatch_finding(ctx, div, Kind.COLLECTIVE_MISMATCH))
+    if not findings:
+        findings.extend(_from_stacks(ctx))
     return findings
+
+
+def _from_stacks(ctx: Context) -> list[Finding]:
+    """Ranks without FR dumps whose main threads sit in different collectives.
+
+    Weaker than FR: a stack names the op but not its group or seq, and ranks may legitimately be
+    in different collectives of different groups (tensor- vs data-parallel) at one instant.
+    """
+    by_op: dict[str, list[int]] = {}
+    for rank, state in ctx.stacks.items():
+        if rank in ctx.picture.dumps or state.main is None or state.gone:
+            continue
+        if state.main.kind == "collective" and state.progress != "moving":
+            by_op.setdefault(state.main.op or "?", []).append(rank)
+    if len(by_op) < 2:
+        return []
+    sides = sorted(by_op.items(), key=lambda item: (-len(item[1]), min(item[1])))
+    (expected_op, majority), rest = sides[0], sides[1:]
+    culprits = sorted(r for _, ranks in rest for r in ranks)
+    clear = len(majority) > len(rest[0][1])
+    found = "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} "
+                      f"{'are' if len(ranks) > 1 else 'is'} in {op}" for op, ranks in rest)
+    summary = (f"{found} while ranks {format_ranks(majority)} are in {expected_op} "
+               "(from stacks: group and seq unknown)")
+    evidence = [item for _, ranks in sides
+                if (item := ctx.stack_evidence(ranks[0], "main thread: ")) is not None]
+    return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=culprits,
+                    waiting_ranks=sorted(majority), confidence=0.7 if clear else 0.5,
+                    summary=summary, evidence=evidence,
+                    collective=CollectiveRef(pg=None, seq=None, op=rest[0][0]))]

@@ -22,7 +22,7 @@ def detect(ctx: Context) -> list[Finding]:
         nodes = set(cycle)
         reasons = [reason for src, dst, data in graph.graph.edges(cycle, data=True)
                    if dst in nodes for reason in data["reasons"]]
-        is_p2p = all(reason.kind == "p2p" for reason in reasons)
+        is_p2p = all(reason.kind in ("p2p", "stack-p2p") for reason in reasons)
         kind = Kind.P2P_DEADLOCK if is_p2p else Kind.PG_ORDER_DEADLOCK
         culprits = graph.ranks_of(cycle)
         waiting = sorted({r for node in _ancestors(ctx, nodes) for r in graph.members[node]})
@@ -32,6 +32,11 @@ def detect(ctx: Context) -> list[Finding]:
             rank = graph.members[node][0]
             pending = ctx.picture.pending_ops(rank)
             if not pending:
+                item = ctx.stack_evidence(rank, "main thread: ")
+                if item is not None:
+                    evidence.append(item)
+                    steps.append(f"rank{'s' if len(graph.members[node]) > 1 else ''} "
+                                 f"{format_ranks(graph.members[node])} {item.detail}")
                 continue
             group, entry = pending[0]
             evidence.append(ctx.fr_evidence(rank, entry, group, "blocked in"))
@@ -45,11 +50,12 @@ def detect(ctx: Context) -> list[Finding]:
         what = "send/recv" if is_p2p else "collectives on different process groups"
         summary = (f"ranks {format_ranks(culprits)} wait on each other through {what}: "
                    + "; ".join(steps))
-        first = reasons[0] if reasons else None
+        first = next((r for r in reasons if r.kind in ("p2p", "collective")), None)
         collective = (CollectiveRef(first.pg, first.seq, first.op, first.pg_desc)
                       if first else None)
+        from_fr = any(reason.kind in ("p2p", "collective") for reason in reasons)
         findings.append(Finding(kind=kind, culprit_ranks=culprits, waiting_ranks=waiting,
-                                confidence=0.85, summary=summary, evidence=evidence,
+                                confidence=0.85 if from_fr else 0.75, summary=summary, evidence=evidence,
                                 collective=collective))
     return findings
 

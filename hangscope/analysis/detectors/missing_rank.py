@@ -24,13 +24,39 @@ def detect(ctx: Context) -> list[Finding]:
         return []
     # Group the waits by the culprits they point at, so one stuck rank is one finding.
     by_culprits: dict[tuple[int, ...], list[tuple[WaitReason, set[int]]]] = defaultdict(list)
+    by_stack: dict[tuple[int, ...], list[tuple[WaitReason, set[int]]]] = defaultdict(list)
     for reason, (waiting, waited_on) in ctx.graph.waits.items():
-        if reason.kind != "collective":
-            continue
         culprits = tuple(sorted(waited_on & sink_ranks))
-        if culprits:
+        if not culprits:
+            continue
+        if reason.kind == "collective":
             by_culprits[culprits].append((reason, waiting))
-    return [_finding(ctx, list(culprits), waits) for culprits, waits in by_culprits.items()]
+        elif reason.kind == "stack-collective":
+            by_stack[culprits].append((reason, waiting))
+    findings = [_finding(ctx, list(culprits), waits) for culprits, waits in by_culprits.items()]
+    findings += [_stack_finding(ctx, list(culprits), waits)
+                 for culprits, waits in by_stack.items() if culprits not in by_culprits]
+    return findings
+
+
+def _stack_finding(ctx: Context, culprits: list[int],
+                   waits: list[tuple[WaitReason, set[int]]]) -> Finding:
+    """From stacks alone: which collective the others wait in is known, its group and seq not."""
+    waits.sort(key=lambda item: -len(item[1]))
+    reason, _ = waits[0]
+    waiting = sorted(set().union(*(w for _, w in waits)) - set(culprits))
+    evidence = [item for rank in [min(waiting), *culprits[:8]]
+                if (item := ctx.stack_evidence(rank)) is not None]
+    doing = []
+    for rank in culprits[:4]:
+        state = ctx.stacks.get(rank)
+        doing.append(f"rank {rank}: {state.describe()}" if state else f"rank {rank}: no stack")
+    summary = (f"{_ranks(culprits)} {'are' if len(culprits) > 1 else 'is'} not in any collective "
+               f"while {_ranks(waiting)} wait in {reason.op} ({'; '.join(doing)})")
+    has_stacks = all(rank in ctx.stacks for rank in culprits)
+    return Finding(kind=Kind.MISSING_RANK, culprit_ranks=culprits, waiting_ranks=waiting,
+                   confidence=0.8 if has_stacks else 0.5, summary=summary, evidence=evidence,
+                   collective=CollectiveRef(pg=None, seq=None, op=reason.op))
 
 
 def _finding(ctx: Context, culprits: list[int],
@@ -70,12 +96,16 @@ def _finding(ctx: Context, culprits: list[int],
         evidence.extend(EvidenceItem("flight_recorder", r, "no flight-recorder dump", "")
                         for r in without[:8])
     idle = [r for r in with_dump if not ctx.picture.pending_ops(r)
-            and ctx.picture.dumps[r].backend == "gloo"]
+            and ctx.picture.dumps[r].backend == "gloo" and r not in ctx.stacks]
     if idle:
         parts.append(f"the flight recorder shows nothing pending on {_ranks(idle)}: gloo records "
                      "no send/recv, so they may be blocked in a point-to-point op or outside "
                      "torch.distributed (stacks tell which)")
     summary = "; ".join(parts) + f"; {_ranks(all_waiting)} wait for them there"
+    for rank in culprits[:8]:
+        item = ctx.stack_evidence(rank, "main thread: ")
+        if item is not None:
+            evidence.append(item)
     # Absence of a dump is weak evidence: a mismatch or a cycle seen in the dumps beats it.
     confidence = 0.9 if with_dump and not without else 0.7 if with_dump else 0.5
     return Finding(kind=Kind.MISSING_RANK, culprit_ranks=culprits, waiting_ranks=all_waiting,

@@ -1,0 +1,109 @@
+"""Per-rank state from stacks and /proc samples: what the main thread does, and is it moving?
+
+Several samples a second apart tell a stuck rank (same stack every time, no CPU gained) from a busy
+or slow one (stacks change, CPU time grows). One sample, or none, leaves progress ``unknown``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hangscope.analysis.stacks import ThreadActivity, classify_thread, main_thread, stack_key
+from hangscope.model import Frame, JobEvidence, ProcessState, RankEvidence, StackSample
+
+Progress = Literal["stuck", "moving", "unknown"]
+
+# CPU share of one core, over the sampling window, above which a rank counts as computing.
+BUSY_CPU_SHARE = 0.2
+IDLE_CPU_SHARE = 0.05
+
+_SHUTDOWN_FRAMES = {("_shutdown", "threading.py")}
+
+
+@dataclass(slots=True)
+class RankStackState:
+    rank: int
+    main: ThreadActivity | None  # latest sample's main thread
+    main_frames: tuple[Frame, ...]
+    threads: list[ThreadActivity] = field(default_factory=list)  # every thread, latest sample
+    progress: Progress = "unknown"
+    cpu_share: float | None = None  # CPU seconds gained per wall second over the samples
+    samples: int = 0
+    last_status: str | None = None  # proc status letter, "gone"
+    main_finished: bool = False  # the main module returned or raised; threads keep it alive
+    sample_path: str | None = None
+
+    @property
+    def gone(self) -> bool:
+        return self.last_status in ("gone", "Z")
+
+    def describe(self) -> str:
+        if self.gone:
+            return "process exited" if self.last_status == "gone" else "zombie process"
+        if self.main_finished:
+            return "main thread finished (crashed or returned); other threads keep it alive"
+        if self.main is None:
+            return "no stack"
+        text = self.main.describe()
+        if self.progress != "unknown":
+            share = f", {self.cpu_share:.0%} CPU" if self.cpu_share is not None else ""
+            text += f" [{self.progress}{share}]"
+        return text
+
+
+def rank_states(evidence: JobEvidence) -> dict[int, RankStackState]:
+    """Stack-derived state for every rank that has samples or process states."""
+    states: dict[int, RankStackState] = {}
+    for rank, rank_ev in evidence.ranks.items():
+        if rank_ev.samples or rank_ev.proc:
+            states[rank] = _state(rank_ev)
+    return states
+
+
+def _state(rank_ev: RankEvidence) -> RankStackState:
+    samples = sorted(rank_ev.samples, key=lambda s: s.taken_at)
+    latest = samples[-1] if samples else None
+    main = main_thread(latest) if latest is not None else None
+    activity = classify_thread(main) if main is not None else None
+    state = RankStackState(
+        rank=rank_ev.rank, main=activity, main_frames=main.frames if main else (),
+        threads=[classify_thread(t) for t in latest.threads] if latest else [],
+        samples=len(samples), sample_path=latest.path if latest else None)
+    state.main_finished = main is not None and _is_shutdown(main.frames)
+    procs = sorted(rank_ev.proc, key=lambda p: p.sampled_at)
+    if rank_ev.pid is not None:
+        procs = [p for p in procs if p.pid == rank_ev.pid] or procs
+    if procs:
+        state.last_status = procs[-1].status
+    state.cpu_share = _cpu_share(procs)
+    state.progress = _progress(samples, state.cpu_share)
+    return state
+
+
+def _is_shutdown(frames: tuple[Frame, ...]) -> bool:
+    return any((f.name, f.filename.rsplit("/", 1)[-1]) in _SHUTDOWN_FRAMES for f in frames)
+
+
+def _cpu_share(procs: list[ProcessState]) -> float | None:
+    timed = [p for p in procs if p.cpu_time_s is not None and p.status != "gone"]
+    if len(timed) < 2:
+        return None
+    wall = timed[-1].sampled_at - timed[0].sampled_at
+    if wall <= 0:
+        return None
+    return max(0.0, (timed[-1].cpu_time_s or 0.0) - (timed[0].cpu_time_s or 0.0)) / wall
+
+
+def _progress(samples: list[StackSample], cpu_share: float | None) -> Progress:
+    keys = set()
+    for sample in samples:
+        main = main_thread(sample)
+        keys.add(stack_key(main.frames) if main else ())
+    if cpu_share is not None and cpu_share >= BUSY_CPU_SHARE:
+        return "moving"
+    if len(samples) >= 2 and len(keys) > 1:
+        return "moving"
+    if len(samples) >= 2 and (cpu_share is None or cpu_share <= IDLE_CPU_SHARE):
+        return "stuck"
+    return "unknown"

@@ -1,0 +1,427 @@
+"""What a thread is doing, read from its frames; and rank stacks merged LLNL-STAT style.
+
+Classification is a list of named predicates over frames (like pystack's and memray's frame
+tools), applied in two tiers:
+
+1. **API tier** (any frame of the stack, outermost match wins, so ``all_gather_object`` beats
+   the ``all_gather`` it calls): ``dataloader`` > ``init`` > ``collective``/``p2p`` >
+   ``cuda_sync``. These are the calls a hang analysis reasons about, whatever they block in.
+2. **Wait tier** (only the run of library frames inside the job's innermost own frame; the
+   outermost match in that run wins, so ``queue.Queue.get`` beats the ``Condition.wait`` under
+   it): ``lock``, ``sleep``, ``io``.
+
+Otherwise a thread is ``compute`` when py-spy saw it active and ``idle`` when not.
+
+Known limits, from real py-spy 0.4 dumps: a thread blocked in a C call made directly from the
+job's code (``lock.acquire()``, ``time.sleep``, ``sock.recv``, ``work.wait()``) has no frame for
+that call unless the dump was taken with ``--native``; it then classifies as ``idle`` at the
+job's own frame. With ``--native`` the native frames (``lock_PyThread_acquire_lock``,
+``time_sleep``, ``sock_recv``, ``c10d::Work::wait``, ``c10d::TCPStore::waitForWorkers``) decide.
+Filenames may be full paths (JSON) or py-spy's shortened ones (``torch/distributed/...``,
+``threading.py``); predicates match both.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hangscope.analysis.frames import is_library_frame
+from hangscope.model import Frame, StackSample, ThreadStack
+from hangscope.ranges import format_ranks
+
+Kind = Literal["collective", "p2p", "init", "dataloader", "lock", "cuda_sync", "sleep", "io",
+               "compute", "idle"]
+KINDS: tuple[Kind, ...] = ("collective", "p2p", "init", "dataloader", "lock", "cuda_sync",
+                           "sleep", "io", "compute", "idle")
+
+# --------------------------------------------------------------------------------------------------
+# Where a frame's code lives, whatever the path style
+
+_SITE_PREFIX = re.compile(r"^.*/(?:site-packages|dist-packages)/")
+_STDLIB_PREFIX = re.compile(r"^.*?/lib/python3\.\d+/")
+_KNOWN_PACKAGES = frozenset({
+    "torch", "torchvision", "torchaudio", "numpy", "triton", "transformers", "accelerate",
+    "deepspeed", "lightning", "pytorch_lightning", "datasets", "apex", "tqdm", "psutil",
+    "safetensors", "huggingface_hub", "fsspec", "torchrun"})
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
+
+
+def module_path(filename: str) -> str:
+    """``/x/site-packages/torch/cuda/__init__.py`` and ``torch/cuda/__init__.py`` both give
+    ``torch/cuda/__init__.py``; ``/usr/lib/python3.11/threading.py`` gives ``threading.py``."""
+    stripped = _SITE_PREFIX.sub("", filename, count=1)
+    return stripped if stripped != filename else _STDLIB_PREFIX.sub("", filename, count=1)
+
+
+def is_library(frame: Frame) -> bool:
+    """Not the job's own code: native, installed packages, stdlib, also in py-spy's short form."""
+    if is_library_frame(frame):
+        return True
+    if frame.filename.startswith("/") or not frame.filename:
+        return False
+    top = frame.filename.split("/", 1)[0].removesuffix(".py")
+    return top in _STDLIB or top in _KNOWN_PACKAGES
+
+
+def user_frame(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost frame of the job's own code (frames are innermost first)."""
+    return next((f for f in frames if not is_library(f)), None)
+
+
+def _func(frame: Frame) -> str:
+    """Function name without its class: ``Thread.join`` -> ``join``."""
+    return frame.name.rsplit(".", 1)[-1]
+
+
+def _in(frame: Frame, *paths: str) -> bool:
+    return not frame.native and module_path(frame.filename) in paths
+
+
+def _under(frame: Frame, *prefixes: str) -> bool:
+    return not frame.native and module_path(frame.filename).startswith(prefixes)
+
+
+# --------------------------------------------------------------------------------------------------
+# API tier predicates: each returns (kind, op) or None
+
+_C10D = ("torch/distributed/distributed_c10d.py",)
+P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list",
+                     "recv_object_list"})
+COLLECTIVE_OPS = frozenset({
+    "all_reduce", "all_reduce_coalesced", "reduce", "all_gather", "all_gather_object",
+    "all_gather_into_tensor", "all_gather_coalesced", "all_gather_single", "_all_gather_base",
+    "gather", "gather_object", "scatter", "scatter_object_list", "broadcast",
+    "broadcast_object_list", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single",
+    "_reduce_scatter_base", "all_to_all", "all_to_all_single", "barrier", "monitored_barrier"})
+INIT_OPS = frozenset({"init_process_group", "new_group", "new_subgroups",
+                      "new_subgroups_by_enumeration", "_new_group_with_tag", "_store_based_barrier",
+                      "split_group", "init_device_mesh"})
+_DATALOADER_FUNCS = frozenset({"_next_data", "_get_data", "_try_get_data", "__next__",
+                               "_shutdown_workers", "_pin_memory_loop"})
+_CUDA_SYNC_NATIVE = re.compile(r"cuda(Device|Stream|Event)Synchronize|cudaMemcpy(?!Async)|"
+                               r"_local_scalar_dense|cuStreamSynchronize|cuEventSynchronize")
+
+
+def is_dataloader_wait(frame: Frame) -> str | None:
+    """The main process (or pin-memory thread) waiting for batches from DataLoader workers."""
+    if _in(frame, "torch/utils/data/dataloader.py", "torch/utils/data/_utils/pin_memory.py") \
+            and _func(frame) in _DATALOADER_FUNCS:
+        return _func(frame)
+    return None
+
+
+def is_init_wait(frame: Frame) -> str | None:
+    """Process-group setup, rendezvous, the c10d store, and torchrun's elastic agent."""
+    if _in(frame, *_C10D, "torch/distributed/device_mesh.py") and frame.name in INIT_OPS:
+        return frame.name
+    if _in(frame, "torch/distributed/rendezvous.py"):
+        return "rendezvous"
+    if _under(frame, "torch/distributed/elastic/rendezvous/"):
+        return "rendezvous"
+    if _under(frame, "torch/distributed/elastic/agent/", "torch/distributed/launcher/"):
+        return "elastic_agent"
+    if frame.native and re.search(r"c10d::(TCPStore|PrefixStore|FileStore|Store)\b", frame.name):
+        return "store." + _native_method(frame.name)
+    return None
+
+
+def is_c10d_op(frame: Frame) -> tuple[Kind, str] | None:
+    """A torch.distributed collective or p2p call, or (native frames) the wait on its Work."""
+    if _in(frame, *_C10D):
+        if frame.name in COLLECTIVE_OPS:
+            return "collective", frame.name
+        if frame.name in P2P_OPS:
+            return "p2p", frame.name
+        return None
+    if _in(frame, "torch/distributed/_functional_collectives.py") and "wait" in frame.name:
+        return "collective", "wait_tensor"
+    if frame.native and "c10d::" in frame.name:
+        if re.search(r"(Send|Recv)Work::wait", frame.name):
+            return "p2p", "wait"
+        if re.search(r"Work\w*::wait\b", frame.name):
+            return "collective", "wait"
+    return None
+
+
+def is_cuda_sync(frame: Frame) -> str | None:
+    """Host waiting for the GPU: torch.cuda.synchronize, Event/Stream.synchronize, and (native
+    frames) the CUDA runtime calls behind ``.item()`` / ``.cpu()``. Best effort."""
+    if _in(frame, "torch/cuda/__init__.py") and frame.name == "synchronize":
+        return "torch.cuda.synchronize"
+    if _in(frame, "torch/cuda/streams.py") and _func(frame) in ("synchronize", "wait",
+                                                                 "query"):
+        return frame.name
+    if frame.native and _CUDA_SYNC_NATIVE.search(frame.name):
+        return frame.name.split("(")[0]
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Wait tier predicates
+
+_LOCK_FUNCS = {
+    "threading.py": {"Condition.wait", "Condition.wait_for", "Event.wait", "Thread.join",
+                     "Thread._wait_for_tstate_lock", "Semaphore.acquire", "Barrier.wait",
+                     "_RLock.acquire"},
+    "queue.py": {"Queue.get", "Queue.put", "Queue.join"},
+    "multiprocessing/queues.py": {"Queue.get", "Queue.put", "SimpleQueue.get",
+                                  "JoinableQueue.join"},
+    "multiprocessing/connection.py": {"_ConnectionBase.recv", "_ConnectionBase.recv_bytes",
+                                      "_ConnectionBase.poll", "wait"},
+    "multiprocessing/synchronize.py": {"SemLock.acquire", "Condition.wait", "Event.wait"},
+    "multiprocessing/pool.py": {"ApplyResult.get", "ApplyResult.wait", "Pool.join"},
+    "multiprocessing/process.py": {"BaseProcess.join"},
+    "concurrent/futures/_base.py": {"Future.result", "Future.exception", "wait", "as_completed"},
+    "asyncio/base_events.py": {"BaseEventLoop.run_until_complete"},
+}
+_LOCK_NATIVE = frozenset({"lock_PyThread_acquire_lock", "rlock_acquire",
+                          "PyThread_acquire_lock_timed", "_multiprocessing_SemLock_acquire_impl",
+                          "semlock_acquire", "pthread_join"})
+_SLEEP_NATIVE = frozenset({"time_sleep", "pysleep"})
+_IO_FILES = frozenset({"socket.py", "ssl.py", "selectors.py", "subprocess.py", "http/client.py",
+                       "urllib/request.py", "_pyio.py", "io.py"})
+_IO_NATIVE = re.compile(r"^(sock_\w+|_io_\w+|os_read\w*|select_\w+|read|readv|pread64|recv|"
+                        r"recvfrom|recvmsg|accept4?|connect|poll|ppoll|select|epoll_wait|"
+                        r"__libc_recv|__libc_read|__poll)$")
+
+
+def is_lock_wait(frame: Frame) -> str | None:
+    """Python-level synchronisation: locks, conditions, events, queues, joins, futures, pipes."""
+    if frame.native:
+        return "lock.acquire" if frame.name in _LOCK_NATIVE else None
+    names = _LOCK_FUNCS.get(module_path(frame.filename))
+    if names and frame.name in names:
+        base = module_path(frame.filename).removesuffix(".py").replace("/", ".")
+        return f"{base}.{frame.name}"
+    return None
+
+
+def is_sleep(frame: Frame) -> str | None:
+    """``time.sleep`` (visible only as a native frame; asyncio.sleep as a Python one)."""
+    if frame.native and frame.name in _SLEEP_NATIVE:
+        return "time.sleep"
+    if _in(frame, "asyncio/tasks.py") and frame.name == "sleep":
+        return "asyncio.sleep"
+    return None
+
+
+def is_io_wait(frame: Frame) -> str | None:
+    """Reads and writes on files, pipes and sockets."""
+    if frame.native:
+        return frame.name if _IO_NATIVE.match(frame.name) else None
+    if module_path(frame.filename) in _IO_FILES:
+        return f"{module_path(frame.filename).removesuffix('.py')}.{frame.name}"
+    return None
+
+
+WAIT_PREDICATES: tuple[tuple[Kind, Callable[[Frame], str | None]], ...] = (
+    ("lock", is_lock_wait), ("sleep", is_sleep), ("io", is_io_wait))
+
+
+def _native_method(name: str) -> str:
+    """``c10d::TCPStore::waitForWorkers(...)`` -> ``waitForWorkers``."""
+    return name.split("(")[0].rsplit("::", 1)[-1]
+
+
+# --------------------------------------------------------------------------------------------------
+# Classification
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadActivity:
+    """What one thread is doing. ``frame`` decided it; ``user_frame`` is where the job's own code
+    is (what a person edits)."""
+
+    kind: Kind
+    op: str | None
+    frame: Frame | None
+    user_frame: Frame | None
+    thread_id: int = 0
+    thread_name: str | None = None
+    active: bool | None = None
+
+    def describe(self) -> str:
+        """One line, e.g. ``collective all_reduce at torch/.../distributed_c10d.py:3252, from
+        train.py:48``."""
+        what = f"{self.kind} {self.op}" if self.op else self.kind
+        parts = [what]
+        if self.frame is not None and self.frame is not self.user_frame:
+            parts.append(f"at {_short_where(self.frame)}")
+        if self.user_frame is not None:
+            parts.append(f"{'from' if len(parts) > 1 else 'at'} {_short_where(self.user_frame)}")
+        text = " ".join(parts[:2]) + (", " + parts[2] if len(parts) > 2 else "")
+        if self.kind == "idle" and self.user_frame is not None:
+            text += " (blocked in a C call; a --native dump shows which)"
+        return text
+
+
+def _short_where(frame: Frame) -> str:
+    path = module_path(frame.filename) if is_library(frame) else frame.filename
+    return f"{frame.name} ({path}:{frame.line})" if frame.line is not None else \
+        f"{frame.name} ({path})"
+
+
+# (predicate, outermost?): the API entry names a c10d call best (all_gather_object, not the
+# all_gather inside it); for the DataLoader the innermost frame (_try_get_data) says more.
+API_PREDICATES: tuple[tuple[Callable[[Frame], tuple[Kind, str] | None], bool], ...] = (
+    (lambda f: ("dataloader", op) if (op := is_dataloader_wait(f)) else None, False),
+    (lambda f: ("init", op) if (op := is_init_wait(f)) else None, True),
+    (is_c10d_op, True),
+    (lambda f: ("cuda_sync", op) if (op := is_cuda_sync(f)) else None, True),
+)
+
+
+def classify_thread(thread: ThreadStack) -> ThreadActivity:
+    """Name what ``thread`` is doing (see the module docstring for the rules and their order)."""
+    frames = thread.frames
+    mine = user_frame(frames)
+
+    def make(kind: Kind, op: str | None, frame: Frame | None) -> ThreadActivity:
+        return ThreadActivity(kind, op, frame, mine, thread.thread_id, thread.name,
+                              thread.active)
+
+    for predicate, outermost in API_PREDICATES:
+        found: tuple[Kind, str, Frame] | None = None
+        for frame in frames:  # innermost first: the last match is the outermost
+            hit = predicate(frame)
+            if hit is not None:
+                found = (hit[0], hit[1], frame)
+                if not outermost:
+                    break
+        if found is not None:
+            return make(*found)
+    best: tuple[Kind, str, Frame] | None = None
+    for frame in frames:
+        if not is_library(frame):
+            break
+        for kind, wait_predicate in WAIT_PREDICATES:
+            op = wait_predicate(frame)
+            if op is not None:
+                best = (kind, op, frame)
+                break
+    if best is not None:
+        return make(*best)
+    if thread.active:
+        return make("compute", None, frames[0] if frames else None)
+    return make("idle", None, mine or (frames[0] if frames else None))
+
+
+def main_thread(sample: StackSample) -> ThreadStack | None:
+    """The process's main thread: flagged by the loader, else named "MainThread", else the one
+    whose id is the pid (Linux), else the first listed."""
+    threads = sample.threads
+    tests: tuple[Callable[[ThreadStack], bool], ...] = (
+        lambda t: t.is_main, lambda t: t.name == "MainThread",
+        lambda t: t.thread_id == sample.pid)
+    for test in tests:
+        found = next((t for t in threads if test(t)), None)
+        if found is not None:
+            return found
+    return threads[0] if threads else None
+
+
+# --------------------------------------------------------------------------------------------------
+# Equivalence classes and the STAT prefix tree
+
+FrameKey = tuple[str, str, int | None]
+_ADDRESS = re.compile(r"^0x[0-9a-fA-F]+$")
+
+
+def frame_key(frame: Frame) -> FrameKey | None:
+    """How a frame compares across ranks. Library frames: function + module path, no line (so
+    ranks on hosts with different install prefixes or patch versions still group). The job's own
+    frames keep their line: two calls to all_reduce from different lines are different states.
+    Unsymbolised native frames (``0x7f...``) differ per process (ASLR) and are dropped (None)."""
+    if frame.native:
+        if _ADDRESS.match(frame.name):
+            return None
+        return (frame.name, frame.filename.rsplit("/", 1)[-1], None)
+    if is_library(frame):
+        return (frame.name, module_path(frame.filename), None)
+    return (frame.name, frame.filename, frame.line)
+
+
+def stack_key(frames: Sequence[Frame]) -> tuple[FrameKey, ...]:
+    """Hashable key of a whole stack (innermost first), equal for ranks in the same state."""
+    return tuple(key for key in map(frame_key, frames) if key is not None)
+
+
+def group_by_stack(stacks: dict[int, tuple[Frame, ...]]) -> list[tuple[tuple[Frame, ...],
+                                                                       list[int]]]:
+    """Ranks with equal :func:`stack_key`, largest group first: (a representative stack, ranks)."""
+    groups: dict[tuple[FrameKey, ...], tuple[tuple[Frame, ...], list[int]]] = {}
+    for rank in sorted(stacks):
+        frames = stacks[rank]
+        groups.setdefault(stack_key(frames), (frames, []))[1].append(rank)
+    return sorted(groups.values(), key=lambda group: (-len(group[1]), group[1][0]))
+
+
+@dataclass(slots=True)
+class PrefixNode:
+    """One call-path prefix (outermost frame at the root) and the ranks passing through it.
+    Ranks are kept as sorted inclusive ranges: 4096 ranks in one state cost one pair."""
+
+    frame: Frame | None  # None at the root
+    key: FrameKey | None = None
+    ranges: list[list[int]] = field(default_factory=list)
+    children: dict[FrameKey, PrefixNode] = field(default_factory=dict)
+
+    def add_rank(self, rank: int) -> None:
+        """Ranks must arrive in increasing order (merge_prefix_tree sorts them)."""
+        if self.ranges and self.ranges[-1][1] + 1 == rank:
+            self.ranges[-1][1] = rank
+        elif not self.ranges or self.ranges[-1][1] < rank:
+            self.ranges.append([rank, rank])
+
+    def ranks(self) -> list[int]:
+        return [rank for start, end in self.ranges for rank in range(start, end + 1)]
+
+    def count(self) -> int:
+        return sum(end - start + 1 for start, end in self.ranges)
+
+    def rank_text(self) -> str:
+        return format_ranks(self.ranks())
+
+    def walk(self, depth: int = 0) -> Iterator[tuple[int, PrefixNode]]:
+        """Depth-first (node, depth), children with the most ranks first."""
+        yield depth, self
+        for child in sorted(self.children.values(), key=lambda n: (-n.count(), n.ranges)):
+            yield from child.walk(depth + 1)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"frame": None if self.frame is None else
+                {"name": self.frame.name, "where": self.frame.where()},
+                "ranks": [tuple(r) for r in self.ranges],
+                "children": [child.to_dict() for child in sorted(
+                    self.children.values(), key=lambda n: (-n.count(), n.ranges))]}
+
+
+def merge_prefix_tree(stacks: dict[int, tuple[Frame, ...]]) -> PrefixNode:
+    """Merge every rank's stack (innermost first, as sampled) into one tree rooted at the
+    outermost frames, LLNL STAT style: where ranks' paths diverge is where to look."""
+    root = PrefixNode(frame=None)
+    for rank in sorted(stacks):
+        node = root
+        node.add_rank(rank)
+        for frame in reversed(stacks[rank]):
+            key = frame_key(frame)
+            if key is None:
+                continue
+            child = node.children.get(key)
+            if child is None:
+                child = node.children[key] = PrefixNode(frame=frame, key=key)
+            child.add_rank(rank)
+            node = child
+    return root
+
+
+def format_tree(root: PrefixNode, max_depth: int = 64) -> Iterator[str]:
+    """Text rendering, one line per node: ``  [0-3] all_reduce (torch/...:3252)``."""
+    for depth, node in root.walk():
+        if node.frame is None or depth > max_depth:
+            continue
+        yield f"{'  ' * (depth - 1)}[{node.rank_text()}] {_short_where(node.frame)}"
