@@ -1,0 +1,244 @@
+"""Live Python stacks with the real py-spy: one ``py-spy dump --json --pid N`` per process.
+
+Why one process per pid: ``--json`` ignores ``--subprocesses``, and one child per pid lets a slow,
+forbidden or vanished rank fail on its own while the others are still dumped. py-spy pauses the
+target for the dump (~20 ms, a few hundred ms on a busy host) unless ``nonblocking``; we never
+signal the target ourselves, and a py-spy child that overruns its timeout is killed (the kernel
+detaches it from the target when it dies).
+
+Failures are classified in layers, most trustworthy first: py-spy's exit status, then whether the
+process still exists (psutil), then whether we may trace it at all (opening ``/proc/PID/mem``
+needs the same ptrace access as py-spy: EACCES/EPERM means permission denied), and only then
+py-spy's stderr text, in :func:`classify_stderr`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import psutil
+
+from hangscope.errors import BadInputError, CollectError, UsageError
+from hangscope.model import StackSample
+from hangscope.sources.pyspy import parse_pyspy_json
+
+DumpStatus = Literal["ok", "permission_denied", "process_gone", "timeout", "failed"]
+MAX_OUTPUT = 64 << 20
+_CHILD_ENV = {"RUST_BACKTRACE": "0", "RUST_LIB_BACKTRACE": "0"}
+
+
+class PySpyMissing(CollectError):
+    help_text = ("Install it into the same environment (`pip install py-spy`) or put the "
+                 "py-spy binary on PATH.")
+
+
+@dataclass(frozen=True, slots=True)
+class DumpResult:
+    """One attempt to dump one process. ``raw`` is py-spy's JSON exactly as printed (what the
+    bundle stores); ``sample`` is set only when ``status == "ok"``."""
+
+    pid: int
+    taken_at: float
+    status: DumpStatus
+    detail: str = ""
+    raw: bytes = b""
+    sample: StackSample | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def find_pyspy() -> str:
+    """The py-spy executable: PATH first, then next to ``sys.executable`` (a venv's bin/).
+
+    A pyenv shim on PATH is a shell script that costs ~100 ms per call; when the real binary sits
+    next to the interpreter we use that instead."""
+    found = shutil.which("py-spy")
+    beside = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "py-spy")
+    beside_ok = os.path.isfile(beside) and os.access(beside, os.X_OK)
+    if found and (os.sep + "shims" + os.sep) in found and beside_ok:
+        return beside
+    if found:
+        return found
+    if beside_ok:
+        return beside
+    raise PySpyMissing("py-spy not found on PATH or next to " + sys.executable)
+
+
+def dump_once(pid: int, *, timeout: float = 5.0, native: bool = False,
+              nonblocking: bool = False, pyspy: str | None = None) -> DumpResult:
+    """Dump every Python thread of ``pid`` once. Never raises for a failed dump: the failure is
+    the result's ``status`` and one-line ``detail``. ``pyspy`` overrides :func:`find_pyspy`.
+    Raises UsageError for ``native`` with ``nonblocking`` (py-spy refuses the pair)."""
+    _check_options(native, nonblocking)
+    taken_at, start = time.time(), time.monotonic()
+    if not _alive(pid):
+        return DumpResult(pid, taken_at, "process_gone", f"pid {pid} does not exist")
+    argv = [pyspy or find_pyspy(), "dump", "--json", "--pid", str(pid)]
+    argv += ["--native"] if native else []
+    argv += ["--nonblocking"] if nonblocking else []
+    try:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True,
+                                 env={**os.environ, **_CHILD_ENV})
+    except OSError as exc:
+        return DumpResult(pid, taken_at, "failed", f"cannot run py-spy: {exc.strerror or exc}")
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_child(child)
+        return DumpResult(pid, taken_at, "timeout",
+                          f"py-spy did not finish within {timeout:g}s (killed it)",
+                          seconds=time.monotonic() - start)
+    finally:
+        if child.poll() is None:  # KeyboardInterrupt and friends: never leave it behind
+            _kill_child(child)
+    seconds = time.monotonic() - start
+    if child.returncode == 0:
+        try:
+            sample = parse_pyspy_json(out[:MAX_OUTPUT], pid, taken_at, None)
+        except BadInputError as exc:
+            return DumpResult(pid, taken_at, "failed", f"unusable py-spy output ({exc.reason})",
+                              raw=out, seconds=seconds)
+        return DumpResult(pid, taken_at, "ok", "", out, sample, seconds)
+    status, detail = classify_failure(pid, child.returncode, err.decode("utf-8", "replace"))
+    return DumpResult(pid, taken_at, status, detail, seconds=seconds)
+
+
+def _check_options(native: bool, nonblocking: bool) -> None:
+    if native and nonblocking:
+        raise UsageError("py-spy cannot take native stacks without pausing the process: "
+                         "choose native or nonblocking, not both")
+
+
+def _kill_child(child: subprocess.Popen[bytes]) -> None:
+    """SIGKILL our own py-spy child (its session holds nothing else) and reap it."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        child.kill()
+    try:
+        child.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    """Exists and is not a zombie (a zombie has no Python left to dump)."""
+    try:
+        status: str = psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return bool(psutil.pid_exists(pid))
+    return bool(status != psutil.STATUS_ZOMBIE)
+
+
+def trace_access_errno(pid: int) -> int:
+    """0 when we may ptrace-read ``pid``, else the errno of opening ``/proc/PID/mem`` (which the
+    kernel checks with PTRACE_MODE_ATTACH, as for py-spy). Reads nothing, signals nothing."""
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    except OSError as exc:
+        return exc.errno or errno.EIO
+    os.close(fd)
+    return 0
+
+
+def classify_failure(pid: int, returncode: int, stderr: str) -> tuple[DumpStatus, str]:
+    """Why a py-spy run with a non-zero exit failed: process state and access first, text last."""
+    detail = summarize_stderr(stderr) or f"py-spy exited with status {returncode}"
+    if returncode < 0:
+        return "failed", f"py-spy killed by signal {-returncode}"
+    if not _alive(pid):
+        return "process_gone", f"pid {pid} exited during the dump"
+    access = trace_access_errno(pid)
+    if access in (errno.EACCES, errno.EPERM):
+        return "permission_denied", f"not allowed to trace pid {pid} ({os.strerror(access)})"
+    if access in (errno.ENOENT, errno.ESRCH):
+        return "process_gone", f"pid {pid} exited during the dump"
+    return classify_stderr(stderr), detail
+
+
+def classify_stderr(stderr: str) -> DumpStatus:
+    """Last resort: py-spy 0.4's messages (``Permission Denied: Try running again with elevated
+    permissions``, ``... (os error 13)``, ``No such process (os error 3)``). Used only when the
+    process exists and our own access probe did not answer, e.g. py-spy ran as another user."""
+    text = stderr.lower()
+    if "permission denied" in text or "os error 13)" in text or "operation not permitted" in text \
+            or "os error 1)" in text:
+        return "permission_denied"
+    if "no such process" in text or "os error 3)" in text:
+        return "process_gone"
+    return "failed"
+
+
+def summarize_stderr(stderr: str) -> str:
+    """py-spy's error as one line: the ``Error:`` line plus its deepest cause, no backtrace."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    keep: list[str] = []
+    for line in lines:
+        if line.startswith(("Stack backtrace:", "stack backtrace:", "note:")):
+            break
+        if line.startswith("Caused by:"):
+            continue
+        line = re.sub(r"^\d+:\s+", "", line)
+        keep.append(line.removeprefix("Error: "))
+    if not keep:
+        return ""
+    text = keep[0] if len(keep) == 1 else f"{keep[0]} ({keep[-1]})"
+    return " ".join(text.split())[:300]
+
+
+def sample_many(pids: Iterable[int], *, samples: int = 3, interval: float = 1.0,
+                timeout: float = 5.0, native: bool = False, nonblocking: bool = False,
+                max_workers: int | None = None, pyspy: str | None = None
+                ) -> dict[int, list[DumpResult]]:
+    """``samples`` rounds about ``interval`` seconds apart; each round dumps every pid still worth
+    dumping in parallel. A pid that is gone or forbids tracing is not tried again; a timeout is
+    (a process in D state may come back). One pid's failure never stops the others."""
+    order = list(dict.fromkeys(pids))
+    results: dict[int, list[DumpResult]] = {pid: [] for pid in order}
+    if not order or samples < 1:
+        return results
+    _check_options(native, nonblocking)
+    binary = pyspy or find_pyspy()
+    workers = max(1, min(32, len(order), max_workers or 32))
+    active = list(order)
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="py-spy") as pool:
+        for index in range(samples):
+            delay = start + index * interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            round_results = list(pool.map(
+                lambda pid: _dump_guarded(pid, timeout=timeout, native=native,
+                                          nonblocking=nonblocking, pyspy=binary), active))
+            for result in round_results:
+                results[result.pid].append(result)
+            active = [r.pid for r in round_results
+                      if r.status not in ("process_gone", "permission_denied")]
+            if not active:
+                break
+    return results
+
+
+def _dump_guarded(pid: int, **options: Any) -> DumpResult:
+    """dump_once, with any unexpected error turned into this pid's failure, not everyone's."""
+    try:
+        return dump_once(pid, **options)
+    except Exception as exc:  # noqa: BLE001 - one pid must not stop the round
+        return DumpResult(pid, time.time(), "failed", f"{type(exc).__name__}: {exc}"[:300])
