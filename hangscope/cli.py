@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import click
 
 from hangscope import __version__
-from hangscope.errors import ExitCode, HangscopeError
 from hangscope.collect.options import AttachOptions
+from hangscope.errors import ExitCode, HangscopeError
 from hangscope.pipeline import OutputOptions, Result, run_analyze, run_attach
 from hangscope.ranges import format_ranks
 from hangscope.report.text import format_verdict

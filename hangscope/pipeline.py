@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass, field
 
 from hangscope.analysis.context import Context
-from hangscope.collect.options import AttachOptions
 from hangscope.analysis.engine import analyze
 from hangscope.analysis.verdict import Status, Verdict
+from hangscope.collect.options import AttachOptions
 from hangscope.errors import ExitCode, UsageError
 from hangscope.model import JobEvidence
 from hangscope.sources.load import LoadOptions, LoadReport, load_paths

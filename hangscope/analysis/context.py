@@ -7,8 +7,8 @@ from typing import Protocol
 
 from hangscope.analysis.correlate import FrPicture, GroupView
 from hangscope.analysis.divergence import Divergence, first_divergence
-from hangscope.analysis.frames import user_frame
 from hangscope.analysis.rank_state import RankStackState
+from hangscope.analysis.stacks import user_frame
 from hangscope.analysis.verdict import EvidenceItem, Finding
 from hangscope.analysis.waitgraph import WaitGraph
 from hangscope.model import FrEntry, JobEvidence

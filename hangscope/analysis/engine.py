@@ -8,6 +8,7 @@ from hangscope import __version__
 from hangscope.analysis import detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import build_picture
+from hangscope.analysis.rank_state import rank_states
 from hangscope.analysis.verdict import (
     STATUS_OF_KIND,
     RankClass,
@@ -15,7 +16,6 @@ from hangscope.analysis.verdict import (
     Verdict,
     order_findings,
 )
-from hangscope.analysis.rank_state import rank_states
 from hangscope.analysis.waitgraph import build_wait_graph
 from hangscope.model import JobEvidence
 from hangscope.ranges import format_ranks

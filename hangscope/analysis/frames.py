@@ -1,8 +1,7 @@
-"""Named predicates over frames: which ones are the user's code, which are torch's plumbing."""
+"""Where a frame's code lives by its full path; ``analysis.stacks`` builds on this for the short
+paths py-spy's text format prints."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from hangscope.model import Frame
 
@@ -12,8 +11,3 @@ _LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<froz
 def is_library_frame(frame: Frame) -> bool:
     """Frames from installed packages or the standard library, not the job's own code."""
     return frame.native or any(marker in frame.filename for marker in _LIBRARY_MARKERS)
-
-
-def user_frame(frames: Sequence[Frame]) -> Frame | None:
-    """The innermost frame of the job's own code (frames are innermost first)."""
-    return next((f for f in frames if not is_library_frame(f)), None)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from hangscope import bundle
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence
-from hangscope.sources import flight_recorder
+from hangscope.sources import flight_recorder, pyspy
 
 MAX_FILES = 200_000
 SNIFF_BYTES = 4096
@@ -41,6 +41,7 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
     evidence = JobEvidence(world_size=options.world_size, inputs=list(paths))
     report = LoadReport()
     fr_files: list[str] = []
+    stack_files: list[str] = []
     for path in paths:
         if not os.path.exists(path):
             raise BadInputError(path, "no such file or directory")
@@ -52,11 +53,14 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
             kind = _sniff(file_path)
             if kind == "fr":
                 fr_files.append(file_path)
+            elif kind == "pyspy":
+                stack_files.append(file_path)
             elif explicit:
                 report.problems.append(f"{file_path}: not a recognised evidence file")
             else:
                 report.skipped.append(file_path)
     _load_fr(fr_files, options, evidence, report)
+    _load_stacks(stack_files, evidence, report)
     evidence.gaps.extend(report.problems)
     if not report.count() and not evidence.ranks:
         if report.problems:
@@ -88,6 +92,8 @@ def _sniff(path: str) -> str | None:
         return None
     if flight_recorder.looks_like_fr_dump(head):
         return "fr"
+    if pyspy.sniff_pyspy(head):
+        return "pyspy"
     return None
 
 
@@ -107,3 +113,35 @@ def _load_fr(files: list[str], options: LoadOptions, evidence: JobEvidence,
             report.problems.append(f"{path}: {len(problems) - 20} more bad entries")
         evidence.rank(rank).fr = dump
         report.loaded.setdefault("flight_recorder", []).append(path)
+
+
+def _load_stacks(files: list[str], evidence: JobEvidence, report: LoadReport) -> None:
+    """Saved py-spy dumps: the rank comes from the file (``[rankN]:`` prefixes, a bundle record)
+    or its name (``rank3.json``); ``rank3.worker0.json`` is one of rank 3's DataLoader workers."""
+    for path in files:
+        try:
+            samples = pyspy.load_pyspy_file(path)
+        except BadInputError as exc:
+            report.problems.append(str(exc))
+            continue
+        name_rank = flight_recorder.rank_from_name(path)
+        is_worker = "worker" in os.path.basename(path)
+        placed = 0
+        for rank, sample in samples:
+            rank = rank if rank is not None else name_rank
+            if rank is None:
+                continue
+            rank_ev = evidence.rank(rank)
+            if is_worker:
+                rank_ev.worker_samples.setdefault(sample.pid, []).append(sample)
+                if sample.pid not in rank_ev.worker_pids:
+                    rank_ev.worker_pids.append(sample.pid)
+            else:
+                rank_ev.samples.append(sample)
+                rank_ev.pid = rank_ev.pid or sample.pid or None
+            placed += 1
+        if placed:
+            report.loaded.setdefault("py-spy", []).append(path)
+        else:
+            report.problems.append(f"{path}: cannot tell which rank these stacks belong to "
+                                   "(name the file rankN.json or prefix lines with [rankN]:)")

@@ -35,8 +35,9 @@ def detect(ctx: Context) -> list[Finding]:
                 item = ctx.stack_evidence(rank, "main thread: ")
                 if item is not None:
                     evidence.append(item)
-                    steps.append(f"rank{'s' if len(graph.members[node]) > 1 else ''} "
-                                 f"{format_ranks(graph.members[node])} {item.detail}")
+                    who = graph.members[node]
+                    steps.append(f"rank{'s' if len(who) > 1 else ''} {format_ranks(who)} "
+                                 f"{item.detail}")
                 continue
             group, entry = pending[0]
             evidence.append(ctx.fr_evidence(rank, entry, group, "blocked in"))
@@ -55,8 +56,8 @@ def detect(ctx: Context) -> list[Finding]:
                       if first else None)
         from_fr = any(reason.kind in ("p2p", "collective") for reason in reasons)
         findings.append(Finding(kind=kind, culprit_ranks=culprits, waiting_ranks=waiting,
-                                confidence=0.85 if from_fr else 0.75, summary=summary, evidence=evidence,
-                                collective=collective))
+                                confidence=0.85 if from_fr else 0.75, summary=summary,
+                                evidence=evidence, collective=collective))
     return findings
 
 

@@ -1,4 +1,4 @@
-"""rank_died: a rank's process is gone, a zombie, or its main thread has finished, while others wait.
+"""rank_died: a rank's process is gone, a zombie, or its main thread finished, while others wait.
 
 Signals: /proc state ``gone`` or ``Z`` (with exit code or signal when the kernel still holds it), a
 main thread found in ``threading._shutdown`` (the main module raised or returned and non-daemon

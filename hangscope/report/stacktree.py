@@ -1,0 +1,80 @@
+"""A merged prefix tree of stacks across ranks (LLNL STAT's picture), as payload columns.
+
+Every rank's stacks are walked outermost frame first and merged where they share a prefix; each
+node keeps the set of ranks that passed through it. Where the tree branches, ranks diverge: a
+lone rank in a branch of its own is where to look first.
+
+Stacks come from py-spy samples (every thread of each rank's newest sample). When no rank has a
+sample (a flight-recorder-only analysis), the call stack of the op each rank is blocked in (else
+its newest op) stands in, and ``source`` says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from hangscope.model import Frame
+from hangscope.ranges import format_ranks
+
+if TYPE_CHECKING:
+    from hangscope.pipeline import Result
+    from hangscope.report.payload import Frames, Strings
+    from hangscope.report.payload_types import TreeColumns
+
+
+def rank_stacks(result: Result) -> tuple[str, Iterator[tuple[int, tuple[Frame, ...]]]]:
+    """(source, iterator of (rank, frames innermost first)) in rank order."""
+    ev = result.evidence
+    sampled = sorted(r for r, e in ev.ranks.items() if e.samples)
+    if sampled:
+        def from_samples() -> Iterator[tuple[int, tuple[Frame, ...]]]:
+            for rank in sampled:
+                threads = ev.ranks[rank].samples[-1].threads
+                for thread in sorted(threads, key=lambda t: (not t.is_main, t.thread_id)):
+                    yield rank, thread.frames
+        return "py-spy", from_samples()
+    picture = result.context.picture
+    if not picture.dumps:
+        return "", iter(())
+
+    def from_fr() -> Iterator[tuple[int, tuple[Frame, ...]]]:
+        for rank in sorted(picture.dumps):
+            pending = picture.pending_ops(rank)
+            dump = picture.dumps[rank]
+            if pending:
+                yield rank, pending[0][1].frames
+            elif dump.entries:
+                yield rank, max(dump.entries, key=lambda e: e.record_id).frames
+    return "flight_recorder", from_fr()
+
+
+def build(result: Result, frames: Frames, s: Strings, cap: int) -> TreeColumns:
+    """Merge every rank's stacks; nodes are numbered in first-seen order, parents before
+    children. ``truncated`` counts the nodes left out beyond ``cap``."""
+    source, stacks = rank_stacks(result)
+    parent: list[int] = []
+    frame_of: list[int] = []
+    members: list[list[int]] = []
+    index: dict[tuple[int, int], int] = {}
+    truncated = 0
+    for rank, stack in stacks:
+        node = -1
+        for frame in reversed(stack):
+            key = (node, frames(frame))
+            child = index.get(key)
+            if child is None:
+                if len(parent) >= cap:
+                    truncated += 1
+                    break
+                child = index[key] = len(parent)
+                parent.append(node)
+                frame_of.append(key[1])
+                members.append([])
+            ranks = members[child]
+            if not ranks or ranks[-1] != rank:
+                ranks.append(rank)
+            node = child
+    return {"source": source, "parent": parent, "frame": frame_of,
+            "ranks": [s(format_ranks(r)) for r in members], "count": [len(r) for r in members],
+            "truncated": truncated}

@@ -1,0 +1,159 @@
+"""torchrun / torch.distributed.elastic launcher messages (``torch/distributed/elastic/multiprocessing/
+api.py``, ``errors/__init__.py`` ``ChildFailedError.format_msg``; recorded with torch 2.13).
+
+``elastic_child_failed`` from the agent's log line (glog prefix since torch 2.4; torch 1.x-2.3 wrote
+``ERROR:torch.distributed.elastic.multiprocessing.api:failed ...``)::
+
+    E1121 11:52:46.564000 14902 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 14930) of binary: /usr/bin/python
+
+  fields: local_rank, pid, exitcode, signal (SIGKILL for -9), binary. ``rank`` is None (the line
+  names only the local rank) unless a rank hint says otherwise.
+
+``elastic_child_failed`` from each entry of the ``ChildFailedError`` table::
+
+    Failures:
+    [1]:
+      time      : 2026-11-21_11:52:46
+      host      : localhost
+      rank      : 0 (local_rank: 0)
+      exitcode  : -15 (pid: 14929)  (SIGTERM)
+      error_file: <N/A>
+      traceback : Signal 15 (SIGTERM) received by PID 14929
+    ------------------------------------------------------------
+    Root Cause (first observed failure):
+    [0]:
+      ...
+      exitcode  : -9 (pid: 14930)  (SIGKILL)
+      traceback : Signal 9 (SIGKILL) received by PID 14930
+
+  One event per entry, at its ``[i]:`` line, with ``rank`` = the failed GLOBAL rank (``rank_source``
+  "content"); fields: local_rank, pid, exitcode, signal, host, failure_time (epoch, local time),
+  error_file, root_cause (1 for the "Root Cause" entry, 0 for the others), traceback (first line).
+
+``elastic_closing_signal`` -- ``Sending process 14929 closing signal SIGTERM`` (the agent stopping the
+survivors after a failure: a CONSEQUENCE; fields pid, signal).
+"""
+
+from __future__ import annotations
+
+import re
+import time as _time
+
+from hangscope.model import LogEvent
+from hangscope.sources.logs.base import Follow, Handler
+from hangscope.sources.logs.common import SIGNALS, Context, Line, make_event
+
+_FAILED = re.compile(
+    r"failed \(exitcode: (?P<exit>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\) of binary: "
+    r"(?P<bin>.*)$")
+_CLOSING = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG\w+)")
+_ENTRY = re.compile(r"^\[(\d+)\]:\s*$")
+_FIELD = re.compile(r"^  (\w+)\s*: ?(.*)$")
+_RANK = re.compile(r"(-?\d+)(?: \(local_rank: (\d+)\))?")
+_EXIT = re.compile(r"(-?\d+)(?: \(pid: (\d+)\))?(?:\s+\((SIG\w+)\))?")
+_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
+
+
+def _signal_of(exitcode: int) -> str:
+    return SIGNALS.get(-exitcode, f"SIG{-exitcode}") if exitcode < 0 else ""
+
+
+def failed(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    m = _FAILED.search(line.body)
+    if not m:
+        return []
+    code = int(m.group("exit"))
+    fields: dict[str, str | int | float] = {
+        "local_rank": int(m.group("lr")), "pid": int(m.group("pid")), "exitcode": code,
+        "signal": _signal_of(code), "binary": m.group("bin").strip()[:200]}
+    return [make_event("elastic_child_failed", line, ctx, "error", fields,
+                       rank=line.rank, rank_source=line.rank_source or "")]
+
+
+def closing(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    m = _CLOSING.search(line.body)
+    if not m:
+        return []
+    fields: dict[str, str | int | float] = {"pid": int(m.group("pid")), "signal": m.group("sig")}
+    return [make_event("elastic_closing_signal", line, ctx, "warning", fields,
+                       rank=line.rank, rank_source=line.rank_source or "")]
+
+
+def table(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    head = line.body.strip()
+    if head not in ("Failures:", "Root Cause (first observed failure):"):
+        return []
+    root = 1 if head.startswith("Root Cause") else 0
+    events: list[LogEvent] = []
+    entry: Line | None = None
+    values: dict[str, str] = {}
+
+    def flush() -> None:
+        if entry is None or "rank" not in values:
+            return
+        events.append(_entry_event(entry, ctx, values, root))
+
+    for nxt in follow.lines():
+        if nxt.key != line.key:
+            continue
+        text = nxt.body
+        if text.startswith(("---", "===")) or text.strip().startswith("Root Cause"):
+            break
+        follow.consume(nxt.line_no)
+        em = _ENTRY.match(text)
+        if em:
+            flush()
+            entry, values = nxt, {}
+            continue
+        fm = _FIELD.match(text)
+        if fm and entry is not None:
+            key = fm.group(1)
+            if key not in values:
+                values[key] = fm.group(2).strip()
+    flush()
+    return events
+
+
+def _entry_event(entry: Line, ctx: Context, values: dict[str, str], root: int) -> LogEvent:
+    fields: dict[str, str | int | float] = {"root_cause": root}
+    rank: int | None = None
+    rm = _RANK.match(values.get("rank", ""))
+    if rm:
+        rank = int(rm.group(1))
+        if rm.group(2) is not None:
+            fields["local_rank"] = int(rm.group(2))
+    em = _EXIT.match(values.get("exitcode", ""))
+    if em:
+        code = int(em.group(1))
+        fields["exitcode"] = code
+        if em.group(2):
+            fields["pid"] = int(em.group(2))
+        fields["signal"] = em.group(3) or _signal_of(code)
+    if values.get("host"):
+        fields["host"] = values["host"]
+    tm = _TIME.match(values.get("time", ""))
+    if tm:
+        try:
+            g = [int(x) for x in tm.groups()]
+            fields["failure_time"] = _time.mktime((g[0], g[1], g[2], g[3], g[4], g[5], 0, 0, -1))
+        except (OverflowError, ValueError):
+            pass
+    if values.get("error_file"):
+        fields["error_file"] = values["error_file"]
+    if values.get("traceback"):
+        fields["traceback"] = values["traceback"][:300]
+    event = make_event("elastic_child_failed", entry, ctx, "error", fields, rank=rank,
+                       rank_source="content" if rank is not None else "")
+    if event.time is None and "failure_time" in fields:
+        from dataclasses import replace
+
+        event = replace(event, time=float(fields["failure_time"]))
+    return event
+
+
+HANDLERS: list[tuple[bytes, Handler]] = [
+    (b"failed (exitcode:", failed),
+    (b"closing signal", closing),
+    (b"Failures:", table),
+    (b"Root Cause (first observed failure):", table),
+]

@@ -1,0 +1,41 @@
+"""The bundle loader for file kind ``"log"``.
+
+Attribution: a line's own prefix (``[rank3]:``, Lightning's ``[rank: 3]``, NCCL ``host:pid`` mapped
+through ``Init COMPLETE``) and table content (torchrun's failure table names the failed rank) win over
+the rank the bundle filed the log under; events that only carry an in-message rank (``[Rank N]`` of
+a process-group log prefix) that disagrees with the bundle's rank go to
+``evidence.unattributed_logs``; everything else belongs to the bundle's rank.
+"""
+
+from __future__ import annotations
+
+from hangscope.bundle import register_loader
+from hangscope.errors import BadInputError
+from hangscope.model import JobEvidence, LogEvent
+from hangscope.sources.logs.scan import scan_log
+
+_CERTAIN = ("prefix", "pid", "content")
+
+
+def attribute(events: list[LogEvent], rank: int | None, evidence: JobEvidence) -> None:
+    for event in events:
+        source = event.fields.get("rank_source")
+        if event.rank is None or event.rank == rank:
+            if rank is None:
+                evidence.unattributed_logs.append(event)
+            else:
+                evidence.rank(rank).logs.append(event)
+        elif source in _CERTAIN or rank is None:
+            evidence.rank(event.rank).logs.append(event)
+        else:
+            evidence.unattributed_logs.append(event)
+
+
+@register_loader("log")
+def load_log_file(path: str, rank: int, evidence: JobEvidence, problems: list[str]) -> None:
+    try:
+        events = scan_log(path, rank_hint=rank)
+    except BadInputError as exc:
+        problems.append(str(exc))
+        return
+    attribute(events, rank, evidence)

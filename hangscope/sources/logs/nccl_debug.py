@@ -1,0 +1,117 @@
+"""NCCL's own ``NCCL_DEBUG=INFO|WARN`` output (NCCL 2.x ``src/debug.cc``: ``ncclDebugLog``).
+
+Line format (NCCL 2.x; the source location appears for WARN since 2.4 and for INFO at TRACE level;
+a launcher may add ``[1] `` or ``[rank1]:`` in front)::
+
+    <host>:<pid>:<tid> [<cudaDev>] NCCL INFO <message>
+    <host>:<pid>:<tid> [<cudaDev>] <file>:<line> NCCL WARN <message>
+
+Events:
+
+``nccl_transport_error`` -- a WARN about the network/transport, e.g. (issues NVIDIA/nccl#928, #1405,
+#1814, #1232, nccl-tests#252)::
+
+    H100-2:19989:20082 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer fe80::966d:ae03:8b:df78%ib0<53249> with error 4, opcode 32564, len 32564, vendor err 81 (Send)
+    hostname-test:984:1357 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 172.36.143.59<44206> with status=12 opcode=129 len=65536 vendor err 129 (Recv) localGid ::ffff:29.87.88.182 remoteGids::ffff:29.87.4.221
+    node0:13571:13593 [0] misc/socket.cc:71 NCCL WARN socketProgress: Connection closed by remote peer node2<42830>
+    node0:13571:13593 [0] include/socket.h:423 NCCL WARN Net : Connection closed by remote peer 10.0.0.2<45678>
+    node0:13571:13593 [0] transport/net_socket.cc:519 NCCL WARN NET/Socket : peer 10.0.0.2<45678> message truncated : receiving 1048576 bytes instead of 65536
+
+  fields: host, pid, tid, cuda_dev, src, transport (NET/IB, NET/Socket, Net, socket), peer, peer_port,
+  error (IB work-completion status), vendor_err, direction (Send/Recv).
+
+``nccl_warn`` -- any other ``NCCL WARN`` line (same host/pid/tid/cuda_dev/src fields).
+
+Not events but used for rank attribution: ``NCCL INFO comm 0x55df01b24dd0 rank 24 nranks 32 cudaDev 0
+nvmlDev 0 busId 7000 commId 0x2114bc51af4fb978 - Init COMPLETE`` (NCCL 2.19+; older ones lack
+nvmlDev/commId) maps ``host:pid`` to the rank in the LARGEST communicator that process joined (the
+world communicator for torch's default process group).
+"""
+
+from __future__ import annotations
+
+import re
+
+from hangscope.model import LogEvent
+from hangscope.sources.logs.base import Follow, Handler
+from hangscope.sources.logs.common import Context, Line, make_event
+
+LINE = re.compile(
+    r"(?:^|\s)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"(?:(?P<src>[\w./\-]+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
+_INIT = re.compile(r"comm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)")
+_TRANSPORT = re.compile(
+    r"^(?P<transport>NET/IB|NET/Socket|NET/\w+|Net|socketProgress|socketPoll|socketWait|"
+    r"Call to ibv_\w+|ibv_\w+|IB)\b")
+_PEER = re.compile(
+    r"(?:remote peer|from peer|peer) (?P<peer>[\w.:%\-]+?)<(?P<port>\d+)>")
+_IB_ERR = re.compile(r"with (?:error|status=)\s*(?P<err>\d+)")
+_VENDOR = re.compile(r"vendor err (?P<v>\d+)")
+_DIRECTION = re.compile(r"\((?P<dir>Send|Recv)\)")
+_TRANSPORT_WORDS = ("Connection closed", "Connection reset", "completion from peer", "NET/",
+                    "socketProgress", "ibv_", "Net :", "timeout", "Timeout", "unreachable",
+                    "refused", "truncated")
+
+
+def note_init(line: Line, ctx: Context) -> None:
+    m = LINE.search(line.body)
+    if not m or m.group("level") != "INFO":
+        return
+    i = _INIT.search(m.group("msg"))
+    if not i:
+        return
+    key = (m.group("host"), int(m.group("pid")))
+    nranks, rank = int(i.group("nranks")), int(i.group("rank"))
+    best = ctx.pid_rank.get(key)
+    if best is None or nranks > best[0]:
+        ctx.pid_rank[key] = (nranks, rank)
+
+
+def init_line(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    note_init(line, ctx)
+    return []
+
+
+def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    m = LINE.search(line.body)
+    if not m or m.group("level") not in ("WARN", "ABORT"):
+        return []
+    msg = m.group("msg").strip()
+    fields: dict[str, str | int | float] = {
+        "host": m.group("host"), "pid": int(m.group("pid")), "tid": int(m.group("tid")),
+        "cuda_dev": int(m.group("dev")), "src": m.group("src") or "", "text": msg[:300]}
+    kind = "nccl_warn"
+    t = _TRANSPORT.search(msg)
+    if t or any(word in msg for word in _TRANSPORT_WORDS):
+        kind = "nccl_transport_error"
+        fields["transport"] = t.group("transport") if t else ""
+        p = _PEER.search(msg)
+        if p:
+            fields["peer"] = p.group("peer")
+            fields["peer_port"] = int(p.group("port"))
+        e = _IB_ERR.search(msg)
+        if e:
+            fields["error"] = int(e.group("err"))
+        v = _VENDOR.search(msg)
+        if v:
+            fields["vendor_err"] = int(v.group("v"))
+        d = _DIRECTION.search(msg)
+        if d:
+            fields["direction"] = d.group("dir")
+    rank, source = None, ""
+    if line.rank is not None:
+        rank, source = line.rank, line.rank_source
+    else:
+        known = ctx.pid_rank.get((m.group("host"), int(m.group("pid"))))
+        if known is not None:
+            rank, source = known[1], "pid"
+        elif ctx.rank_hint is not None:
+            rank, source = ctx.rank_hint, ctx.rank_hint_source
+    return [make_event(kind, line, ctx, "warning", fields, rank=rank, rank_source=source)]
+
+
+HANDLERS: list[tuple[bytes, Handler]] = [
+    (b" NCCL WARN ", warn),
+    (b" NCCL ABORT ", warn),
+    (b"Init COMPLETE", init_line),
+]

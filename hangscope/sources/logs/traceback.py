@@ -1,0 +1,104 @@
+"""Python tracebacks (CPython 3.8-3.13 ``traceback`` module output), with or without per-line
+prefixes (``[rank1]: `` added by torch >= 2.2 workers, ``[default1]:`` by torchrun ``--tee``).
+
+::
+
+    [rank1]: Traceback (most recent call last):
+    [rank1]:   File "/work/train.py", line 98, in forward_step
+    [rank1]:     raise torch.OutOfMemoryError(
+    [rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. ...
+
+A block becomes ONE ``traceback`` event at the line of its ``Traceback (most recent call last):``.
+Lines of other streams (another prefix: interleaved ranks under ``--tee``) are skipped, not ended on.
+Chained exceptions ("During handling of the above exception, another exception occurred:" / "The
+above exception was the direct cause of the following exception:") continue the block; the event
+reports the LAST exception (the one that killed the process) and ``chained`` counts the earlier ones.
+
+fields: exc_type, exc_message (first line, clipped), last_frame ("file:line"), last_function,
+frames (count), chained, first_exc_type (when chained).
+"""
+
+from __future__ import annotations
+
+import re
+
+from hangscope.model import LogEvent
+from hangscope.sources.logs.base import Follow, Handler
+from hangscope.sources.logs.common import Context, Line, make_event
+
+MAX_BLOCK_LINES = 2000
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?$')
+_EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning|"
+                  r"Timeout|Fault|Signal|Abort|Iteration|[A-Z]\w*))(?::\s?(?P<msg>.*))?$")
+_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    if not line.body.lstrip().startswith("Traceback (most recent call last):"):
+        return []
+    indent = len(line.body) - len(line.body.lstrip())
+    frames = 0
+    last_file, last_line, last_func = "", 0, ""
+    exc_type, exc_msg = "", ""
+    chained = 0
+    first_exc = ""
+    seen = 0
+    chained_starts: list[int] = []
+    state = "frames"
+    for nxt in follow.lines():
+        seen += 1
+        if seen > MAX_BLOCK_LINES:
+            break
+        if nxt.key != line.key:
+            continue
+        text = nxt.body[indent:] if nxt.body[:indent].isspace() else nxt.body
+        if state == "after_exc":
+            if not text.strip():
+                continue
+            if text.startswith(_CHAIN):
+                chained += 1
+                first_exc = first_exc or exc_type
+                state = "await_tb"
+                continue
+            break
+        if state == "await_tb":
+            if not text.strip():
+                continue
+            if text.startswith("Traceback (most recent call last):"):
+                chained_starts.append(nxt.line_no)
+                state = "frames"
+                continue
+            break
+        fm = _FRAME.match(text)
+        if fm:
+            frames += 1
+            last_file, last_line = fm.group("file"), int(fm.group("line"))
+            last_func = (fm.group("func") or "").strip()
+            continue
+        if text.startswith((" ", "\t")) or not text.strip():
+            continue  # source line, caret line, "..." or a blank
+        if text.startswith("Traceback (most recent call last):"):
+            continue
+        em = _EXC.match(text)
+        if em:
+            exc_type, exc_msg = em.group("type"), (em.group("msg") or "").strip()
+            state = "after_exc"
+            continue
+        break
+    if not exc_type:
+        return []
+    for number in chained_starts:  # one event per block; exception lines keep their own triggers
+        follow.consume(number)
+    fields: dict[str, str | int | float] = {
+        "exc_type": exc_type, "exc_message": exc_msg[:500], "frames": frames, "chained": chained}
+    if last_file:
+        fields["last_frame"] = f"{last_file}:{last_line}"
+        fields["last_function"] = last_func
+    if first_exc:
+        fields["first_exc_type"] = first_exc
+    return [make_event("traceback", line, ctx, "error", fields)]
+
+
+HANDLERS: list[tuple[bytes, Handler]] = [
+    (b"Traceback (most recent call last):", traceback_block),
+]
