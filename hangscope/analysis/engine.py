@@ -11,6 +11,8 @@ from hangscope.analysis.correlate import build_picture
 from hangscope.analysis.rank_state import rank_states
 from hangscope.analysis.verdict import (
     STATUS_OF_KIND,
+    Finding,
+    Kind,
     RankClass,
     Status,
     Verdict,
@@ -35,7 +37,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     findings = []
     for detect in detectors.ALL:
         findings.extend(detect(ctx))
-    findings = order_findings(findings)
+    findings = order_findings(_drop_generic(findings))
     world = ctx.picture.world_size or None
     seen = sorted(evidence.ranks)
     expected = set(range(world)) if world else set(seen)
@@ -58,7 +60,15 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     return verdict, ctx
 
 
-def _status(ctx: Context, findings: list, gaps: list[str]) -> Status:  # type: ignore[type-arg]
+def _drop_generic(findings: list[Finding]) -> list[Finding]:
+    """A missing_rank finding adds nothing when a more specific one names the same culprits
+    (the DataLoader stall, deadlock or death that explains why they are missing)."""
+    specific = [set(f.culprit_ranks) for f in findings if f.kind is not Kind.MISSING_RANK]
+    return [f for f in findings if f.kind is not Kind.MISSING_RANK
+            or not any(set(f.culprit_ranks) <= culprits for culprits in specific)]
+
+
+def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
     if findings:
         return STATUS_OF_KIND.get(findings[0].kind, Status.HANG)
     anyone_waits = any(ctx.picture.pending_ops(rank) for rank in ctx.picture.dumps)
@@ -90,7 +100,7 @@ def _status(ctx: Context, findings: list, gaps: list[str]) -> Status:  # type: i
     return Status.HEALTHY
 
 
-def _classes(ctx: Context, findings: list) -> list[RankClass]:  # type: ignore[type-arg]
+def _classes(ctx: Context, findings: list[Finding]) -> list[RankClass]:
     culprits = {r for f in findings[:1] for r in f.culprit_ranks}
     waiting = {r for f in findings[:1] for r in f.waiting_ranks}
     out = []

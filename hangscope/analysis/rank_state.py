@@ -33,6 +33,7 @@ class RankStackState:
     last_status: str | None = None  # proc status letter, "gone"
     main_finished: bool = False  # the main module returned or raised; threads keep it alive
     sample_path: str | None = None
+    kinds: list[str] = field(default_factory=list)  # main-thread kind in each Python sample
 
     @property
     def gone(self) -> bool:
@@ -61,9 +62,17 @@ def rank_states(evidence: JobEvidence) -> dict[int, RankStackState]:
     return states
 
 
+def _is_native(sample: StackSample) -> bool:
+    return any(frame.native for thread in sample.threads for frame in thread.frames)
+
+
 def _state(rank_ev: RankEvidence) -> RankStackState:
-    samples = sorted(rank_ev.samples, key=lambda s: s.taken_at)
-    latest = samples[-1] if samples else None
+    everything = sorted(rank_ev.samples, key=lambda s: s.taken_at)
+    # A --native follow-up names the C call a thread blocks in; Python-only samples are what is
+    # compared for progress (native frames differ between dumps of the same wait).
+    native = [s for s in everything if _is_native(s)]
+    samples = [s for s in everything if not _is_native(s)] or everything
+    latest = native[-1] if native else samples[-1] if samples else None
     main = main_thread(latest) if latest is not None else None
     activity = classify_thread(main) if main is not None else None
     state = RankStackState(
@@ -71,6 +80,9 @@ def _state(rank_ev: RankEvidence) -> RankStackState:
         threads=[classify_thread(t) for t in latest.threads] if latest else [],
         samples=len(samples), sample_path=latest.path if latest else None)
     state.main_finished = main is not None and _is_shutdown(main.frames)
+    for sample in samples:
+        thread = main_thread(sample)
+        state.kinds.append(classify_thread(thread).kind if thread is not None else "none")
     procs = sorted(rank_ev.proc, key=lambda p: p.sampled_at)
     if rank_ev.pid is not None:
         procs = [p for p in procs if p.pid == rank_ev.pid] or procs

@@ -217,6 +217,7 @@ def add_stack_waits(graph: WaitGraph, picture: FrPicture,
         return
     in_collective: dict[str, list[int]] = {}
     in_p2p: dict[str, list[int]] = {}
+    in_init: list[int] = []
     elsewhere: list[int] = []
     for rank, state in stacks.items():
         main = state.main
@@ -226,7 +227,9 @@ def add_stack_waits(graph: WaitGraph, picture: FrPicture,
             in_collective.setdefault(main.op or "?", []).append(rank)
         elif main.kind == "p2p":
             in_p2p.setdefault(main.op or "?", []).append(rank)
-        elif main.kind not in ("collective", "init"):
+        elif main.kind == "init":
+            in_init.append(rank)
+        elif main.kind != "collective":
             elsewhere.append(rank)
     # ranks with no evidence at all are "elsewhere" as far as anyone can tell
     known = set(stacks) | set(picture.dumps)
@@ -235,6 +238,9 @@ def add_stack_waits(graph: WaitGraph, picture: FrPicture,
     for op, waiting in in_collective.items():
         reason = WaitReason("stack-collective", "", "", -1, op)
         graph.add_wait(reason, waiting, elsewhere + p2p_ranks)
+    if in_init:
+        graph.add_wait(WaitReason("stack-init", "", "", -1, "init_process_group"), in_init,
+                       elsewhere)
     ops = {op.removeprefix("i") for op in in_p2p}
     if len(p2p_ranks) >= 2 and len(ops) == 1:
         # everyone blocked in recv (or everyone in send): nobody will post the other side

@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from hangscope.analysis.stacks import classify_thread, main_thread, stack_key
 from hangscope.bundle import BundleWriter, CollectionRecord
 from hangscope.collect import fr_trigger, logs, permissions, procstate, pyspy
 from hangscope.collect.options import AttachOptions
@@ -117,6 +118,8 @@ def _collect_stacks_and_state(pids: list[int], rank_of_pid: dict[int, int],
             summary.gaps.append(f"no stacks: {exc}")
             dumps = {}
         proc_future.result()
+    if not options.native and not options.nonblocking:
+        _native_followup(dumps, rank_of_pid, options)
     for pid, results in dumps.items():
         rank = rank_of_pid.get(pid, worker_of.get(pid))
         if rank is None:
@@ -152,6 +155,36 @@ def _collect_stacks_and_state(pids: list[int], rank_of_pid: dict[int, int],
     writer.collection.append(CollectionRecord(source="proc", rank=None, status="ok",
                                               started_at=began,
                                               seconds=round(time.time() - began, 3)))
+
+
+NATIVE_FOLLOWUP_MAX = 8
+
+
+def _native_followup(dumps: dict[int, list[pyspy.DumpResult]], rank_of_pid: dict[int, int],
+                     options: AttachOptions) -> None:
+    """One ``--native`` dump of ranks whose main thread is blocked in a C call py-spy cannot name.
+
+    Without native frames ``lock.acquire()``, ``time.sleep`` or a socket read called straight from
+    the job's code look alike (the stack just ends at the job's line). A native dump costs about a
+    second per torch process, so it is taken once, only for such ranks, one per distinct stack.
+    """
+    chosen: dict[object, int] = {}
+    for pid, results in dumps.items():
+        if pid not in rank_of_pid or not results or not results[-1].ok:
+            continue
+        sample = results[-1].sample
+        main = main_thread(sample) if sample is not None else None
+        if main is None or classify_thread(main).kind != "idle":
+            continue
+        chosen.setdefault(stack_key(main.frames), pid)
+    pids = list(chosen.values())[:NATIVE_FOLLOWUP_MAX]
+    if not pids:
+        return
+    with ThreadPoolExecutor(max_workers=len(pids), thread_name_prefix="py-spy-native") as pool:
+        native = list(pool.map(lambda pid: pyspy.dump_once(
+            pid, timeout=max(options.dump_timeout, 10.0), native=True), pids))
+    for result in native:
+        dumps[result.pid].append(result)
 
 
 def _sample_states(pids: list[int], states: dict[int, list], options: AttachOptions) -> None:  # type: ignore[type-arg]

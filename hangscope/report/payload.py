@@ -32,7 +32,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from hangscope.analysis.frames import is_library_frame, user_frame
+from hangscope.analysis.frames import is_library_frame
+from hangscope.analysis.stacks import user_frame
 from hangscope.analysis.verdict import Finding
 from hangscope.model import Frame, FrEntry, LogEvent, ProcessState, RankEvidence, StackSample
 from hangscope.ranges import format_ranks

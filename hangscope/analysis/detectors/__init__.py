@@ -5,10 +5,14 @@ from __future__ import annotations
 from hangscope.analysis.context import Detector
 from hangscope.analysis.detectors import (
     collective_mismatch,
+    dataloader_stall,
     deadlock_cycle,
+    init_hang,
     missing_rank,
+    python_deadlock,
     rank_died,
     size_mismatch,
+    straggler,
 )
 
 ALL: tuple[Detector, ...] = (
@@ -17,4 +21,8 @@ ALL: tuple[Detector, ...] = (
     size_mismatch.detect,
     missing_rank.detect,
     rank_died.detect,
+    dataloader_stall.detect,
+    python_deadlock.detect,
+    init_hang.detect,
+    straggler.detect,
 )

@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """The interface between the scanner and the per-family parsers.
 
 Every family module exposes ``HANDLERS: list[tuple[bytes, Handler]]``: a cheap byte substring that

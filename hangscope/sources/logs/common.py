@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """Shared pieces of the log parsers: the per-line prefixes, timestamps, rank hints and the event builder.
 
 A line as a launcher writes it is ``<process prefixes><timestamp/level prefix><message>``. Process

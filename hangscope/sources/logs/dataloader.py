@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the docstring quotes raw log lines verbatim)
 """torch.utils.data DataLoader failures (``torch/utils/data/dataloader.py``,
 ``torch/utils/data/_utils/signal_handling.py``, ``torch/csrc/DataLoader.cpp``; recorded with torch 2.13).
 

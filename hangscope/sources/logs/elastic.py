@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the docstring quotes raw log lines verbatim)
 """torchrun / torch.distributed.elastic launcher messages (``torch/distributed/elastic/multiprocessing/
 api.py``, ``errors/__init__.py`` ``ChildFailedError.format_msg``; recorded with torch 2.13).
 

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the docstring quotes raw log lines verbatim)
 """gloo transport errors as torch's ProcessGroupGloo surfaces them (``third_party/gloo/gloo/transport/
 tcp/pair.cc``, ``unbound_buffer.cc``; recorded here with torch 2.13 CPU, see fixtures/logs/README.md).
 

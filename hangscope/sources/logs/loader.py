@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """The bundle loader for file kind ``"log"``.
 
 Attribution: a line's own prefix (``[rank3]:``, Lightning's ``[rank: 3]``, NCCL ``host:pid`` mapped
@@ -18,6 +19,7 @@ _CERTAIN = ("prefix", "pid", "content")
 
 
 def attribute(events: list[LogEvent], rank: int | None, evidence: JobEvidence) -> None:
+    """File ``events`` (scanned from a log the bundle filed under ``rank``) into ``evidence``."""
     for event in events:
         source = event.fields.get("rank_source")
         if event.rank is None or event.rank == rank:
@@ -32,7 +34,7 @@ def attribute(events: list[LogEvent], rank: int | None, evidence: JobEvidence) -
 
 
 @register_loader("log")
-def load_log_file(path: str, rank: int, evidence: JobEvidence, problems: list[str]) -> None:
+def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: list[str]) -> None:
     try:
         events = scan_log(path, rank_hint=rank)
     except BadInputError as exc:

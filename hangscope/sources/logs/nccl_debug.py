@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the docstring quotes raw log lines verbatim)
 """NCCL's own ``NCCL_DEBUG=INFO|WARN`` output (NCCL 2.x ``src/debug.cc``: ``ncclDebugLog``).
 
 Line format (NCCL 2.x; the source location appears for WARN since 2.4 and for INFO at TRACE level;

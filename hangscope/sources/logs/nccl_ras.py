@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the docstring quotes raw log lines verbatim)
 """NCCL RAS reports (NCCL >= 2.24, ``src/ras/client_support.cc``; ``ncclras`` client, text and
 ``-f json`` output; docs: docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting/ras.html).
 
@@ -167,7 +168,7 @@ def scan_json(text: str, path: str, ctx: Context) -> list[LogEvent] | None:
         needle = f'"hash": "{chash}"'
         pos = text.find(needle)
         line_no = text.count("\n", 0, pos) + 1 if pos >= 0 else 1
-        base = {"comm": chash.lower().removeprefix("0x").rjust(16, "0") if chash else "",
+        base: dict[str, str | int | float] = {"comm": chash.lower().removeprefix("0x").rjust(16, "0") if chash else "",
                 "size": _int(comm.get("size"))}
         ranks = [r for r in comm.get("ranks") or [] if isinstance(r, dict)]
         missing = [r for r in comm.get("missing_ranks") or [] if isinstance(r, dict)]
@@ -186,25 +187,26 @@ def scan_json(text: str, path: str, ctx: Context) -> list[LogEvent] | None:
                                    fields=fields))
 
         dead = [r for r in missing if isinstance(r.get("status"), dict)
-                and r["status"].get("considered_dead")]  # type: ignore[union-attr]
+                and r["status"].get("considered_dead")]
         unresp = [r for r in missing if r not in dead]
         if dead:
             emit("DEAD", dead, {"missing": len(dead)})
         if unresp:
             emit("INCOMPLETE", unresp, {"missing": len(unresp)})
         errors = [r for r in ranks if isinstance(r.get("status"), dict)
-                  and (_int(r["status"].get("init_state")) not in (0, 7)  # type: ignore[union-attr]
-                       or _int(r["status"].get("async_error")) not in (0, 7))]  # type: ignore[union-attr]
+                  and (_int(r["status"].get("init_state")) not in (0, 7)
+                       or _int(r["status"].get("async_error")) not in (0, 7))]
         if errors:
             emit("ERROR", errors, {})
-        counts = {_int(r.get("rank")): r.get("collective_counts") for r in ranks
-                  if isinstance(r.get("collective_counts"), dict)}
-        ops = sorted({op for c in counts.values() for op in c})  # type: ignore[union-attr]
+        counts: dict[int, dict[str, object]] = {
+            _int(r.get("rank")): r["collective_counts"] for r in ranks
+            if isinstance(r.get("collective_counts"), dict)}
+        ops = sorted({op for c in counts.values() for op in c})
         differing = [op for op in ops
-                     if len({_int(c.get(op)) for c in counts.values()}) > 1]  # type: ignore[union-attr]
+                     if len({_int(c.get(op)) for c in counts.values()}) > 1]
         if differing:
             op = differing[0]
-            per_rank = {r: _int(c.get(op)) for r, c in counts.items()}  # type: ignore[union-attr]
+            per_rank = {r: _int(c.get(op)) for r, c in counts.items()}
             majority = Counter(per_rank.values()).most_common(1)[0][0]
             top = max(per_rank.values())
             behind = sorted(r for r, n in per_rank.items() if n < top)

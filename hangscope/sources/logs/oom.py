@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the docstring quotes raw log lines verbatim)
 """Out-of-memory: CUDA caching-allocator OOMs (``c10/cuda/CUDACachingAllocator.cpp``) and kernel OOM
 kills (``mm/oom_kill.c``: ``dump_oom_summary``/``__oom_kill_process``).
 

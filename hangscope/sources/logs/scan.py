@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """Scan one log file for the events of every family, fast and without trusting the input.
 
 How (see ``base`` for the handler interface):

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the docstring quotes raw log lines verbatim)
 """torch ProcessGroupNCCL / c10d messages (``torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp``,
 ``ProcessGroupWrapper.cpp``, ``ProcessGroupGloo.cpp``, ``TraceUtils.h``).
 

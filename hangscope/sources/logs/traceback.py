@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """Python tracebacks (CPython 3.8-3.13 ``traceback`` module output), with or without per-line
 prefixes (``[rank1]: `` added by torch >= 2.2 workers, ``[default1]:`` by torchrun ``--tee``).
 

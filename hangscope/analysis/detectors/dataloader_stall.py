@@ -1,0 +1,67 @@
+"""dataloader_stall: the culprit's main thread waits for its DataLoader, and its workers are stuck.
+
+Signal: a rank others wait on whose main thread sits in ``DataLoader`` (``_next_data`` /
+``_try_get_data``) without progress. Cites: the main thread's stack and, for each DataLoader
+worker, where it is (its own stack: the dataset code it blocks in), its process state (D = stuck on
+I/O) or that it is gone. False positives: a slow but moving input pipeline sampled at a bad moment
+(progress ``moving`` is excluded), and workers legitimately idle because the prefetch queue is full.
+"""
+
+from __future__ import annotations
+
+from hangscope.analysis.context import Context
+from hangscope.analysis.stacks import classify_thread, main_thread
+from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
+from hangscope.ranges import format_ranks
+
+
+def detect(ctx: Context) -> list[Finding]:
+    waited_on = {r for _, (_, targets) in ctx.graph.waits.items() for r in targets}
+    findings = []
+    for rank, state in sorted(ctx.stacks.items()):
+        if state.main is None or state.main.kind != "dataloader" or state.progress == "moving":
+            continue
+        evidence: list[EvidenceItem] = []
+        main_item = ctx.stack_evidence(rank, "main thread: ")
+        if main_item is not None:
+            evidence.append(main_item)
+        workers = _workers(ctx, rank, evidence)
+        waiting = sorted({r for _, (sources, targets) in ctx.graph.waits.items()
+                          if rank in targets for r in sources} - {rank})
+        where = state.main.user_frame.where() if state.main.user_frame else "its DataLoader"
+        summary = (f"rank {rank}'s main thread waits for a batch from its DataLoader "
+                   f"({where}); " + ("; ".join(workers) if workers else
+                                     "no DataLoader worker was seen (num_workers=0 means the "
+                                     "dataset itself blocks in the main process)"))
+        if waiting:
+            summary += f"; ranks {format_ranks(waiting)} wait for it"
+        confidence = 0.9 if rank in waited_on else 0.6
+        findings.append(Finding(kind=Kind.DATALOADER_STALL, culprit_ranks=[rank],
+                                waiting_ranks=waiting, confidence=confidence, summary=summary,
+                                evidence=evidence))
+    return findings
+
+
+def _workers(ctx: Context, rank: int, evidence: list[EvidenceItem]) -> list[str]:
+    rank_ev = ctx.evidence.ranks[rank]
+    lines = []
+    for pid in sorted(set(rank_ev.worker_pids) | set(rank_ev.worker_samples)
+                      | set(rank_ev.worker_proc)):
+        states = rank_ev.worker_proc.get(pid, [])
+        status = states[-1].status if states else None
+        samples = sorted(rank_ev.worker_samples.get(pid, []), key=lambda s: s.taken_at)
+        if status in ("gone", "Z"):
+            lines.append(f"worker pid {pid} is dead ({'exited' if status == 'gone' else 'zombie'})")
+            evidence.append(EvidenceItem("proc", rank, f"DataLoader worker pid {pid}: {status}"))
+            continue
+        main = main_thread(samples[-1]) if samples else None
+        if main is None:
+            lines.append(f"worker pid {pid}: no stack" + (f", state {status}" if status else ""))
+            continue
+        activity = classify_thread(main)
+        where = activity.user_frame.where() if activity.user_frame else ""
+        d_state = " in uninterruptible I/O (D state)" if status == "D" else ""
+        lines.append(f"worker pid {pid} is {activity.describe()}{d_state}")
+        evidence.append(EvidenceItem("py-spy", rank, f"DataLoader worker pid {pid}: "
+                                     f"{activity.describe()}{d_state}", where))
+    return lines

@@ -1,0 +1,52 @@
+"""straggler: the job still moves, but one rank (or a few) computes while the others wait for it.
+
+Signal: across the stack samples, the culprit's main thread is mostly computing (and burns CPU)
+while the other ranks are mostly inside collectives, waiting; every rank shows progress (stacks
+change or CPU grows), so this is slow, not deadlocked. Says by how much: the share of samples
+the others spent waiting, and the CPU ratio. Cites: the straggler's stack. Needs at least 3
+samples per rank; more samples (``--samples 10``) sharpen it. False positives: rank 0 doing
+legitimate extra work (logging, checkpointing) that the others wait for once.
+"""
+
+from __future__ import annotations
+
+from statistics import median
+
+from hangscope.analysis.context import Context
+from hangscope.analysis.verdict import Finding, Kind
+from hangscope.ranges import format_ranks
+
+MIN_SAMPLES = 3
+WAIT_KINDS = ("collective", "p2p")
+
+
+def detect(ctx: Context) -> list[Finding]:
+    states = {r: s for r, s in ctx.stacks.items() if len(s.kinds) >= MIN_SAMPLES and not s.gone}
+    if len(states) < 2 or any(s.progress == "stuck" for s in states.values()):
+        return []
+    if not any(s.progress == "moving" for s in states.values()):
+        return []
+    busy = {r: sum(k in ("compute", "cuda_sync") for k in s.kinds) / len(s.kinds)
+            for r, s in states.items()}
+    waiting = {r: sum(k in WAIT_KINDS for k in s.kinds) / len(s.kinds) for r, s in states.items()}
+    slow = sorted(r for r in states if busy[r] >= 0.6 and waiting[r] <= 0.34)
+    others = [r for r in states if r not in slow]
+    if not slow or not others or len(slow) > max(1, len(states) // 4):
+        return []
+    others_wait = median(waiting[r] for r in others)
+    if others_wait < 0.5:
+        return []
+    cpu_slow = [c for r in slow if (c := states[r].cpu_share) is not None]
+    cpu_rest = [c for r in others if (c := states[r].cpu_share) is not None]
+    cpu_text = ""
+    if cpu_slow and cpu_rest:
+        cpu_text = (f"; CPU {median(cpu_slow):.0%} of a core on the straggler vs "
+                    f"{median(cpu_rest):.0%} on the others")
+    who = f"rank{'s' if len(slow) > 1 else ''} {format_ranks(slow)}"
+    summary = (f"the job is moving but {who} {'lag' if len(slow) > 1 else 'lags'}: computing in "
+               f"{median(busy[r] for r in slow):.0%} of samples while ranks "
+               f"{format_ranks(others)} spent {others_wait:.0%} of theirs waiting in collectives for it{cpu_text}. Slow, not deadlocked.")
+    evidence = [item for rank in slow[:4]
+                if (item := ctx.stack_evidence(rank, "main thread: ")) is not None]
+    return [Finding(kind=Kind.STRAGGLER, culprit_ranks=slow, waiting_ranks=sorted(others),
+                    confidence=0.75, summary=summary, evidence=evidence)]
