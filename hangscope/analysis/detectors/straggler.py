@@ -45,7 +45,8 @@ def detect(ctx: Context) -> list[Finding]:
     who = f"rank{'s' if len(slow) > 1 else ''} {format_ranks(slow)}"
     summary = (f"the job is moving but {who} {'lag' if len(slow) > 1 else 'lags'}: computing in "
                f"{median(busy[r] for r in slow):.0%} of samples while ranks "
-               f"{format_ranks(others)} spent {others_wait:.0%} of theirs waiting in collectives for it{cpu_text}. Slow, not deadlocked.")
+               f"{format_ranks(others)} spent {others_wait:.0%} of theirs waiting in collectives "
+               f"for it{cpu_text}. Slow, not deadlocked.")
     evidence = [item for rank in slow[:4]
                 if (item := ctx.stack_evidence(rank, "main thread: ")) is not None]
     return [Finding(kind=Kind.STRAGGLER, culprit_ranks=slow, waiting_ranks=sorted(others),
