@@ -14,6 +14,8 @@ from hangscope import bundle
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence
 from hangscope.sources import flight_recorder, pyspy
+from hangscope.sources.logs import loader as log_loader
+from hangscope.sources.logs.scan import sniff_log
 
 MAX_FILES = 200_000
 SNIFF_BYTES = 4096
@@ -42,6 +44,7 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
     report = LoadReport()
     fr_files: list[str] = []
     stack_files: list[str] = []
+    log_files: list[str] = []
     for path in paths:
         if not os.path.exists(path):
             raise BadInputError(path, "no such file or directory")
@@ -55,12 +58,19 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
                 fr_files.append(file_path)
             elif kind == "pyspy":
                 stack_files.append(file_path)
+            elif kind == "log":
+                log_files.append(file_path)
             elif explicit:
                 report.problems.append(f"{file_path}: not a recognised evidence file")
             else:
                 report.skipped.append(file_path)
     _load_fr(fr_files, options, evidence, report)
     _load_stacks(stack_files, evidence, report)
+    for path in log_files:
+        before = len(report.problems)
+        log_loader.load_log_file(path, None, evidence, report.problems)
+        if len(report.problems) == before:
+            report.loaded.setdefault("log", []).append(path)
     evidence.gaps.extend(report.problems)
     if not report.count() and not evidence.ranks:
         if report.problems:
@@ -94,6 +104,8 @@ def _sniff(path: str) -> str | None:
         return "fr"
     if pyspy.sniff_pyspy(head):
         return "pyspy"
+    if sniff_log(head, path):
+        return "log"
     return None
 
 
@@ -117,8 +129,14 @@ def _load_fr(files: list[str], options: LoadOptions, evidence: JobEvidence,
 
 def _load_stacks(files: list[str], evidence: JobEvidence, report: LoadReport) -> None:
     """Saved py-spy dumps: the rank comes from the file (``[rankN]:`` prefixes, a bundle record)
-    or its name (``rank3.json``); ``rank3.worker0.json`` is one of rank 3's DataLoader workers."""
+    or its name (``rank3.json``); ``rank3.worker0.json`` is one of rank 3's DataLoader workers.
+    When one dump was saved as JSON and as text (``rank3.json``, ``rank3.txt``), the JSON, which
+    has full paths, is used."""
+    names = set(files)
     for path in files:
+        stem, ext = os.path.splitext(path)
+        if ext != ".json" and stem + ".json" in names:
+            continue
         try:
             samples = pyspy.load_pyspy_file(path)
         except BadInputError as exc:

@@ -11,6 +11,7 @@ from hangscope.sources import flight_recorder
 # Each of these registers the bundle kinds it owns when imported.
 from hangscope.collect import procstate  # noqa: F401,E402  ("proc")
 from hangscope.sources import pyspy  # noqa: F401,E402  ("pyspy")
+from hangscope.sources.logs import loader  # noqa: F401,E402  ("log")
 
 
 @register_loader("fr")

@@ -1,0 +1,42 @@
+"""NCCL_DEBUG=INFO/WARN lines: transport errors inside an INFO log, pid->rank attribution."""
+
+from __future__ import annotations
+
+from _logs_helpers import scan, strip_source
+
+from hangscope.sources.logs import scan_log
+
+
+def test_transport_errors_attributed_through_init_complete() -> None:
+    events = scan("nccl_info_with_warn.log")
+    assert [e.kind for e in events] == ["nccl_transport_error"] * 3 + ["nccl_warn"]
+    ib, ib2, sock, warn = events
+    assert (ib.line_no, ib.rank, ib.severity) == (27, 0, "warning")
+    assert strip_source(ib.fields) == {
+        "host": "node0", "pid": 13571, "tid": 13605, "cuda_dev": 0,
+        "src": "transport/net_ib.cc:1295",
+        "text": "NET/IB : Got completion from peer 10.0.0.2<53249> with error 12, opcode 32564, "
+                "len 0, vendor err 129 (Recv)",
+        "transport": "NET/IB", "peer": "10.0.0.2", "peer_port": 53249, "error": 12,
+        "vendor_err": 129, "direction": "Recv"}
+    assert ib.fields["rank_source"] == "pid"
+    # pid 13572 is rank 1 of the 16-rank comm and rank 0 of a 2-rank one: the largest wins
+    assert (ib2.rank, ib2.fields["error"], ib2.fields["peer_port"]) == (1, 12, 44206)
+    assert (sock.rank, sock.fields["peer"], sock.fields["peer_port"]) == (0, "node2", 42830)
+    assert sock.fields["transport"] == "socketProgress"
+    assert warn.rank is None and warn.fields["text"] == "Cuda failure 'out of memory'"
+
+
+def test_pid_map_applies_to_warn_lines_before_init() -> None:
+    data = (b"h:7:9 [0] misc/socket.cc:71 NCCL WARN socketProgress: Connection closed by remote "
+            b"peer h2<1>\n"
+            b"h:7:8 [0] NCCL INFO comm 0x1 rank 5 nranks 8 cudaDev 0 busId 1000 - Init COMPLETE\n")
+    events = scan_log("x.log", data=data)
+    assert [(e.kind, e.rank, e.fields["rank_source"]) for e in events] == [
+        ("nccl_transport_error", 5, "pid")]
+
+
+def test_launcher_tag_prefix() -> None:
+    data = b"[3] n:1:2 [1] net.cc:5 NCCL WARN NET/Socket : peer 10.0.0.9<4242> message truncated\n"
+    (event,) = scan_log("all.log", data=data)
+    assert event.rank == 3 and event.fields["peer"] == "10.0.0.9"
