@@ -6,10 +6,14 @@ or slow one (stacks change, CPU time grows). One sample, or none, leaves progres
 
 from __future__ import annotations
 
+import dataclasses
+import linecache
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hangscope.analysis.stacks import ThreadActivity, classify_thread, main_thread, stack_key
+from hangscope.analysis.stacks import Kind, ThreadActivity, classify_thread, main_thread
 from hangscope.model import Frame, JobEvidence, ProcessState, RankEvidence, StackSample
 
 Progress = Literal["stuck", "moving", "unknown"]
@@ -76,8 +80,9 @@ def _state(rank_ev: RankEvidence) -> RankStackState:
     main = main_thread(latest) if latest is not None else None
     activity = classify_thread(main) if main is not None else None
     state = RankStackState(
-        rank=rank_ev.rank, main=activity, main_frames=main.frames if main else (),
-        threads=[classify_thread(t) for t in latest.threads] if latest else [],
+        rank=rank_ev.rank, main=refine_idle(activity) if activity else None,
+        main_frames=main.frames if main else (),
+        threads=[refine_idle(classify_thread(t)) for t in latest.threads] if latest else [],
         samples=len(samples), sample_path=latest.path if latest else None)
     state.main_finished = main is not None and _is_shutdown(main.frames)
     for sample in samples:
@@ -91,6 +96,34 @@ def _state(rank_ev: RankEvidence) -> RankStackState:
     state.cpu_share = _cpu_share(procs)
     state.progress = _progress(samples, state.cpu_share)
     return state
+
+
+# What the job's own line says it blocks in, when py-spy (without --native) shows no frame for the
+# C call: ``with self.lock:``, ``lock.acquire()``, ``time.sleep(...)``, ``sock.recv(...)``.
+_LINE_WAITS: tuple[tuple[re.Pattern[str], Kind, str], ...] = (
+    (re.compile(r"\bwith\s+[\w.\[\]]*(lock|mutex|sem|cond)\w*\b", re.I), "lock", "lock.acquire"),
+    (re.compile(r"\.acquire\(|\.wait\(|\.join\("), "lock", "lock.acquire"),
+    (re.compile(r"\bsleep\("), "sleep", "time.sleep"),
+    (re.compile(r"\.(recv|recv_into|read|readline|accept)\("), "io", "read"),
+)
+
+
+def refine_idle(activity: ThreadActivity) -> ThreadActivity:
+    """Name an ``idle`` thread's wait from its source line, when the source is readable here.
+
+    py-spy shows no frame for a C call made straight from the job's code, so the stack ends at
+    the job's line; that line usually says what it waits on. Only a hint: marked in ``op``.
+    """
+    frame = activity.user_frame
+    if activity.kind != "idle" or frame is None or frame.line is None:
+        return activity
+    if not os.path.isfile(frame.filename):
+        return activity
+    text = linecache.getline(frame.filename, frame.line).strip()
+    for pattern, kind, op in _LINE_WAITS:
+        if pattern.search(text):
+            return dataclasses.replace(activity, kind=kind, op=f"{op} (source line: {text[:80]})")
+    return activity
 
 
 def _is_shutdown(frames: tuple[Frame, ...]) -> bool:
@@ -111,7 +144,10 @@ def _progress(samples: list[StackSample], cpu_share: float | None) -> Progress:
     keys = set()
     for sample in samples:
         main = main_thread(sample)
-        keys.add(stack_key(main.frames) if main else ())
+        # by function, file name and line: the JSON and text forms of one dump print the same
+        # frame with a full and a short path
+        keys.add(tuple((f.name, f.filename.rsplit("/", 1)[-1], f.line) for f in main.frames
+                       if not f.native) if main else ())
     if cpu_share is not None and cpu_share >= BUSY_CPU_SHARE:
         return "moving"
     if len(samples) >= 2 and len(keys) > 1:

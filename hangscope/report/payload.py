@@ -30,8 +30,9 @@ Layout (``schema`` = :data:`SCHEMA`)::
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from hangscope.analysis.correlate import FrPicture, GroupView
 from hangscope.analysis.frames import is_library_frame
 from hangscope.analysis.stacks import user_frame
 from hangscope.analysis.verdict import Finding
@@ -118,7 +119,8 @@ def build_payload(result: Result, redact_secrets: bool = True) -> Payload:
     ev = result.evidence
     graph = result.context.graph
     picture = result.context.picture
-    classes = _classes(result, s)
+    pending = stacktree.pending_by_rank(picture)
+    classes = _classes(result, s, pending)
     all_ranks = sorted(set(graph.class_of) | set(ev.ranks))
     class_index = {cid: i for i, cid in enumerate(classes["id"])}
     ranks = _rank_rows(result, all_ranks, class_index, s)
@@ -127,7 +129,8 @@ def build_payload(result: Result, redact_secrets: bool = True) -> Payload:
     if len(chosen) < len(all_ranks):
         notes.append(f"full detail kept for {len(chosen)} of {len(all_ranks)} ranks (culprits and "
                      "one per class); ranks in one class share the same flight-recorder state")
-    details = {str(rank): _detail(ev.ranks.get(rank), rank, picture, s, frames)
+    details = {str(rank): _detail(ev.ranks.get(rank), rank, picture, pending.get(rank, []), s,
+                                  frames)
                for rank in chosen}
     tree = stacktree.build(result, frames, s, MAX_TREE_NODES)
     if tree["truncated"]:
@@ -177,7 +180,7 @@ def _finding(finding: Finding, s: Strings) -> FindingData:
     coll: Collective | None = None
     if finding.collective is not None:
         c = finding.collective
-        coll = {"pg": c.pg, "pg_desc": c.pg_desc, "seq": c.seq, "op": c.op}
+        coll = Collective(pg=c.pg, pg_desc=c.pg_desc, seq=c.seq, op=c.op)
     cols: EvidenceColumns = {"source": [], "rank": [], "detail": [], "where": []}
     for item in finding.evidence:
         cols["source"].append(s(item.source))
@@ -190,7 +193,8 @@ def _finding(finding: Finding, s: Strings) -> FindingData:
             "evidence": cols}
 
 
-def _classes(result: Result, s: Strings) -> ClassColumns:
+def _classes(result: Result, s: Strings, pending: dict[int, list[tuple[GroupView, FrEntry]]],
+             ) -> ClassColumns:
     graph = result.context.graph
     picture = result.context.picture
     roles = {cls.id: cls.role for cls in result.verdict.rank_classes}
@@ -203,7 +207,7 @@ def _classes(result: Result, s: Strings) -> ClassColumns:
         cols["count"].append(len(members))
         cols["role"].append(s(roles.get(cid, "unknown")))
         cols["state"].append(s(graph.states.get(cid, "")))
-        cols["where"].append(s(_where_waiting(result, rep)))
+        cols["where"].append(s(_where_waiting(result, rep, pending.get(rep, []))))
         last = []
         for group in picture.groups.values():
             view = group.ranks.get(rep)
@@ -217,9 +221,9 @@ def _classes(result: Result, s: Strings) -> ClassColumns:
     return cols
 
 
-def _where_waiting(result: Result, rank: int) -> str | None:
+def _where_waiting(result: Result, rank: int,
+                   pending: list[tuple[GroupView, FrEntry]]) -> str | None:
     """The user's call site the rank is stuck at: FR's pending op, else its main thread."""
-    pending = result.context.picture.pending_ops(rank)
     if pending:
         frame = user_frame(pending[0][1].frames)
         if frame is not None:
@@ -276,8 +280,8 @@ def _detail_ranks(result: Result, classes: ClassColumns) -> list[int]:
     return sorted(chosen)
 
 
-def _detail(ev: RankEvidence | None, rank: int, picture: Any, s: Strings,
-            frames: Frames) -> RankDetail:
+def _detail(ev: RankEvidence | None, rank: int, picture: FrPicture,
+            pending: list[tuple[GroupView, FrEntry]], s: Strings, frames: Frames) -> RankDetail:
     if ev is None:
         return {"rank": rank, "host": -1, "pid": None, "stacks": None, "fr": None,
                 "logs": _logs([], s, MAX_LOGS), "proc": _proc([], s), "workers": []}
@@ -287,7 +291,8 @@ def _detail(ev: RankEvidence | None, rank: int, picture: Any, s: Strings,
         for pid in sorted(set(ev.worker_pids) | set(ev.worker_samples) | set(ev.worker_proc))]
     host = ev.host or (ev.fr.host if ev.fr is not None else None)
     return {"rank": rank, "host": s(host), "pid": ev.pid,
-            "stacks": _stacks(ev.samples, s, frames), "fr": _fr(rank, picture, s, frames),
+            "stacks": _stacks(ev.samples, s, frames),
+            "fr": _fr(rank, picture, pending, s, frames),
             "logs": _logs(ev.logs, s, MAX_LOGS), "proc": _proc(ev.proc, s), "workers": workers}
 
 
@@ -314,7 +319,8 @@ def _ms(ns: int | None) -> float | None:
     return None if ns is None else round(ns / 1e6, 3)
 
 
-def _fr(rank: int, picture: Any, s: Strings, frames: Frames) -> FrData | None:
+def _fr(rank: int, picture: FrPicture, pending_ops: list[tuple[GroupView, FrEntry]],
+        s: Strings, frames: Frames) -> FrData | None:
     dump = picture.dumps.get(rank)
     if dump is None:
         return None
@@ -322,7 +328,6 @@ def _fr(rank: int, picture: Any, s: Strings, frames: Frames) -> FrData | None:
     for entry in dump.entries:
         by_group.setdefault(entry.pg_name, []).append(entry)
     groups: list[FrGroup] = []
-    pending_ops = picture.pending_ops(rank)
     for name, entries in sorted(by_group.items(), key=lambda kv: _group_key(kv[0])):
         entries.sort(key=lambda e: e.record_id)
         shown = entries[-MAX_FR_ENTRIES:]

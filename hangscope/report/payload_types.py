@@ -10,9 +10,9 @@ from typing import TypedDict
 
 
 class Collective(TypedDict):
-    pg: str
+    pg: str | None
     pg_desc: str
-    seq: int
+    seq: int | None
     op: str
 
 

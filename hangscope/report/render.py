@@ -1,7 +1,8 @@
 """One entry point for every rendering of a result: ``render(result, "html"|"text"|"json")``.
 
-The three formats come from the same verdict: text from :func:`hangscope.report.text.format_verdict`,
-JSON from :meth:`Verdict.to_json`, HTML from :func:`hangscope.report.html.render_html`.
+The three formats come from the same verdict: text from
+:func:`hangscope.report.text.format_verdict`, JSON from :meth:`Verdict.to_json`, HTML from
+:func:`hangscope.report.html.render_html`.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from hangscope.analysis.verdict import Verdict
 from hangscope.analysis.waitgraph import WaitGraph, WaitReason
 from hangscope.ranges import format_ranks
 
-NODE_W, NODE_H, GAP_X, GAP_Y, MARGIN = 250, 70, 44, 78, 24
+NODE_W, NODE_H, GAP_X, GAP_Y, MARGIN, ARC = 250, 70, 64, 84, 24, 40
 MAX_PER_ROW = 5
 MAX_NODES = 24
 FILL = {"culprit": "#fde7e6", "waiting": "#e8f0fe", "ok": "#eef6ee", "unknown": "#f3f3f3"}
@@ -86,7 +86,7 @@ def wait_graph_svg(graph: WaitGraph, verdict: Verdict, text: Callable[[str], str
 
     def priority(cid: str) -> tuple[object, ...]:
         n = nodes[cid]
-        linked = any(cid in pair for pair in edges) or cid in implied
+        linked = any(cid in pair for pair in (*edges, *implied))
         return (not (root_culprits & set(n.ranks)), cid not in in_cycle, n.role != "culprit",
                 not linked, -len(n.ranks), n.ranks[0])
 
@@ -109,8 +109,7 @@ def wait_graph_svg(graph: WaitGraph, verdict: Verdict, text: Callable[[str], str
         if src in visible and dst in visible:
             cyc = src in in_cycle and dst in in_cycle
             out.append(_edge(nodes[src], nodes[dst], labels, cyc, (src, dst) in implied, text))
-    for cid in shown:
-        out.append(_node(nodes[cid], text))
+    out.extend(_node(nodes[cid], text) for cid in shown)
     if hidden:
         count = sum(len(nodes[c].ranks) for c in hidden)
         out.append(f'<text class="more" x="{MARGIN}" y="{height + 12:.0f}" font-size="12" '
@@ -184,7 +183,7 @@ def _place(rows: list[list[str]], nodes: dict[str, _Node]) -> tuple[float, float
         for j, cid in enumerate(row):
             nodes[cid].x = x0 + j * (NODE_W + GAP_X)
             nodes[cid].y = MARGIN + 14 + i * (NODE_H + GAP_Y)
-    height = MARGIN * 2 + 14 + len(rows) * NODE_H + max(0, len(rows) - 1) * GAP_Y
+    height = MARGIN * 2 + 14 + ARC + len(rows) * NODE_H + max(0, len(rows) - 1) * GAP_Y
     return width, height
 
 
@@ -220,26 +219,36 @@ def _edge(a: _Node, b: _Node, labels: list[str], cycle: bool, implied: bool,
     color = "#c62828" if cycle else "#555"
     marker = "arr-red" if cycle else "arr"
     cx_a, cx_b = a.x + NODE_W / 2, b.x + NODE_W / 2
-    if abs(a.y - b.y) < 1:  # same row: arc over (left to right) or under (right to left)
-        if cx_a < cx_b:
-            y0, bend = a.y, a.y - 34
+    show_label = True
+    if abs(a.y - b.y) < 1:  # same row (a cycle): neighbours face each other, others arc below
+        right = cx_a < cx_b
+        if abs(cx_a - cx_b) <= NODE_W + GAP_X + 1:
+            y = a.y + NODE_H * (0.36 if right else 0.64)
+            x0, x1 = (a.x + NODE_W, b.x) if right else (a.x, b.x + NODE_W)
+            path = f"M{x0:.0f},{y:.0f} L{x1:.0f},{y:.0f}"
+            show_label = False  # no room between the boxes: the tooltip carries it
+            lx = ly = 0.0
         else:
-            y0, bend = a.y + NODE_H, a.y + NODE_H + 34
-        x0, x1 = cx_a + NODE_W / 4 * (1 if cx_a < cx_b else -1), cx_b
-        path = f"M{x0:.0f},{y0:.0f} C{x0:.0f},{bend:.0f} {x1:.0f},{bend:.0f} {x1:.0f},{y0:.0f}"
-        lx, ly = (x0 + x1) / 2, bend + (-4 if cx_a < cx_b else 12)
+            y0, bend = a.y + NODE_H, a.y + NODE_H + ARC
+            path = (f"M{cx_a:.0f},{y0:.0f} C{cx_a:.0f},{bend:.0f} {cx_b:.0f},{bend:.0f} "
+                    f"{cx_b:.0f},{y0:.0f}")
+            lx, ly = (cx_a + cx_b) / 2, y0 + ARC * 0.75 + 4
     else:
         down = a.y < b.y
         y0 = a.y + NODE_H if down else a.y
         y1 = b.y if down else b.y + NODE_H
         mid = (y0 + y1) / 2
-        path = f"M{cx_a:.0f},{y0:.0f} C{cx_a:.0f},{mid:.0f} {cx_b:.0f},{mid:.0f} {cx_b:.0f},{y1:.0f}"
-        lx, ly = (cx_a + cx_b) / 2, mid - 3
+        path = (f"M{cx_a:.0f},{y0:.0f} C{cx_a:.0f},{mid:.0f} {cx_b:.0f},{mid:.0f} "
+                f"{cx_b:.0f},{y1:.0f}")
+        # label nearer the target, where edges from one source have spread apart
+        lx, ly = cx_a + 0.72 * (cx_b - cx_a), y0 + 0.62 * (y1 - y0)
     label = text(labels[0]) + (f" +{len(labels) - 1}" if len(labels) > 1 else "") if labels else ""
     tip = "waits on: " + "; ".join(text(x) for x in labels)
     dash = ' stroke-dasharray="6 4"' if implied else ""
     return (f'<g class="edge{" cycle" if cycle else ""}"><title>{_t(tip)}</title>'
             f'<path d="{path}" fill="none" stroke="{color}" stroke-width="{2.2 if cycle else 1.6}"'
             f'{dash} marker-end="url(#{marker})"/>'
-            f'<text x="{lx:.0f}" y="{ly:.0f}" font-size="11" fill="{color}" text-anchor="middle" '
-            f'stroke="#fcfcfc" stroke-width="4" paint-order="stroke" class="elabel">{_t(_cut(label, 40))}</text></g>')
+            + (f'<text x="{lx:.0f}" y="{ly:.0f}" font-size="11" fill="{color}" '
+               'text-anchor="middle" stroke="#fcfcfc" stroke-width="4" paint-order="stroke" '
+               f'class="elabel">{_t(_cut(label, 40))}</text>' if show_label and label else "")
+            + "</g>")

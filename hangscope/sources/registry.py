@@ -4,13 +4,15 @@ same format always go through the same code."""
 from __future__ import annotations
 
 from hangscope.bundle import register_loader
-from hangscope.errors import BadInputError
-from hangscope.model import JobEvidence
-from hangscope.sources import flight_recorder
 
 # Each of these registers the bundle kinds it owns when imported.
 from hangscope.collect import procstate  # noqa: F401,E402  ("proc")
-from hangscope.sources import pyspy  # noqa: F401,E402  ("pyspy")
+from hangscope.errors import BadInputError
+from hangscope.model import JobEvidence
+from hangscope.sources import (
+    flight_recorder,
+    pyspy,  # noqa: F401,E402  ("pyspy")
+)
 from hangscope.sources.logs import loader  # noqa: F401,E402  ("log")
 
 

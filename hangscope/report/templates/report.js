@@ -41,7 +41,9 @@
   var status = $("status");
   status.textContent = sum.status.toUpperCase();
   status.className = "status status-" + sum.status;
-  $("verdict").textContent = sum.headline.charAt(0).toUpperCase() + sum.headline.slice(1);
+  var head = sum.headline.charAt(0).toUpperCase() + sum.headline.slice(1), cut = head.indexOf("; ");
+  $("verdict").textContent = cut > 40 ? head.slice(0, cut) : head;
+  $("verdict-more").textContent = cut > 40 ? "\u2026 " + head.slice(cut + 2) : "";
   function fact(label, value, cls) {
     $("facts").appendChild(el("div", { cls: cls || null }, el("dt", { text: label }), el("dd", { text: value })));
   }

@@ -1,0 +1,40 @@
+"""rank_oom: a rank ran out of memory: CUDA OOM text, ``torch.OutOfMemoryError``, a host or
+cgroup OOM kill of its pid, or a SIGKILL with its memory near the limit.
+
+Signal: log events classified as OOM for the rank's own process (``log_causes``); for host OOM
+kills, the killed pid matched to a rank. Cites: the log line (file:line). Comes before the
+survivors' connection errors and timeouts, which are echoes. False positives: an OOM that the job
+caught and recovered from (the rank is then still alive and moving: confidence is lowered).
+"""
+
+from __future__ import annotations
+
+from hangscope.analysis.context import Context
+from hangscope.analysis.log_causes import describe, failures
+from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
+from hangscope.ranges import format_ranks
+
+
+def detect(ctx: Context) -> list[Finding]:
+    by_rank = {rank: [f for f in items if f.what == "oom"]
+               for rank, items in failures(ctx.evidence).items()}
+    pids = {ev.pid: rank for rank, ev in ctx.evidence.ranks.items() if ev.pid}
+    for rank_ev in ctx.evidence.ranks.values():
+        for event in rank_ev.logs:
+            if event.kind == "host_oom_kill" and event.fields.get("pid") in pids:
+                by_rank.setdefault(pids[int(event.fields["pid"])], [])
+    culprits = sorted(rank for rank, items in by_rank.items() if items)
+    if not culprits:
+        return []
+    evidence = [EvidenceItem("log", rank, describe(item.event), item.event.where())
+                for rank in culprits[:8] for item in by_rank[rank][:2]]
+    moving = [r for r in culprits if (s := ctx.stacks.get(r)) and s.progress == "moving"]
+    first = by_rank[culprits[0]][0].event
+    others = sorted(set(ctx.evidence.ranks) - set(culprits))
+    summary = (f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)} ran out of "
+               f"memory: {describe(first, 200)} ({first.where()})")
+    if others:
+        summary += (f"; the errors and timeouts of ranks {format_ranks(others)} follow from it")
+    return [Finding(kind=Kind.RANK_OOM, culprit_ranks=culprits, waiting_ranks=others,
+                    confidence=0.6 if moving else 0.95, summary=summary, evidence=evidence)]
+

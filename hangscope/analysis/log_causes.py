@@ -1,0 +1,117 @@
+"""Which log events are a rank's own failure, and which are the echo of someone else's.
+
+When one rank dies, every other rank logs something too: gloo's "Connection closed by peer", NCCL
+watchdog timeouts, torchrun's closing signals and its ChildFailedError table. Those are
+consequences. A cause is what happened to a rank on its own: an OOM, a kill signal, an exception
+of its own code, a transport error naming a peer. Detectors read :func:`failures`, which keeps
+causes only, each rank's earliest first (by timestamp where the line has one, else file order).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from hangscope.model import JobEvidence, LogEvent
+
+# Messages of exceptions that a rank raises because a peer went away or timed out.
+_ECHO = re.compile(r"Connection (closed|reset) by peer|Broken pipe|Timed out waiting|"
+                   r"timed out|Watchdog caught|DistBackendError|NCCL communicator was aborted|"
+                   r"remote process exited|ChildFailedError|Socket Timeout|recvBytes|"
+                   r"Application timeout caused pair closure|failed to pass monitoredBarrier|"
+                   r"Detected mismatch between collectives", re.I)
+ECHO_KINDS = frozenset({"gloo_connection_closed", "gloo_timeout", "nccl_watchdog_timeout",
+                        "elastic_closing_signal", "nccl_heartbeat_stuck", "fr_dump_notice",
+                        "nccl_work_status", "nccl_desync", "monitored_barrier_failure",
+                        "collective_fingerprint_mismatch", "nccl_warn"})
+OOM_KINDS = frozenset({"cuda_oom", "host_oom_kill"})
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    rank: int
+    event: LogEvent
+    what: str  # "oom" | "signal" | "exception" | "transport" | "dataloader" | "collective_error"
+
+
+def classify(event: LogEvent) -> str | None:
+    """The kind of failure this event records for its own rank, or None for an echo/noise."""
+    kind = event.kind
+    if kind in OOM_KINDS or "OutOfMemoryError" in str(event.fields.get("exc_type", "")):
+        return "oom"
+    if kind in ECHO_KINDS:
+        return None
+    if kind == "elastic_child_failed":
+        return "signal" if event.fields.get("signal") not in (None, "") else None
+    if kind == "traceback":
+        message = f"{event.fields.get('exc_type', '')}: {event.fields.get('exc_message', '')}"
+        if _ECHO.search(message) or "ChildFailedError" in message:
+            return None
+        return "exception"
+    if kind == "nccl_transport_error":
+        return "transport"
+    if kind.startswith("dataloader") or kind == "shm_bus_error":
+        return "dataloader"
+    if kind in ("gloo_enforce_fail", "nccl_error"):
+        return "collective_error"
+    return None
+
+
+def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
+    for rank, rank_ev in evidence.ranks.items():
+        for event in rank_ev.logs:
+            yield (event.rank if event.rank is not None else rank), event
+    world = evidence.expected_world_size()
+    hosts = {ev.host for ev in evidence.ranks.values() if ev.host}
+    for event in evidence.unattributed_logs:
+        if event.rank is not None:
+            yield event.rank, event
+            continue
+        local = event.fields.get("local_rank")
+        # On a single host a launcher's local rank is the global rank.
+        if isinstance(local, int) and len(hosts) <= 1 and (world is None or local < world):
+            yield local, event
+
+
+def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
+    """Per rank, its own failures: earliest first; duplicates (the same text copied by a
+    launcher's tee) collapsed."""
+    found: dict[int, list[Failure]] = {}
+    seen: set[tuple[int, str, str]] = set()
+    for rank, event in _rank_events(evidence):
+        what = classify(event)
+        if what is None:
+            continue
+        key = (rank, event.kind, event.message[:200])
+        if key in seen:
+            continue
+        seen.add(key)
+        found.setdefault(rank, []).append(Failure(rank, event, what))
+    for items in found.values():
+        items.sort(key=lambda f: (f.event.time is None, f.event.time or 0.0))
+    return found
+
+
+def first_failure_time(items: list[Failure]) -> float | None:
+    times = [f.event.time for f in items if f.event.time is not None]
+    return min(times) if times else None
+
+
+def describe(event: LogEvent, limit: int = 240) -> str:
+    """One line for a log event: the exception, not the ``Traceback (most recent call last):``
+    line it starts at; the exit signal, not the table row's first cell."""
+    fields = event.fields
+    if event.kind == "traceback" or fields.get("exc_type"):
+        text = f"{fields.get('exc_type', 'exception')}: {fields.get('exc_message', '')}".strip()
+        last = fields.get("last_frame")
+        if last:
+            text += f" (raised at {last})"
+    elif event.kind == "elastic_child_failed":
+        signal = fields.get("signal")
+        text = (f"launcher: exit code {fields.get('exitcode')}"
+                + (f" ({signal})" if signal else "") + f", pid {fields.get('pid', '?')}")
+    else:
+        text = event.message
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
