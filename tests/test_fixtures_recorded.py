@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ KINDS = {
     "network_fault",
     "init_hang",
 }
+STATUSES = {"hang", "crashed", "slow", "healthy", "inconclusive"}
+OUTCOME_STATUS = {"hang": "hang", "error": "crashed", "slow": "slow", "ok": "healthy"}
 SCALARS = (str, int, float, bool, type(None))
 
 
@@ -84,15 +87,25 @@ def test_expected_json_well_formed(scenario: str) -> None:
     assert e["scenario"] == scenario
     ws = e["world_size"]
     assert isinstance(ws, int) and 2 <= ws <= 4
-    assert e["kind"] in KINDS
+    assert e["outcome"] in OUTCOME_STATUS
+    assert e["status"] in STATUSES
+    assert e["status"] == OUTCOME_STATUS[e["outcome"]]
     ranks = set(range(ws))
-    for key in ("culprit_ranks", "waiting_ranks", "dump_ranks"):
+    for key in ("culprit_ranks", "waiting_ranks", "dump_ranks", "ready_ranks", "stack_ranks"):
         assert isinstance(e[key], list) and set(e[key]) <= ranks, key
-    assert e["culprit_ranks"], "a fixture always has a culprit"
+    if e["status"] == "healthy":  # nothing is wrong: no finding at all
+        assert e["kind"] is None
+        assert e["culprit_ranks"] == [] and e["waiting_ranks"] == []
+    else:
+        assert e["kind"] in KINDS
+        assert e["culprit_ranks"], "a fixture that goes wrong always has a culprit"
     assert not set(e["culprit_ranks"]) & set(e["waiting_ranks"])
-    assert e["outcome"] in {"hang", "error"}
     assert isinstance(e["fr_has_evidence"], bool)
     assert isinstance(e["notes"], str) and e["notes"]
+    assert isinstance(e["facts"], dict)
+    assert isinstance(e["worker_stacks"], dict)
+    for r, n in e["worker_stacks"].items():
+        assert int(r) in e["stack_ranks"] and isinstance(n, int) and n > 0
     c = e["collective"]
     if c is not None:
         assert set(c) == {"pg", "seq", "op"}
@@ -101,6 +114,10 @@ def test_expected_json_well_formed(scenario: str) -> None:
     assert set(e["blocked_in"]) == {str(r) for r in ranks}
     for where in e["blocked_in"].values():
         assert ("pg" in where) != ("python" in where)
+        if "died" in where:  # where the main thread (or the process) died, and how
+            assert isinstance(where["python"], str) and isinstance(where["died"], str)
+        if "running" in where:
+            assert where["running"] is True and e["outcome"] in {"slow", "ok"}
     if not e["fr_has_evidence"]:
         assert c is None
 
@@ -110,8 +127,8 @@ def test_dumps_and_logs_present(scenario: str) -> None:
     e = expected(scenario)
     d = RECORDED / scenario
     want = dump_ranks(scenario)
-    pickles = sorted(int(p.name.rsplit("_", 1)[1]) for p in (d / "fr" / "pickle").iterdir())
-    jsons = sorted(int(p.stem.rsplit("_", 1)[1]) for p in (d / "fr" / "json").iterdir())
+    pickles = sorted(int(p.name.rsplit("_", 1)[1]) for p in (d / "fr").glob("pickle/*"))
+    jsons = sorted(int(p.stem.rsplit("_", 1)[1]) for p in (d / "fr").glob("json/*"))
     assert pickles == want
     assert jsons == want
     for r in range(e["world_size"]):
@@ -120,6 +137,14 @@ def test_dumps_and_logs_present(scenario: str) -> None:
     assert (d / "logs" / "torchrun.log").stat().st_size > 0
     total = sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
     assert total < 200_000, f"{scenario} recording is {total} bytes: keep committed files small"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_no_temp_paths_leak(scenario: str) -> None:
+    for p in (RECORDED / scenario).rglob("*"):
+        if p.is_file() and p.parent.name != "pickle":
+            text = p.read_text(errors="replace")
+            assert "hangscope-rec-" not in text and "/tmp/" not in text, p
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -166,7 +191,7 @@ def test_ground_truth_matches_dumps(scenario: str) -> None:
             assert x["profiling_name"] == "gloo:" + where["op"]
             if e["outcome"] == "hang":
                 assert not x["retired"] and pending == [x], (r, where)
-        else:  # blocked outside any recorded collective
+        elif not where.get("running"):  # blocked outside any recorded collective
             assert pending == [], (r, where)
     c = e["collective"]
     if c is not None:  # some rank's dump holds the finding's collective
@@ -181,3 +206,117 @@ def test_ground_truth_matches_dumps(scenario: str) -> None:
         for r in dumped:
             p = RECORDED / scenario / "fr" / "pickle" / f"nccl_trace_rank_{r}"
             assert not any(x["is_p2p"] for x in load_pickle(p)["entries"])
+
+
+# --- py-spy stacks (jobs that stay up: outcome hang or slow) -----------------------------------
+
+STACKED = [s for s in SCENARIOS if expected(s)["stack_ranks"]]
+NEEDS_STACKS = {  # recordings made since the recorder takes stacks
+    "rank_died",
+    "dataloader_stall",
+    "python_deadlock",
+    "straggler",
+    "init_hang",
+}
+
+
+def stacks(scenario: str, name: str) -> list[dict[str, Any]]:
+    threads = json.loads((RECORDED / scenario / "stacks" / f"{name}.json").read_text())
+    assert isinstance(threads, list) and threads
+    return threads
+
+
+def main_thread(threads: list[dict[str, Any]]) -> list[str]:
+    """The main thread's function names, innermost first, without class prefixes."""
+    (main,) = [t for t in threads if t["thread_name"] == "MainThread"]
+    return [f["name"].rsplit(".", 1)[-1] for f in main["frames"]]
+
+
+def test_new_hung_recordings_have_stacks() -> None:
+    for scenario in NEEDS_STACKS:
+        e = expected(scenario)
+        assert e["outcome"] in {"hang", "slow"}
+        assert e["stack_ranks"] == list(range(e["world_size"])), scenario
+    for scenario in SCENARIOS:
+        if expected(scenario)["outcome"] in {"error", "ok"}:
+            assert not (RECORDED / scenario / "stacks").exists(), scenario
+
+
+@pytest.mark.parametrize("scenario", STACKED)
+def test_stacks_well_formed(scenario: str) -> None:
+    e = expected(scenario)
+    d = RECORDED / scenario / "stacks"
+    names = [f"rank{r}" for r in e["stack_ranks"]]
+    names += [f"rank{r}.worker{k}" for r, n in e["worker_stacks"].items() for k in range(int(n))]
+    assert sorted(p.name for p in d.iterdir()) == sorted(
+        f"{n}.{ext}" for n in names for ext in ("json", "txt")
+    )
+    for n in names:
+        threads = stacks(scenario, n)
+        pid = threads[0]["pid"]
+        for t in threads:
+            assert t["pid"] == pid and isinstance(t["frames"], list)
+            for f in t["frames"]:
+                assert isinstance(f["name"], str) and isinstance(f["line"], int)
+        text = (d / f"{n}.txt").read_text()
+        assert text.startswith(f"Process {pid}: "), n
+        assert sum(line.startswith("Thread ") for line in text.splitlines()) == len(threads)
+        if "." not in n:  # a rank: the same process that logged "started pid=..."
+            log = (RECORDED / scenario / "logs" / f"{n}.stdout.log").read_text()
+            if "started pid=" in log:  # (init_hang's ranks never got that far)
+                assert f"started pid={pid} " in log, n
+
+
+@pytest.mark.parametrize("scenario", STACKED)
+def test_stacks_match_ground_truth(scenario: str) -> None:
+    e = expected(scenario)
+    for r in e["stack_ranks"]:
+        where = e["blocked_in"][str(r)]
+        threads = stacks(scenario, f"rank{r}")
+        names = main_thread(threads)
+        if "died" in where:  # the main thread raised; the interpreter waits for other threads
+            assert names == ["_shutdown"], (r, names)
+        elif "pg" in where:
+            assert names[0] == where["op"], (r, names)
+        else:
+            assert where["python"] in names, (r, names)
+        if "other_thread" in where:
+            others = {f["name"].rsplit(".", 1)[-1] for t in threads for f in t["frames"]}
+            assert where["other_thread"] in others
+        if "worker" in where:
+            n = e["worker_stacks"][str(r)]
+            workers = [main_thread(stacks(scenario, f"rank{r}.worker{k}")) for k in range(n)]
+            assert any(w[0] == where["worker"] for w in workers), workers
+
+
+# --- what the logs say ------------------------------------------------------------------------
+
+
+def log(scenario: str, name: str) -> str:
+    return (RECORDED / scenario / "logs" / name).read_text(errors="replace")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_logs_match_outcome(scenario: str) -> None:
+    e = expected(scenario)
+    launcher = log(scenario, "torchrun.log")
+    if e["outcome"] == "error":
+        assert "ChildFailedError" in launcher
+    else:  # killed by the recorder (hang, slow) or a clean exit (ok): no failure report
+        assert "ChildFailedError" not in launcher
+    for r, where in e["blocked_in"].items():
+        died = where.get("died")
+        if died == "SIGKILL":
+            assert "exitcode  : -9" in launcher and "Signal 9 (SIGKILL)" in launcher
+            assert "Traceback" not in log(scenario, f"rank{r}.stderr.log")
+        elif died:
+            err = log(scenario, f"rank{r}.stderr.log")
+            assert f"{died}: " in err and f"in {where['python']}" in err, r
+    if "final_loss" in e["facts"]:
+        assert f"final loss {e['facts']['final_loss']}\n" in log(scenario, "rank0.stdout.log")
+    if e["outcome"] == "slow":  # every rank kept stepping
+        for r in range(e["world_size"]):
+            steps = [
+                int(n) for n in re.findall(r"step (\d+) ", log(scenario, f"rank{r}.stdout.log"))
+            ]
+            assert len(steps) >= 3 and steps == sorted(steps), r

@@ -224,11 +224,13 @@ def add_stack_waits(graph: WaitGraph, picture: FrPicture,
         if state.gone or state.main_finished or main is None:
             elsewhere.append(rank)
         elif main.kind == "collective" and rank in unplaced:
-            in_collective.setdefault(main.op or "?", []).append(rank)
+            if state.progress != "moving":  # a rank that gets past its collectives waits on no one
+                in_collective.setdefault(main.op or "?", []).append(rank)
         elif main.kind == "p2p":
             in_p2p.setdefault(main.op or "?", []).append(rank)
         elif main.kind == "init":
-            in_init.append(rank)
+            if state.progress != "moving":
+                in_init.append(rank)
         elif main.kind != "collective":
             elsewhere.append(rank)
     # ranks with no evidence at all are "elsewhere" as far as anyone can tell

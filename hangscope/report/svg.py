@@ -189,8 +189,9 @@ def _place(rows: list[list[str]], nodes: dict[str, _Node]) -> tuple[float, float
 
 def _node(n: _Node, text: Callable[[str], str]) -> str:
     ranks = format_ranks(n.ranks)
-    head = f"rank{'s' if len(n.ranks) > 1 else ''} {_cut(ranks, 26)}"
     count = f"{len(n.ranks)} rank{'s' if len(n.ranks) > 1 else ''}"
+    room = int((NODE_W - 24 - 6.2 * (len(count) + 2)) / 8.4) - 6  # bold 14px vs 11px glyphs
+    head = f"rank{'s' if len(n.ranks) > 1 else ''} {_cut(ranks, max(room, 8))}"
     state = text(n.state)
     tip = f"{n.role}: ranks {ranks} ({count})\n{state}"
     dash = ' stroke-dasharray="5 3"' if n.role == "unknown" else ""

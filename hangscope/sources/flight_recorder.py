@@ -193,21 +193,20 @@ def _pg_status(raw: Any) -> dict[str, dict[str, int]]:
 
 
 def _shape_list(value: Any) -> tuple[tuple[int, ...], ...]:
-    if not isinstance(value, list):
+    """Sizes as nested tuples. Not validated per dimension: a bogus value only makes a
+    signature differ, which is what a corrupt entry deserves."""
+    if type(value) is not list:
         return ()
     try:
-        shapes = tuple(map(tuple, value))
+        return tuple(map(tuple, value))
     except TypeError:
         return ()
-    if all(type(dim) is int for shape in shapes for dim in shape):
-        return shapes
-    return tuple(tuple(dim for dim in shape if type(dim) is int) for shape in shapes)
 
 
 def _str_list(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, (list, tuple)):
+    if type(value) is not list:
         return ()
-    return tuple(item if type(item) is str else str(item) for item in value)
+    return tuple(map(str, value))
 
 
 def _time_ns(value: Any) -> int | None:

@@ -7,6 +7,7 @@ analyzed; only when nothing at all is usable does loading fail.
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass, field
 
@@ -114,6 +115,18 @@ def _load_fr(files: list[str], options: LoadOptions, evidence: JobEvidence,
     if not files:
         return
     by_rank = flight_recorder.assign_ranks(files, options.prefix)
+    # Thousands of dumps allocate millions of small objects that all stay alive: the cyclic
+    # collector would rescan the growing heap again and again for nothing. Restored after.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _load_fr_files(by_rank, evidence, report)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _load_fr_files(by_rank: dict[int, str], evidence: JobEvidence, report: LoadReport) -> None:
     for rank, path in sorted(by_rank.items()):
         try:
             dump, problems = flight_recorder.load_dump(path, rank)

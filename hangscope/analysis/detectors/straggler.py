@@ -2,7 +2,8 @@
 
 Signal: across the stack samples, the culprit's main thread is mostly computing (and burns CPU)
 while the other ranks are mostly inside collectives, waiting; every rank shows progress (stacks
-change or CPU grows), so this is slow, not deadlocked. Says by how much: the share of samples
+change or CPU grows) and at least one waiting rank gets past its collective between samples, so
+this is slow, not deadlocked. Says by how much: the share of samples
 the others spent waiting, and the CPU ratio. Cites: the straggler's stack. Needs at least 3
 samples per rank; more samples (``--samples 10``) sharpen it. False positives: rank 0 doing
 legitimate extra work (logging, checkpointing) that the others wait for once.
@@ -22,9 +23,7 @@ WAIT_KINDS = ("collective", "p2p")
 
 def detect(ctx: Context) -> list[Finding]:
     states = {r: s for r, s in ctx.stacks.items() if len(s.kinds) >= MIN_SAMPLES and not s.gone}
-    if len(states) < 2 or any(s.progress == "stuck" for s in states.values()):
-        return []
-    if not any(s.progress == "moving" for s in states.values()):
+    if len(states) < 2:
         return []
     busy = {r: sum(k in ("compute", "cuda_sync") for k in s.kinds) / len(s.kinds)
             for r, s in states.items()}
@@ -32,6 +31,10 @@ def detect(ctx: Context) -> list[Finding]:
     slow = sorted(r for r in states if busy[r] >= 0.6 and waiting[r] <= 0.34)
     others = [r for r in states if r not in slow]
     if not slow or not others or len(slow) > max(1, len(states) // 4):
+        return []
+    # Waiting ranks that never move could be waiting forever on a rank stuck in a compute loop;
+    # one of them getting past its collective between samples shows the job still moves.
+    if not any(states[r].progress == "moving" for r in others):
         return []
     others_wait = median(waiting[r] for r in others)
     if others_wait < 0.5:

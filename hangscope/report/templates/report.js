@@ -1,6 +1,6 @@
 /* hangscope report: renders the embedded payload (hangscope.report/1).
    Data only ever reaches the page through textContent and setAttribute on fixed attributes:
-   never innerHTML. No network, no external code. */
+   never through HTML parsing. No network, no external code. */
 (function () {
   "use strict";
   var D = JSON.parse(document.getElementById("report-data").textContent);
@@ -200,7 +200,7 @@
         var dur = e.started[i] !== null && e.completed[i] !== null ? (e.completed[i] - e.started[i]).toFixed(3) + " ms" : "";
         rows.push([String(e.rid[i]), (e.p2p[i] ? "p2p " : "") + e.seq[i], S(e.op[i]) + (e.peer[i] !== null ? " peer " + e.peer[i] : ""),
           S(e.state[i]) + (e.done[i] === false ? " (not completed)" : ""), S(e.sizes[i]),
-          clock(e.created[i]), dur, el("code", { text: S(e.where[i]) })]);
+          el("span", { cls: "nowrap", text: clock(e.created[i]) }), dur, el("code", { text: S(e.where[i]) })]);
       }
       box.appendChild(el("h3", { text: "Flight recorder, pg " + S(g.pg) + ": last " + e.rid.length + " of " + g.total + " entries (" + S(fr.path) + ")" }));
       box.appendChild(table(["record", "seq", "op", "state", "sizes", "enqueued (UTC)", "duration", "call site"], rows,
@@ -219,7 +219,7 @@
   function procTable(p) {
     var rows = [];
     for (var i = 0; i < p.status.length; i++) {
-      rows.push([S(p.status[i]), clock(p.at[i] * 1000), p.cpu[i] === null ? "" : p.cpu[i].toFixed(2) + " s",
+      rows.push([S(p.status[i]), el("span", { cls: "nowrap", text: clock(p.at[i] * 1000) }), p.cpu[i] === null ? "" : p.cpu[i].toFixed(2) + " s",
         p.rss[i] === null ? "" : (p.rss[i] / 1048576).toFixed(0) + " MiB", p.threads[i], S(p.wchan[i]),
         p.exit[i] === null ? (p.signal[i] === null ? "" : "signal " + p.signal[i]) : "exit " + p.exit[i]]);
     }

@@ -1,0 +1,84 @@
+"""Live attach on jobs that hang (or slow down) for a reason beyond collectives, and on a healthy
+job that must keep training unharmed. Every job is stopped by its process groups in
+``running_job``'s ``finally``, also when a test fails."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+
+import pytest
+
+from hangscope.cli import main
+from hangscope.errors import ExitCode
+
+torch = pytest.importorskip("torch")
+from fixtures.jobrunner import SCENARIOS, running_job  # noqa: E402
+
+pytestmark = [pytest.mark.live,
+              pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy not installed")]
+
+
+def attach(job, out, *extra: str) -> tuple[int, dict]:
+    args = ["attach", "--pid-group", str(job.pgid), "--out", str(out), "--force", *extra]
+    code = main(args)
+    return code, json.loads((out / "verdict.json").read_text())
+
+
+@pytest.mark.parametrize("scenario", ["rank_died", "dataloader_stall", "python_deadlock",
+                                      "init_hang"])
+def test_attach_names_the_reason(tmp_path, scenario) -> None:
+    truth = SCENARIOS[scenario]
+    with running_job(scenario, ready_dir=tmp_path / "ready") as job:
+        time.sleep(1.0)  # let every rank settle into its wait
+        code, verdict = attach(job, tmp_path / "out", "--samples", "2", "--interval", "0.5")
+    root = verdict["findings"][0]
+    assert code == ExitCode.HANG_FOUND
+    assert (root["kind"], root["culprit_ranks"]) == (truth.kind, truth.culprit_ranks), \
+        root["summary"]
+
+
+def test_straggler_is_slow_not_hung(tmp_path) -> None:
+    with running_job("straggler", ready_dir=tmp_path / "ready") as job:
+        time.sleep(2.0)
+        code, verdict = attach(job, tmp_path / "out", "--samples", "8", "--interval", "0.4")
+    assert verdict["status"] == "slow", verdict["findings"]
+    assert code == ExitCode.NO_HANG
+    root = verdict["findings"][0]
+    assert (root["kind"], root["culprit_ranks"]) == ("straggler", [2])
+    assert "not deadlocked" in root["summary"]
+
+
+def _final_loss(text: str) -> str:
+    found = re.findall(r"final loss (\d+\.\d+)", text)
+    assert found, text[-2000:]
+    return found[-1]
+
+
+def _train(tmp_path, name: str, attaches: int) -> tuple[str, list[dict]]:
+    verdicts = []
+    env = {"HANGSCOPE_TRAIN_STEPS": "6000"}
+    with running_job("healthy_training", ready_dir=tmp_path / f"{name}-ready", env=env) as job:
+        for index in range(attaches):
+            if job.poll() is not None:
+                break
+            out = tmp_path / f"{name}-{index}"
+            main(["attach", "--pid-group", str(job.pgid), "--out", str(out), "--samples", "2",
+                  "--interval", "0.2"])
+            if (out / "verdict.json").exists():
+                verdicts.append(json.loads((out / "verdict.json").read_text()))
+        assert job.wait(timeout=240) == 0, job.output_tail()
+        return _final_loss(job.output_path.read_text(errors="replace")), verdicts
+
+
+def test_healthy_job_is_healthy_and_unharmed_by_20_attaches(tmp_path) -> None:
+    # GIVEN the same deterministic training run twice, WHEN attaching 20 times to the second
+    baseline, _ = _train(tmp_path, "plain", attaches=0)
+    observed, verdicts = _train(tmp_path, "watched", attaches=20)
+    # THEN it finishes normally with the same final loss, and hangscope called it healthy
+    assert observed == baseline
+    assert len(verdicts) >= 15
+    assert all(v["status"] == "healthy" for v in verdicts), \
+        [(v["status"], v["findings"][:1]) for v in verdicts if v["status"] != "healthy"]
