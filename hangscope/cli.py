@@ -19,7 +19,7 @@ import click
 from hangscope import __version__
 from hangscope.collect.options import AttachOptions
 from hangscope.errors import ExitCode, HangscopeError
-from hangscope.pipeline import OutputOptions, Result, run_analyze, run_attach
+from hangscope.pipeline import OutputOptions, Result, run_analyze, run_attach, run_report
 from hangscope.ranges import format_ranks
 from hangscope.report.text import format_verdict
 from hangscope.sources.load import LoadOptions
@@ -105,6 +105,28 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
     result = run_attach(options, LoadOptions(),
                         OutputOptions(out_dir=out_dir, force=force, redact=not no_redact))
     _print_result(result, as_json)
+    return result.exit_code
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["html", "text", "json"]), default="html",
+              show_default=True, help="What to render.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write to this file instead of stdout.")
+@click.option("--no-redact", is_flag=True, help="Keep tokens and passwords found in logs.")
+def report(paths: tuple[str, ...], fmt: str, output: str | None, no_redact: bool) -> int:
+    """Re-render the report of a bundle (or any saved evidence) without collecting again."""
+    from hangscope.report.render import render
+
+    result = run_report(list(paths), LoadOptions())
+    color = (output is None and fmt == "text" and sys.stdout.isatty()
+             and "NO_COLOR" not in os.environ)
+    text = render(result, fmt, output, redact=not no_redact, color=color)  # type: ignore[arg-type]
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        click.echo(f"Wrote {output}", err=True)
     return result.exit_code
 
 

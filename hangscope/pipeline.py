@@ -92,6 +92,16 @@ def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) 
     return result
 
 
+def run_report(paths: list[str], load: LoadOptions) -> Result:
+    """Analyze again from saved evidence (a bundle), writing nothing: the caller renders."""
+    started = time.monotonic()
+    evidence, report = load_paths(paths, load)
+    result = analyze_evidence(evidence, OutputOptions(write_html=False), None)
+    result.load_report = report
+    result.seconds = time.monotonic() - started
+    return result
+
+
 def analyze_evidence(evidence: JobEvidence, output: OutputOptions, out: str | None) -> Result:
     verdict, ctx = analyze(evidence)
     result = Result(verdict=verdict, context=ctx, evidence=evidence, out_dir=out)

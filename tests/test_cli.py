@@ -82,3 +82,14 @@ def test_usage_error_is_exit_2() -> None:
     proc = run_cli("analyze")
     assert proc.returncode == ExitCode.BAD_INPUT
     assert "Missing argument" in proc.stderr
+
+
+class TestReport:
+    def test_rerenders_a_bundle_in_each_format(self, tmp_path, missing_rank_dumps) -> None:
+        out = tmp_path / "r.html"
+        assert main(["report", str(missing_rank_dumps), "--format", "html", "-o", str(out)]) == 3
+        assert "<html" in out.read_text()
+        text = run_cli("report", str(missing_rank_dumps), "--format", "text")
+        assert "ROOT CAUSE: missing_rank" in text.stdout
+        js = run_cli("report", str(missing_rank_dumps), "--format", "json")
+        assert json.loads(js.stdout)["findings"][0]["culprit_ranks"] == [1]

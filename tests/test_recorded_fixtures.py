@@ -34,6 +34,9 @@ def _inputs(folder: Path, parts: tuple[str, ...]) -> list[Path]:
 @pytest.mark.parametrize("folder", [p for p in RECORDED
                                     if json.loads((p / "expected.json").read_text()).get(
                                         "fr_has_evidence", True)
+                                    # one snapshot of a job that still moves proves nothing
+                                    and json.loads((p / "expected.json").read_text()).get(
+                                        "outcome") in ("hang", "error")
                                     and (p / "fr" / "pickle").exists()
                                     and any((p / "fr" / "pickle").iterdir())],
                          ids=lambda p: p.name)

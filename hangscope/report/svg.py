@@ -76,22 +76,29 @@ def wait_graph_svg(graph: WaitGraph, verdict: Verdict, text: Callable[[str], str
     """The wait graph as inline SVG markup; ``text`` is applied to every label (redaction)."""
     roles = {cls.id: cls.role for cls in verdict.rank_classes}
     root_culprits = set(verdict.findings[0].culprit_ranks) if verdict.findings else set()
-    edges: dict[tuple[str, str], list[str]] = {}
-    for src, dst, data in graph.graph.edges(data=True):
-        edges[(src, dst)] = [reason_label(r) for r in data.get("reasons", [])]
-    implied = _finding_edges(graph, verdict, edges)
     in_cycle = {c for cycle in graph.cycles() for c in cycle}
     nodes = {cid: _Node(cid, members, roles.get(cid, "unknown"), graph.states.get(cid, ""))
              for cid, members in graph.members.items()}
+    finding_src, finding_dst = _finding_classes(graph, verdict)
+    g = graph.graph
 
     def priority(cid: str) -> tuple[object, ...]:
         n = nodes[cid]
-        linked = any(cid in pair for pair in (*edges, *implied))
-        return (not (root_culprits & set(n.ranks)), cid not in in_cycle, n.role != "culprit",
+        linked = (cid in g and g.degree(cid) > 0) or cid in finding_src or cid in finding_dst
+        return (root_culprits.isdisjoint(n.ranks), cid not in in_cycle, n.role != "culprit",
                 not linked, -len(n.ranks), n.ranks[0])
 
+    # Only the drawn classes' edges are ever looked at: a staircase of 4096 classes has
+    # millions of class edges, a picture has at most max_nodes**2.
     shown = sorted(nodes, key=priority)[:max_nodes]
-    hidden = [c for c in nodes if c not in set(shown)]
+    visible = set(shown)
+    hidden = [c for c in nodes if c not in visible]
+    edges: dict[tuple[str, str], list[str]] = {}
+    for src, dst, data in g.subgraph([c for c in shown if c in g]).edges(data=True):
+        edges[(src, dst)] = [reason_label(r) for r in data.get("reasons", [])]
+    label = verdict.findings[0].kind.value.replace("_", " ") if verdict.findings else ""
+    implied = {(a, b): [label] for a in sorted(finding_src & visible)
+               for b in sorted(finding_dst & visible) if a != b and (a, b) not in edges}
     rows = _layers(shown, edges, implied, nodes, in_cycle)
     width, height = _place(rows, nodes)
     note_h = 22 if hidden else 0
@@ -104,11 +111,9 @@ def wait_graph_svg(graph: WaitGraph, verdict: Verdict, text: Callable[[str], str
            'fill="#555"/></marker><marker id="arr-red" viewBox="0 0 10 10" refX="9" refY="5" '
            'markerWidth="8" markerHeight="8" orient="auto-start-reverse"><path '
            'd="M0,0 L10,5 L0,10 z" fill="#c62828"/></marker></defs>']
-    visible = set(shown)
     for (src, dst), labels in sorted({**implied, **edges}.items()):
-        if src in visible and dst in visible:
-            cyc = src in in_cycle and dst in in_cycle
-            out.append(_edge(nodes[src], nodes[dst], labels, cyc, (src, dst) in implied, text))
+        cyc = src in in_cycle and dst in in_cycle
+        out.append(_edge(nodes[src], nodes[dst], labels, cyc, (src, dst) in implied, text))
     out.extend(_node(nodes[cid], text) for cid in shown)
     if hidden:
         count = sum(len(nodes[c].ranks) for c in hidden)
@@ -119,17 +124,14 @@ def wait_graph_svg(graph: WaitGraph, verdict: Verdict, text: Callable[[str], str
     return Markup("\n".join(out))
 
 
-def _finding_edges(graph: WaitGraph, verdict: Verdict,
-                   edges: dict[tuple[str, str], list[str]]) -> dict[tuple[str, str], list[str]]:
-    """Waits the root finding states but the FR graph lacks (a mismatch: both sides pending)."""
+def _finding_classes(graph: WaitGraph, verdict: Verdict) -> tuple[set[str], set[str]]:
+    """Classes of the root finding's waiting and culprit ranks: the finding states a wait that
+    the FR graph may lack (a mismatch, where both sides are pending), drawn dashed."""
     if not verdict.findings:
-        return {}
+        return set(), set()
     root = verdict.findings[0]
-    src = {graph.class_of[r] for r in root.waiting_ranks if r in graph.class_of}
-    dst = {graph.class_of[r] for r in root.culprit_ranks if r in graph.class_of}
-    label = root.kind.value.replace("_", " ")
-    return {(a, b): [label] for a in sorted(src) for b in sorted(dst)
-            if a != b and (a, b) not in edges}
+    return ({graph.class_of[r] for r in root.waiting_ranks if r in graph.class_of},
+            {graph.class_of[r] for r in root.culprit_ranks if r in graph.class_of})
 
 
 def _layers(shown: list[str], edges: dict[tuple[str, str], list[str]],
