@@ -6,6 +6,8 @@ Layout (schema ``hangscope.bundle/1``)::
       manifest.json             job, hosts, world size, what was collected how and when, gaps
       ranks/<rank>/<file>       per-rank evidence in its source format (FR dump bytes as torch
                                 wrote them, py-spy JSON, process-state JSON, log excerpts)
+      job/<file>                evidence of no single rank (the launcher's output), listed
+                                under "job_files" and loaded with rank None
 
 ``manifest.json``::
 
@@ -92,27 +94,25 @@ class BundleWriter:
 
     def add_file(self, rank: int, kind: str, name: str, data: bytes) -> str:
         """Store one evidence file for ``rank``; returns its path inside the bundle."""
-        if os.path.basename(name) != name or name in ("", ".", ".."):
-            raise ValueError(f"bad bundle file name {name!r}")
-        rel = f"ranks/{rank}/{name}"
-        full = os.path.join(self.root, rel)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "wb") as handle:
-            handle.write(data)
+        rel = self._write(f"ranks/{rank}", name, data)
         self.rank_entry(rank).files.append({"kind": kind, "path": rel})
-        return full
+        return os.path.join(self.root, rel)
 
     def add_job_file(self, kind: str, name: str, data: bytes, source_path: str = "") -> str:
         """Store a file that belongs to no single rank (the launcher's output)."""
+        rel = self._write("job", name, data)
+        self.job_files.append({"kind": kind, "path": rel, "source": source_path})
+        return os.path.join(self.root, rel)
+
+    def _write(self, folder: str, name: str, data: bytes) -> str:
         if os.path.basename(name) != name or name in ("", ".", ".."):
             raise ValueError(f"bad bundle file name {name!r}")
-        rel = f"job/{name}"
+        rel = f"{folder}/{name}"
         full = os.path.join(self.root, rel)
         os.makedirs(os.path.dirname(full), exist_ok=True)
         with open(full, "wb") as handle:
             handle.write(data)
-        self.job_files.append({"kind": kind, "path": rel, "source": source_path})
-        return full
+        return rel
 
     def close(self) -> str:
         manifest = {

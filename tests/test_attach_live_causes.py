@@ -43,7 +43,7 @@ def test_attach_names_the_reason(tmp_path, scenario) -> None:
 def test_straggler_is_slow_not_hung(tmp_path) -> None:
     with running_job("straggler", ready_dir=tmp_path / "ready") as job:
         time.sleep(2.0)
-        code, verdict = attach(job, tmp_path / "out", "--samples", "8", "--interval", "0.4")
+        code, verdict = attach(job, tmp_path / "out", "--samples", "12", "--interval", "0.3")
     assert verdict["status"] == "slow", verdict["findings"]
     assert code == ExitCode.NO_HANG
     root = verdict["findings"][0]

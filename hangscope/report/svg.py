@@ -96,6 +96,7 @@ def wait_graph_svg(graph: WaitGraph, verdict: Verdict, text: Callable[[str], str
     edges: dict[tuple[str, str], list[str]] = {}
     for src, dst, data in g.subgraph([c for c in shown if c in g]).edges(data=True):
         edges[(src, dst)] = [reason_label(r) for r in data.get("reasons", [])]
+    edges = _reduce(edges)
     label = verdict.findings[0].kind.value.replace("_", " ") if verdict.findings else ""
     implied = {(a, b): [label] for a in sorted(finding_src & visible)
                for b in sorted(finding_dst & visible) if a != b and (a, b) not in edges}
@@ -122,6 +123,16 @@ def wait_graph_svg(graph: WaitGraph, verdict: Verdict, text: Callable[[str], str
                    f'see the rank table</text>')
     out.append("</svg>")
     return Markup("\n".join(out))
+
+
+def _reduce(edges: dict[tuple[str, str], list[str]]) -> dict[tuple[str, str], list[str]]:
+    """Drop arrows another path already implies (A->C when A->B->C), when there is no cycle:
+    ranks that wait on a whole staircase of classes would otherwise draw a thicket."""
+    dag = nx.DiGraph(list(edges))
+    if len(edges) < 3 or not nx.is_directed_acyclic_graph(dag):
+        return edges
+    keep = set(nx.transitive_reduction(dag).edges)
+    return {pair: labels for pair, labels in edges.items() if pair in keep}
 
 
 def _finding_classes(graph: WaitGraph, verdict: Verdict) -> tuple[set[str], set[str]]:
