@@ -67,8 +67,12 @@ def _wrap(text: str, width: int = 40, lines: int = 2) -> list[str]:
 
 
 def reason_label(reason: WaitReason) -> str:
-    seq = f"{'p2p ' if reason.kind == 'p2p' else ''}#{reason.seq}"
-    return f"{reason.op} {seq} pg {reason.pg_desc or reason.pg}"
+    parts = [reason.op]
+    if reason.seq is not None and reason.seq >= 0:
+        parts.append(f"{'p2p ' if reason.kind == 'p2p' else ''}#{reason.seq}")
+    if reason.pg_desc or reason.pg:
+        parts.append(f"pg {reason.pg_desc or reason.pg}")
+    return " ".join(parts)
 
 
 def wait_graph_svg(graph: WaitGraph, verdict: Verdict, text: Callable[[str], str] = str,

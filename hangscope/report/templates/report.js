@@ -24,7 +24,7 @@
     }
     return node;
   }
-  function plural(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
+  function plural(n, word) { return n + " " + word + (n === 1 ? "" : /s$/.test(word) ? "es" : "s"); }
   function ranksLabel(text) { return (/[-,]/.test(text) ? "ranks " : "rank ") + text; }
   function clock(ms) {
     if (ms === null || ms === undefined) return "";
@@ -52,7 +52,8 @@
     fact("finding", root.kind.replace(/_/g, " "));
     if (root.collective) {
       var c = root.collective;
-      fact("collective", c.op + " seq " + c.seq + " on pg " + c.pg + (c.pg_desc ? " (" + c.pg_desc + ")" : ""));
+      fact("collective", c.op + (c.seq === null ? "" : " seq " + c.seq) +
+        (c.pg === null ? "" : " on pg " + c.pg + (c.pg_desc ? " (" + c.pg_desc + ")" : "")));
     }
     fact("confidence", Math.round(root.confidence * 100) + "%");
     if (root.waiting) fact("waiting", ranksLabel(root.waiting));

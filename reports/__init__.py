@@ -1,0 +1,1 @@
+"""Sample HTML reports rendered from the committed fixtures (``python -m reports.regenerate``)."""
