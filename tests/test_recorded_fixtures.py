@@ -101,3 +101,13 @@ def test_nccl_shaped_dumps(folder: Path) -> None:
     if truth.get("collective") and root.collective.pg == truth["collective"]["pg"]:
         # a culprit behind on several groups may be reported on the one most ranks wait in
         assert root.collective.seq == truth["collective"]["seq"]
+
+
+@pytest.mark.parametrize("scenario, kind, culprits", [
+    ("rank_oom", "rank_oom", [2]), ("rank_sigkill", "rank_died", [3]),
+    ("rank_died", "rank_died", [1])])
+def test_a_folder_of_rank_logs_alone_names_the_first_cause(scenario, kind, culprits) -> None:
+    # the survivors' "Connection closed by peer" and torchrun's root-cause row (which names
+    # rank 0 here) are echoes; the culprit's own OOM, signal or exception is the cause
+    root = _verdict([ROOT / "recorded" / scenario / "logs"]).findings[0]
+    assert (root.kind.value, root.culprit_ranks) == (kind, culprits), root.summary
