@@ -86,13 +86,27 @@ class FrPicture:
     backends: set[str]
     notes: list[str]  # evidence gaps found while correlating (inferred membership, ...)
 
+    _pending: dict[int, list[tuple[GroupView, FrEntry]]] | None = None
+
     def pending_ops(self, rank: int) -> list[tuple[GroupView, FrEntry]]:
         """Every op the rank is blocked in, oldest first (by record id)."""
-        found = [(group, view.pending) for group in self.groups.values()
-                 if (view := group.ranks.get(rank)) is not None and view.pending is not None]
-        found += [(group, entry) for group in self.groups.values()
-                  if (view := group.ranks.get(rank)) is not None for entry in view.p2p_pending]
-        return sorted(found, key=lambda item: item[1].record_id)
+        if self._pending is None:
+            self._pending = _pending_by_rank(self.groups)
+        return self._pending.get(rank, [])
+
+
+def _pending_by_rank(groups: dict[str, GroupView]) -> dict[int, list[tuple[GroupView, FrEntry]]]:
+    """One pass over the groups for every rank: asking per rank would scan every group again."""
+    found: dict[int, list[tuple[GroupView, FrEntry]]] = {}
+    for group in groups.values():
+        for rank, view in group.ranks.items():
+            entries = [view.pending] if view.pending is not None else []
+            entries += view.p2p_pending
+            if entries:
+                found.setdefault(rank, []).extend((group, entry) for entry in entries)
+    for pairs in found.values():
+        pairs.sort(key=lambda item: item[1].record_id)
+    return found
 
 
 def build_picture(evidence: JobEvidence) -> FrPicture:

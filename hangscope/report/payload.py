@@ -119,8 +119,7 @@ def build_payload(result: Result, redact_secrets: bool = True) -> Payload:
     ev = result.evidence
     graph = result.context.graph
     picture = result.context.picture
-    pending = stacktree.pending_by_rank(picture)
-    classes = _classes(result, s, pending)
+    classes = _classes(result, s)
     all_ranks = sorted(set(graph.class_of) | set(ev.ranks))
     class_index = {cid: i for i, cid in enumerate(classes["id"])}
     ranks = _rank_rows(result, all_ranks, class_index, s)
@@ -129,7 +128,7 @@ def build_payload(result: Result, redact_secrets: bool = True) -> Payload:
     if len(chosen) < len(all_ranks):
         notes.append(f"full detail kept for {len(chosen)} of {len(all_ranks)} ranks (culprits and "
                      "one per class); ranks in one class share the same flight-recorder state")
-    details = {str(rank): _detail(ev.ranks.get(rank), rank, picture, pending.get(rank, []), s,
+    details = {str(rank): _detail(ev.ranks.get(rank), rank, picture, picture.pending_ops(rank), s,
                                   frames)
                for rank in chosen}
     tree = stacktree.build(result, frames, s, MAX_TREE_NODES)
@@ -193,8 +192,7 @@ def _finding(finding: Finding, s: Strings) -> FindingData:
             "evidence": cols}
 
 
-def _classes(result: Result, s: Strings, pending: dict[int, list[tuple[GroupView, FrEntry]]],
-             ) -> ClassColumns:
+def _classes(result: Result, s: Strings) -> ClassColumns:
     graph = result.context.graph
     picture = result.context.picture
     roles = {cls.id: cls.role for cls in result.verdict.rank_classes}
@@ -207,7 +205,7 @@ def _classes(result: Result, s: Strings, pending: dict[int, list[tuple[GroupView
         cols["count"].append(len(members))
         cols["role"].append(s(roles.get(cid, "unknown")))
         cols["state"].append(s(graph.states.get(cid, "")))
-        cols["where"].append(s(_where_waiting(result, rep, pending.get(rep, []))))
+        cols["where"].append(s(_where_waiting(result, rep, picture.pending_ops(rep))))
         last = []
         for group in picture.groups.values():
             view = group.ranks.get(rep)

@@ -14,28 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from hangscope.analysis.correlate import FrPicture, GroupView
-from hangscope.model import Frame, FrEntry
+from hangscope.model import Frame
 from hangscope.ranges import format_ranks
 
 if TYPE_CHECKING:
     from hangscope.pipeline import Result
     from hangscope.report.payload import Frames, Strings
     from hangscope.report.payload_types import TreeColumns
-
-
-def pending_by_rank(picture: FrPicture) -> dict[int, list[tuple[GroupView, FrEntry]]]:
-    """``picture.pending_ops`` for every rank in one pass over the groups (oldest first)."""
-    found: dict[int, list[tuple[GroupView, FrEntry]]] = {}
-    for group in picture.groups.values():
-        for rank, view in group.ranks.items():
-            entries = [view.pending] if view.pending is not None else []
-            entries += view.p2p_pending
-            if entries:
-                found.setdefault(rank, []).extend((group, entry) for entry in entries)
-    for pairs in found.values():
-        pairs.sort(key=lambda item: item[1].record_id)
-    return found
 
 
 def rank_stacks(result: Result) -> tuple[str, Iterator[tuple[int, tuple[Frame, ...]]]]:
@@ -52,11 +37,10 @@ def rank_stacks(result: Result) -> tuple[str, Iterator[tuple[int, tuple[Frame, .
     picture = result.context.picture
     if not picture.dumps:
         return "", iter(())
-    pending_of = pending_by_rank(picture)
 
     def from_fr() -> Iterator[tuple[int, tuple[Frame, ...]]]:
         for rank in sorted(picture.dumps):
-            pending = pending_of.get(rank)
+            pending = picture.pending_ops(rank)
             dump = picture.dumps[rank]
             if pending:
                 yield rank, pending[0][1].frames
