@@ -22,6 +22,12 @@ def format_ranks(ranks: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+def ranks_phrase(ranks: Iterable[int]) -> str:
+    """``rank 3`` or ``ranks 0-2,5``: the subject of a finding's sentence."""
+    ordered = sorted(set(ranks))
+    return f"rank{'s' if len(ordered) > 1 else ''} {format_ranks(ordered)}"
+
+
 def _span(start: int, end: int) -> str:
     if start == end:
         return str(start)

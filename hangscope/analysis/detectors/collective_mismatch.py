@@ -12,7 +12,7 @@ from __future__ import annotations
 from hangscope.analysis.context import Context
 from hangscope.analysis.detectors.mismatch_common import mismatch_finding
 from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
-from hangscope.ranges import format_ranks
+from hangscope.ranges import format_ranks, ranks_phrase
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -44,8 +44,8 @@ def _from_stacks(ctx: Context) -> list[Finding]:
     (expected_op, majority), rest = sides[0], sides[1:]
     culprits = sorted(r for _, ranks in rest for r in ranks)
     clear = len(majority) > len(rest[0][1])
-    found = "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} "
-                      f"{'are' if len(ranks) > 1 else 'is'} in {op}" for op, ranks in rest)
+    found = "; ".join(f"{ranks_phrase(ranks)} {'are' if len(ranks) > 1 else 'is'} in {op}"
+                      for op, ranks in rest)
     summary = (f"{found} while ranks {format_ranks(majority)} are in {expected_op} "
                "(from stacks: group and seq unknown)")
     evidence = [item for _, ranks in sides

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from hangscope.analysis.context import Context
 from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
-from hangscope.ranges import format_ranks
+from hangscope.ranges import format_ranks, ranks_phrase
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -36,7 +36,7 @@ def detect(ctx: Context) -> list[Finding]:
                 if item is not None:
                     evidence.append(item)
                     who = graph.members[node]
-                    steps.append(f"rank{'s' if len(who) > 1 else ''} {format_ranks(who)} "
+                    steps.append(f"{ranks_phrase(who)} "
                                  f"{item.detail}")
                 continue
             group, entry = pending[0]
@@ -45,8 +45,7 @@ def detect(ctx: Context) -> list[Finding]:
             if entry.is_p2p and entry.peer is not None:
                 direction = "to" if entry.op == "send" else "from"
                 peer = f" {direction} rank {group.global_rank(entry.peer)}"
-            steps.append(f"rank{'s' if len(graph.members[node]) > 1 else ''} "
-                         f"{format_ranks(graph.members[node])} blocked in {entry.op}{peer} "
+            steps.append(f"{ranks_phrase(graph.members[node])} blocked in {entry.op}{peer} "
                          f"seq {entry.seq} on pg {group.label}")
         what = "send/recv" if is_p2p else "collectives on different process groups"
         summary = (f"ranks {format_ranks(culprits)} wait on each other through {what}: "

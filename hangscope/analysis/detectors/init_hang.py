@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hangscope.analysis.context import Context
 from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
-from hangscope.ranges import format_ranks
+from hangscope.ranges import format_ranks, ranks_phrase
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -28,7 +28,7 @@ def detect(ctx: Context) -> list[Finding]:
             state = ctx.stacks.get(rank)
             doing.append(f"rank {rank}: {state.describe() if state else 'no process or evidence'}")
         summary = (f"ranks {format_ranks(sorted(waiting))} wait in process-group setup for "
-                   f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)}, which "
+                   f"{ranks_phrase(culprits)}, which "
                    f"never joined ({'; '.join(doing)})")
         findings.append(Finding(kind=Kind.INIT_HANG, culprit_ranks=culprits,
                                 waiting_ranks=sorted(waiting), confidence=0.85,

@@ -6,7 +6,7 @@ from hangscope.analysis.context import Context
 from hangscope.analysis.divergence import Divergence
 from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
 from hangscope.model import FrEntry
-from hangscope.ranges import format_ranks
+from hangscope.ranges import ranks_phrase
 
 
 def describe(entry: FrEntry) -> str:
@@ -15,17 +15,15 @@ def describe(entry: FrEntry) -> str:
     return f"{entry.op} with {sizes}{' ' + dtypes if dtypes else ''}"
 
 
-def _who(ranks: list[int]) -> str:
-    return f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)}"
-
 
 def mismatch_finding(ctx: Context, div: Divergence, kind: Kind) -> Finding:
     expected_entry, majority = div.sides[0]
     culprits = sorted(r for _, ranks in div.sides[1:] for r in ranks)
     group = div.group
-    found = "; ".join(f"{_who(ranks)} entered {describe(entry)}" for entry, ranks in div.sides[1:])
+    found = "; ".join(f"{ranks_phrase(ranks)} entered {describe(entry)}"
+                      for entry, ranks in div.sides[1:])
     verb = "expect" if len(majority) > 1 else "expects"
-    summary = (f"{found} at seq {div.seq} of pg {group.label}; {_who(majority)} {verb} "
+    summary = (f"{found} at seq {div.seq} of pg {group.label}; {ranks_phrase(majority)} {verb} "
                f"{describe(expected_entry)}")
     confidence = 0.9
     if not div.majority_is_clear:

@@ -15,7 +15,7 @@ from collections import defaultdict
 from hangscope.analysis.context import Context
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.analysis.waitgraph import WaitReason
-from hangscope.ranges import format_ranks
+from hangscope.ranges import format_ranks, ranks_phrase
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -51,8 +51,9 @@ def _stack_finding(ctx: Context, culprits: list[int],
     for rank in culprits[:4]:
         state = ctx.stacks.get(rank)
         doing.append(f"rank {rank}: {state.describe()}" if state else f"rank {rank}: no stack")
-    summary = (f"{_ranks(culprits)} {'are' if len(culprits) > 1 else 'is'} not in any collective "
-               f"while {_ranks(waiting)} wait in {reason.op} ({'; '.join(doing)})")
+    verb = "are" if len(culprits) > 1 else "is"
+    summary = (f"{ranks_phrase(culprits)} {verb} not in any collective "
+               f"while {ranks_phrase(waiting)} wait in {reason.op} ({'; '.join(doing)})")
     has_stacks = all(rank in ctx.stacks for rank in culprits)
     return Finding(kind=Kind.MISSING_RANK, culprit_ranks=culprits, waiting_ranks=waiting,
                    confidence=0.8 if has_stacks else 0.5, summary=summary, evidence=evidence,
@@ -89,19 +90,20 @@ def _finding(ctx: Context, culprits: list[int],
             evidence.append(EvidenceItem("flight_recorder", rank, f"rank {rank} is {state}",
                                          ctx.picture.dumps[rank].path))
         last_text = f" (last completed there: {'; '.join(last_parts)})" if last_parts else ""
-        parts.append(f"{_ranks(with_dump)} never entered {where}{last_text}")
+        parts.append(f"{ranks_phrase(with_dump)} never entered {where}{last_text}")
     if without:
-        parts.append(f"{_ranks(without)} left no flight-recorder dump and so never showed "
+        parts.append(f"{ranks_phrase(without)} left no flight-recorder dump and so never showed "
                      f"{where}")
         evidence.extend(EvidenceItem("flight_recorder", r, "no flight-recorder dump", "")
                         for r in without[:8])
     idle = [r for r in with_dump if not ctx.picture.pending_ops(r)
             and ctx.picture.dumps[r].backend == "gloo" and r not in ctx.stacks]
     if idle:
-        parts.append(f"the flight recorder shows nothing pending on {_ranks(idle)}: gloo records "
+        parts.append(f"the flight recorder shows nothing pending on {ranks_phrase(idle)}: "
+                     "gloo records "
                      "no send/recv, so they may be blocked in a point-to-point op or outside "
                      "torch.distributed (stacks tell which)")
-    summary = "; ".join(parts) + f"; {_ranks(all_waiting)} wait for them there"
+    summary = "; ".join(parts) + f"; {ranks_phrase(all_waiting)} wait for them there"
     for rank in culprits[:8]:
         item = ctx.stack_evidence(rank, "main thread: ")
         if item is not None:
@@ -112,7 +114,3 @@ def _finding(ctx: Context, culprits: list[int],
                    confidence=confidence, summary=summary, evidence=evidence,
                    collective=CollectiveRef(pg=reason.pg, seq=reason.seq, op=reason.op,
                                             pg_desc=reason.pg_desc))
-
-
-def _ranks(ranks: list[int]) -> str:
-    return f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)}"

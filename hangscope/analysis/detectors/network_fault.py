@@ -15,7 +15,7 @@ from collections import Counter
 from hangscope.analysis.context import Context
 from hangscope.analysis.log_causes import failures
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
-from hangscope.ranges import format_ranks
+from hangscope.ranges import ranks_phrase
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -32,8 +32,8 @@ def detect(ctx: Context) -> list[Finding]:
                              f.event.where())
                 for rank in reporters[:8] for f in transport[rank][:1]]
     blamed = ", ".join(f"{peer} ({count}x)" for peer, count in peers.most_common(4))
-    summary = (f"NCCL transport errors on rank{'s' if len(reporters) > 1 else ''} "
-               f"{format_ranks(reporters)} name peer(s) {blamed}: a link, NIC or host on that "
+    summary = (f"NCCL transport errors on {ranks_phrase(reporters)} "
+               f"name peer(s) {blamed}: a link, NIC or host on that "
                "path is the first suspect")
     return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=reporters, waiting_ranks=[],
                     confidence=0.5 if other_causes else 0.75, summary=summary,

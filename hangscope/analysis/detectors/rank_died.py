@@ -15,7 +15,7 @@ from __future__ import annotations
 from hangscope.analysis.context import Context
 from hangscope.analysis.log_causes import Failure, describe, failures
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
-from hangscope.ranges import format_ranks
+from hangscope.ranges import ranks_phrase
 
 _STRENGTH = {"signal": 0.9, "exception": 0.9, "collective_error": 0.55}
 
@@ -60,11 +60,10 @@ def detect(ctx: Context) -> list[Finding]:
             confidence = max(confidence, 0.9 if rank in waited_on else 0.7)
         parts.append(f"rank {rank}: " + "; ".join(dict.fromkeys(how)))
     others = sorted(set(ctx.evidence.ranks) - set(dead))
-    tail = f"; {_ranks(waiting)} wait for {'them' if len(dead) > 1 else 'it'}" \
-        if waiting else (f"; the errors of {_ranks(others)} follow from it"
+    tail = f"; {ranks_phrase(waiting)} wait for {'them' if len(dead) > 1 else 'it'}" \
+        if waiting else (f"; the errors of {ranks_phrase(others)} follow from it"
                          if others and logged else "")
-    summary = (f"rank{'s' if len(dead) > 1 else ''} {format_ranks(dead)} died first: "
-               + " | ".join(parts) + tail)
+    summary = f"{ranks_phrase(dead)} died first: " + " | ".join(parts) + tail
     return [Finding(kind=Kind.RANK_DIED, culprit_ranks=dead[:1] if len(dead) > 1 and
                     _first_time(logged.get(dead[0], [])) is not None else dead,
                     waiting_ranks=waiting or others, confidence=confidence, summary=summary,
@@ -80,7 +79,3 @@ def _exit_text(code: int | None, signal: int | None) -> str:
     if signal is not None:
         return f", killed by signal {signal}"
     return f", exit code {code}" if code is not None else ""
-
-
-def _ranks(ranks: list[int]) -> str:
-    return f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from hangscope.analysis.context import Context
 from hangscope.analysis.log_causes import describe, failures
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
-from hangscope.ranges import format_ranks
+from hangscope.ranges import format_ranks, ranks_phrase
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -31,7 +31,7 @@ def detect(ctx: Context) -> list[Finding]:
     moving = [r for r in culprits if (s := ctx.stacks.get(r)) and s.progress == "moving"]
     first = by_rank[culprits[0]][0].event
     others = sorted(set(ctx.evidence.ranks) - set(culprits))
-    summary = (f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)} ran out of "
+    summary = (f"{ranks_phrase(culprits)} ran out of "
                f"memory: {describe(first, 200)} ({first.where()})")
     if others:
         summary += (f"; the errors and timeouts of ranks {format_ranks(others)} follow from it")

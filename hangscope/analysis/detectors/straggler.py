@@ -15,7 +15,7 @@ from statistics import median
 
 from hangscope.analysis.context import Context
 from hangscope.analysis.verdict import Finding, Kind
-from hangscope.ranges import format_ranks
+from hangscope.ranges import format_ranks, ranks_phrase
 
 MIN_SAMPLES = 3
 WAIT_KINDS = ("collective", "p2p")
@@ -45,7 +45,7 @@ def detect(ctx: Context) -> list[Finding]:
     if cpu_slow and cpu_rest:
         cpu_text = (f"; CPU {median(cpu_slow):.0%} of a core on the straggler vs "
                     f"{median(cpu_rest):.0%} on the others")
-    who = f"rank{'s' if len(slow) > 1 else ''} {format_ranks(slow)}"
+    who = ranks_phrase(slow)
     summary = (f"the job is moving but {who} {'lag' if len(slow) > 1 else 'lags'}: computing in "
                f"{median(busy[r] for r in slow):.0%} of samples while ranks "
                f"{format_ranks(others)} spent {others_wait:.0%} of theirs waiting in collectives "
