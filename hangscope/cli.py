@@ -12,7 +12,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -117,12 +117,12 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
 @click.option("--no-redact", is_flag=True, help="Keep tokens and passwords found in logs.")
 def report(paths: tuple[str, ...], fmt: str, output: str | None, no_redact: bool) -> int:
     """Re-render the report of a bundle (or any saved evidence) without collecting again."""
-    from hangscope.report.render import render
+    from hangscope.report.render import Format, render
 
     result = run_report(list(paths), LoadOptions())
     color = (output is None and fmt == "text" and sys.stdout.isatty()
              and "NO_COLOR" not in os.environ)
-    text = render(result, fmt, output, redact=not no_redact, color=color)  # type: ignore[arg-type]
+    text = render(result, cast(Format, fmt), output, redact=not no_redact, color=color)
     if output is None:
         click.echo(text, nl=False)
     else:

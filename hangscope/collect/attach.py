@@ -19,6 +19,7 @@ from hangscope.bundle import BundleWriter, CollectionRecord
 from hangscope.collect import fr_trigger, logs, permissions, procstate, pyspy
 from hangscope.collect.options import AttachOptions
 from hangscope.discover import JobProcesses, discover
+from hangscope.model import ProcessState
 from hangscope.sources import pyspy as pyspy_source
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ def _collect_stacks_and_state(pids: list[int], rank_of_pid: dict[int, int],
                               worker_of: dict[int, int], writer: BundleWriter,
                               summary: CollectSummary, options: AttachOptions) -> None:
     """py-spy samples and /proc states at the same cadence, so CPU growth lines up with stacks."""
-    states: dict[int, list] = {pid: [] for pid in pids}  # type: ignore[type-arg]
+    states: dict[int, list[ProcessState]] = {pid: [] for pid in pids}
     began = time.time()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="procstate") as pool:
         proc_future = pool.submit(_sample_states, pids, states, options)
@@ -187,7 +188,8 @@ def _native_followup(dumps: dict[int, list[pyspy.DumpResult]], rank_of_pid: dict
         dumps[result.pid].append(result)
 
 
-def _sample_states(pids: list[int], states: dict[int, list], options: AttachOptions) -> None:  # type: ignore[type-arg]
+def _sample_states(pids: list[int], states: dict[int, list[ProcessState]],
+                   options: AttachOptions) -> None:
     start = time.monotonic()
     for index in range(max(1, options.samples)):
         delay = start + index * options.interval - time.monotonic()
