@@ -81,8 +81,9 @@ def main(argv=None):
 
     from report_factories import large_evidence
 
-    from hangscope.pipeline import OutputOptions, analyze_evidence
-    from hangscope.sources.load import LoadOptions, load_paths
+    from hangscope.options import LoadOptions, OutputOptions
+    from hangscope.pipeline import analyze_evidence
+    from hangscope.sources.load import load_paths
 
     rows = []
     t = time.perf_counter()

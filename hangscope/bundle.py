@@ -85,6 +85,7 @@ class BundleWriter:
     job_files: list[dict[str, str]] = field(default_factory=list)
     collection: list[CollectionRecord] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
+    _made: set[str] = field(default_factory=set, repr=False)  # folders already created
 
     def __post_init__(self) -> None:
         os.makedirs(self.root, exist_ok=True)
@@ -109,7 +110,10 @@ class BundleWriter:
             raise ValueError(f"bad bundle file name {name!r}")
         rel = f"{folder}/{name}"
         full = os.path.join(self.root, rel)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
+        folder_path = os.path.dirname(full)
+        if folder_path not in self._made:
+            os.makedirs(folder_path, exist_ok=True)
+            self._made.add(folder_path)
         with open(full, "wb") as handle:
             handle.write(data)
         return rel

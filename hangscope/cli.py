@@ -17,12 +17,11 @@ from typing import Any, TypeVar, cast
 import click
 
 from hangscope import __version__
-from hangscope.collect.options import AttachOptions
 from hangscope.errors import ExitCode, HangscopeError
-from hangscope.pipeline import OutputOptions, Result, run_analyze, run_attach, run_report
+from hangscope.options import AttachOptions, LoadOptions, OutputOptions
+from hangscope.pipeline import Result, run_analyze, run_attach, run_report
 from hangscope.ranges import format_ranks
 from hangscope.report.text import format_verdict
-from hangscope.sources.load import LoadOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 

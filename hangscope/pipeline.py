@@ -1,30 +1,30 @@
 """The one pipeline behind every command: evidence -> verdict -> reports on disk.
 
-Takes typed options and returns values; only ``cli.py`` prints or exits.
+Takes typed options and returns values; only ``cli.py`` prints or exits. The analysis and the
+report are imported where they are used, not here: ``attach`` starts its collectors first and
+imports them while py-spy works (on a small job the imports cost more than the stack dumps).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from hangscope.analysis.context import Context
-from hangscope.analysis.engine import analyze
 from hangscope.analysis.verdict import Status, Verdict
-from hangscope.collect.options import AttachOptions
 from hangscope.errors import ExitCode, UsageError
-from hangscope.model import JobEvidence
-from hangscope.sources.load import LoadOptions, LoadReport, load_paths
+from hangscope.options import AttachOptions, LoadOptions, OutputOptions
 
+if TYPE_CHECKING:
+    from hangscope.analysis.context import Context
+    from hangscope.model import JobEvidence
+    from hangscope.sources.load import LoadReport
 
-@dataclass(frozen=True, slots=True)
-class OutputOptions:
-    out_dir: str | None = None
-    force: bool = False
-    redact: bool = True
-    write_html: bool = True
+__all__ = ["OutputOptions", "Result", "analyze_evidence", "run_analyze", "run_attach",
+           "run_report", "write_outputs"]
 
 
 @dataclass(slots=True)
@@ -67,6 +67,8 @@ def prepare_out_dir(options: OutputOptions) -> str:
 
 
 def run_analyze(paths: list[str], load: LoadOptions, output: OutputOptions) -> Result:
+    from hangscope.sources.load import load_paths
+
     started = time.monotonic()
     out = prepare_out_dir(output)
     evidence, report = load_paths(paths, load)
@@ -83,7 +85,9 @@ def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) 
     started = time.monotonic()
     out = prepare_out_dir(output)
     bundle_dir = os.path.join(out, "bundle")
-    summary = collect(attach, bundle_dir)
+    summary = collect(attach, bundle_dir, meanwhile=lambda: _preload(output.write_html))
+    from hangscope.sources.load import load_paths
+
     evidence, report = load_paths([bundle_dir], load)
     result = analyze_evidence(evidence, output, out)
     result.load_report = report
@@ -94,6 +98,8 @@ def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) 
 
 def run_report(paths: list[str], load: LoadOptions) -> Result:
     """Analyze again from saved evidence (a bundle), writing nothing: the caller renders."""
+    from hangscope.sources.load import load_paths
+
     started = time.monotonic()
     evidence, report = load_paths(paths, load)
     result = analyze_evidence(evidence, OutputOptions(write_html=False), None)
@@ -103,6 +109,8 @@ def run_report(paths: list[str], load: LoadOptions) -> Result:
 
 
 def analyze_evidence(evidence: JobEvidence, output: OutputOptions, out: str | None) -> Result:
+    from hangscope.analysis.engine import analyze
+
     verdict, ctx = analyze(evidence)
     result = Result(verdict=verdict, context=ctx, evidence=evidence, out_dir=out)
     if out is not None:
@@ -125,3 +133,23 @@ def write_outputs(result: Result, output: OutputOptions, out: str) -> list[str]:
         written.append(write_report(result, os.path.join(out, "report.html"),
                                     redact=output.redact))
     return written
+
+
+def _preload(write_html: bool) -> None:
+    """Import the loaders, the analysis and the report while the collectors wait on py-spy.
+
+    On a small job these imports (networkx and jinja2 among them) cost more than the stack dumps.
+    A failed import is ignored here: it happens again, and raises, where the module is used.
+    """
+    collecting = gc.isenabled()
+    gc.disable()  # imports make many objects and no cycles worth a collection
+    try:
+        import hangscope.analysis.engine
+        import hangscope.sources.load  # noqa: F401
+        if write_html:
+            import hangscope.report.html  # noqa: F401
+    except Exception:  # noqa: BLE001, S110 - re-raised by the real import later
+        pass
+    finally:
+        if collecting:
+            gc.enable()

@@ -50,10 +50,11 @@ def samples() -> list[tuple[str, list[str]]]:
 
 def render_all(out_dir: str = OUT) -> list[str]:
     """Write every sample report and the index into ``out_dir``; returns the files written."""
-    from hangscope.pipeline import OutputOptions, analyze_evidence
+    from hangscope.options import LoadOptions, OutputOptions
+    from hangscope.pipeline import analyze_evidence
     from hangscope.ranges import format_ranks
     from hangscope.report.html import write_index, write_report
-    from hangscope.sources.load import LoadOptions, load_paths
+    from hangscope.sources.load import load_paths
 
     os.makedirs(out_dir, exist_ok=True)
     written, rows = [], []

@@ -21,7 +21,8 @@ from hangscope.model import (
     StackSample,
     ThreadStack,
 )
-from hangscope.pipeline import OutputOptions, Result, analyze_evidence
+from hangscope.options import OutputOptions
+from hangscope.pipeline import Result, analyze_evidence
 
 HOSTILE = '</script><img src=x onerror=alert(1)>'
 HOSTILE_ATTR = '"><img src=y onerror=alert(2)>'

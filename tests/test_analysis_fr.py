@@ -6,7 +6,8 @@ import pytest
 
 from hangscope.analysis.engine import analyze
 from hangscope.analysis.verdict import Kind, Status
-from hangscope.sources.load import LoadOptions, load_paths
+from hangscope.options import LoadOptions
+from hangscope.sources.load import load_paths
 
 from frdumps import history, make_dump, make_entry, write_dumps
 

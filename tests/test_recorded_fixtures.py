@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from hangscope.analysis.engine import analyze
-from hangscope.sources.load import LoadOptions, load_paths
+from hangscope.options import LoadOptions
+from hangscope.sources.load import load_paths
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
 RECORDED = sorted(p for p in (ROOT / "recorded").iterdir() if (p / "expected.json").exists())

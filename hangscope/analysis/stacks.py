@@ -23,6 +23,7 @@ Filenames may be full paths (JSON) or py-spy's shortened ones (``torch/distribut
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -50,6 +51,7 @@ _KNOWN_PACKAGES = frozenset({
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
 
 
+@functools.lru_cache(maxsize=8192)  # called per frame per check; a job has few distinct files
 def module_path(filename: str) -> str:
     """``/x/site-packages/torch/cuda/__init__.py`` and ``torch/cuda/__init__.py`` both give
     ``torch/cuda/__init__.py``; ``/usr/lib/python3.11/threading.py`` gives ``threading.py``."""

@@ -11,15 +11,17 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from hangscope.analysis.rank_state import refine_idle
 from hangscope.analysis.stacks import classify_thread, main_thread, stack_key
 from hangscope.bundle import BundleWriter, CollectionRecord
 from hangscope.collect import fr_trigger, logs, permissions, procstate, pyspy
-from hangscope.collect.options import AttachOptions
 from hangscope.discover import JobProcesses, discover
 from hangscope.model import ProcessState
+from hangscope.options import AttachOptions
 from hangscope.sources import pyspy as pyspy_source
 
 log = logging.getLogger(__name__)
@@ -47,8 +49,12 @@ class CollectSummary:
         return ", ".join(parts)
 
 
-def collect(options: AttachOptions, bundle_dir: str) -> CollectSummary:
-    """Discover the job and write everything into ``bundle_dir``; returns what happened."""
+def collect(options: AttachOptions, bundle_dir: str,
+            meanwhile: Callable[[], object] | None = None) -> CollectSummary:
+    """Discover the job and write everything into ``bundle_dir``; returns what happened.
+
+    ``meanwhile`` runs beside the collectors once the job is found (the caller's own preparation,
+    such as importing the analysis): they spend that time waiting on py-spy and /proc."""
     started = time.monotonic()
     job = discover(pid_group=options.pid_group, pids=options.pids, match=options.match)
     writer = BundleWriter(bundle_dir)
@@ -69,9 +75,11 @@ def collect(options: AttachOptions, bundle_dir: str) -> CollectSummary:
     if job.ranks and not traceable:
         raise permissions.PtraceDenied(
             f"cannot read any rank: {next(iter(problems.values())).cause}")
-    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="collect") as pool:
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="collect") as pool:
         fr_future = pool.submit(_collect_fr, job, writer, summary, options)
         logs_future = pool.submit(_collect_logs, job, writer, summary)
+        if meanwhile is not None:
+            pool.submit(meanwhile)
         _collect_stacks_and_state(traceable + workers, rank_of_pid, worker_of, writer,
                                   summary, options)
         logs_future.result()
@@ -163,11 +171,13 @@ NATIVE_FOLLOWUP_MAX = 8
 
 def _native_followup(dumps: dict[int, list[pyspy.DumpResult]], rank_of_pid: dict[int, int],
                      options: AttachOptions) -> None:
-    """One ``--native`` dump of ranks whose main thread is blocked in a C call py-spy cannot name.
+    """One ``--native`` dump of ranks whose main thread is blocked in a C call nothing names.
 
-    Without native frames ``lock.acquire()``, ``time.sleep`` or a socket read called straight from
-    the job's code look alike (the stack just ends at the job's line). A native dump costs about a
-    second per torch process, so it is taken once, only for such ranks, one per distinct stack.
+    Without native frames a C call made straight from the job's code leaves the stack ending at
+    the job's line. Where that line says what it waits on (``lock.acquire()``, ``time.sleep``, a
+    socket read) the analysis names the wait from it; otherwise a native dump does. It costs
+    about half a second per torch process, so it is taken once, only for such ranks, one per
+    distinct stack.
     """
     chosen: dict[object, int] = {}
     for pid, results in dumps.items():
@@ -175,7 +185,7 @@ def _native_followup(dumps: dict[int, list[pyspy.DumpResult]], rank_of_pid: dict
             continue
         sample = results[-1].sample
         main = main_thread(sample) if sample is not None else None
-        if main is None or classify_thread(main).kind != "idle":
+        if main is None or refine_idle(classify_thread(main)).kind != "idle":
             continue
         chosen.setdefault(stack_key(main.frames), pid)
     pids = list(chosen.values())[:NATIVE_FOLLOWUP_MAX]

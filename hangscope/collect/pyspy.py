@@ -208,15 +208,17 @@ def sample_many(pids: Iterable[int], *, samples: int = 3, interval: float = 1.0,
                 max_workers: int | None = None, pyspy: str | None = None
                 ) -> dict[int, list[DumpResult]]:
     """``samples`` rounds about ``interval`` seconds apart; each round dumps every pid still worth
-    dumping in parallel. A pid that is gone or forbids tracing is not tried again; a timeout is
-    (a process in D state may come back). One pid's failure never stops the others."""
+    dumping, one py-spy per usable core at a time (a dump is CPU-bound: more at once only
+    time-slice, and starve the analysis that runs beside them). A pid that is gone or forbids
+    tracing is not tried again; a timeout is (a process in D state may come back). One pid's
+    failure never stops the others."""
     order = list(dict.fromkeys(pids))
     results: dict[int, list[DumpResult]] = {pid: [] for pid in order}
     if not order or samples < 1:
         return results
     _check_options(native, nonblocking)
     binary = pyspy or find_pyspy()
-    workers = max(1, min(32, len(order), max_workers or 32))
+    workers = max(1, min(32, len(order), max_workers or usable_cores()))
     active = list(order)
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="py-spy") as pool:
@@ -234,6 +236,14 @@ def sample_many(pids: Iterable[int], *, samples: int = 3, interval: float = 1.0,
             if not active:
                 break
     return results
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which containers and taskset narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def _dump_guarded(pid: int, **options: Any) -> DumpResult:

@@ -14,18 +14,13 @@ from dataclasses import dataclass, field
 from hangscope import bundle
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence
+from hangscope.options import LoadOptions
 from hangscope.sources import flight_recorder, pyspy
 from hangscope.sources.logs import loader as log_loader
 from hangscope.sources.logs.scan import sniff_log
 
 MAX_FILES = 200_000
 SNIFF_BYTES = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class LoadOptions:
-    prefix: str | None = None  # flight-recorder file name prefix, when names are ambiguous
-    world_size: int | None = None
 
 
 @dataclass(slots=True)

@@ -8,9 +8,10 @@ import time
 import pytest
 from report_factories import HOSTILE, HOSTILE_ATTR, evidence, large_evidence, result_of
 
-from hangscope.pipeline import OutputOptions, analyze_evidence
+from hangscope.options import LoadOptions, OutputOptions
+from hangscope.pipeline import analyze_evidence
 from hangscope.report.html import write_report
-from hangscope.sources.load import LoadOptions, load_paths
+from hangscope.sources.load import load_paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = [  # (inputs relative to the repo, culprit text the headline must show)

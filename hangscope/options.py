@@ -1,0 +1,39 @@
+"""Typed options the CLI builds for the pipeline, kept apart from the code that uses them so that
+importing them is cheap: ``attach`` starts collecting before the analysis is even imported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class AttachOptions:
+    """How to find a live job and how hard to look at it."""
+
+    pid_group: int | None = None
+    pids: tuple[int, ...] = ()
+    match: str | None = None
+    samples: int = 3
+    interval: float = 1.0
+    dump_timeout: float = 5.0
+    native: bool = False
+    nonblocking: bool = False
+    trigger_fr: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """Hints for reading saved evidence."""
+
+    prefix: str | None = None  # flight-recorder file name prefix, when names are ambiguous
+    world_size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutputOptions:
+    """Where the verdict and the report go, and what they may show."""
+
+    out_dir: str | None = None
+    force: bool = False
+    redact: bool = True
+    write_html: bool = True
