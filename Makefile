@@ -10,6 +10,9 @@ $(STAMP): pyproject.toml
 	# other package pulls a CUDA build of torch.
 	$(PIP) install -q --disable-pip-version-check "torch==2.13.0"
 	$(PIP) install -q --disable-pip-version-check -e ".[torch,test]"
+	# An editable install compiles nothing and PYTHONDONTWRITEBYTECODE (set on the project
+	# machines) stops Python caching it: without this every hangscope start compiles ~70 modules.
+	$(PYTHON) -m compileall -q hangscope
 	@command -v chromium >/dev/null 2>&1 || { \
 	  command -v apt-get >/dev/null 2>&1 && (apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
