@@ -1,5 +1,6 @@
 """hangscope.analysis.stacks: classification of real stacks from real blocked processes (dumped
-with the real py-spy through hangscope.collect.pyspy), and the STAT-style prefix tree."""
+with the real py-spy through hangscope.collect.pyspy); hangscope.analysis.stacktree: the
+STAT-style prefix tree."""
 
 from __future__ import annotations
 
@@ -19,15 +20,14 @@ if str(ROOT) not in sys.path:
 from hangscope.analysis.stacks import (  # noqa: E402
     ThreadActivity,
     classify_thread,
-    format_tree,
     frame_key,
     group_by_stack,
     is_library,
     main_thread,
-    merge_prefix_tree,
     module_path,
     stack_key,
 )
+from hangscope.analysis.stacktree import format_tree, merge_prefix_tree  # noqa: E402
 from hangscope.collect.pyspy import DumpResult, dump_once  # noqa: E402
 from hangscope.model import Frame, StackSample, ThreadStack  # noqa: E402
 from hangscope.sources.pyspy import load_pyspy_file, parse_pyspy_json  # noqa: E402

@@ -1,4 +1,4 @@
-"""What a thread is doing, read from its frames; and rank stacks merged LLNL-STAT style.
+"""What a thread is doing, read from its frames; and how frames and stacks compare across ranks.
 
 Classification is a list of named predicates over frames (like pystack's and memray's frame
 tools), applied in two tiers:
@@ -26,13 +26,12 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from hangscope.analysis.frames import is_library_frame
 from hangscope.model import Frame, StackSample, ThreadStack
-from hangscope.ranges import format_ranks
 
 Kind = Literal["collective", "p2p", "init", "dataloader", "lock", "cuda_sync", "sleep", "io",
                "compute", "idle"]
@@ -252,16 +251,17 @@ class ThreadActivity:
         what = f"{self.kind} {self.op}" if self.op else self.kind
         parts = [what]
         if self.frame is not None and self.frame is not self.user_frame:
-            parts.append(f"at {_short_where(self.frame)}")
+            parts.append(f"at {short_where(self.frame)}")
         if self.user_frame is not None:
-            parts.append(f"{'from' if len(parts) > 1 else 'at'} {_short_where(self.user_frame)}")
+            parts.append(f"{'from' if len(parts) > 1 else 'at'} {short_where(self.user_frame)}")
         text = " ".join(parts[:2]) + (", " + parts[2] if len(parts) > 2 else "")
         if self.kind == "idle" and self.user_frame is not None:
             text += " (blocked in a C call; a --native dump shows which)"
         return text
 
 
-def _short_where(frame: Frame) -> str:
+def short_where(frame: Frame) -> str:
+    """``all_reduce (torch/distributed/distributed_c10d.py:3252)``: a frame cited in one line."""
     path = module_path(frame.filename) if is_library(frame) else frame.filename
     return f"{frame.name} ({path}:{frame.line})" if frame.line is not None else \
         f"{frame.name} ({path})"
@@ -327,7 +327,7 @@ def main_thread(sample: StackSample) -> ThreadStack | None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Equivalence classes and the STAT prefix tree
+# Equivalence classes (the STAT prefix tree built on these keys is in analysis/stacktree.py)
 
 FrameKey = tuple[str, str, int | None]
 _ADDRESS = re.compile(r"^0x[0-9a-fA-F]+$")
@@ -360,70 +360,3 @@ def group_by_stack(stacks: dict[int, tuple[Frame, ...]]) -> list[tuple[tuple[Fra
         frames = stacks[rank]
         groups.setdefault(stack_key(frames), (frames, []))[1].append(rank)
     return sorted(groups.values(), key=lambda group: (-len(group[1]), group[1][0]))
-
-
-@dataclass(slots=True)
-class PrefixNode:
-    """One call-path prefix (outermost frame at the root) and the ranks passing through it.
-    Ranks are kept as sorted inclusive ranges: 4096 ranks in one state cost one pair."""
-
-    frame: Frame | None  # None at the root
-    key: FrameKey | None = None
-    ranges: list[list[int]] = field(default_factory=list)
-    children: dict[FrameKey, PrefixNode] = field(default_factory=dict)
-
-    def add_rank(self, rank: int) -> None:
-        """Ranks must arrive in increasing order (merge_prefix_tree sorts them)."""
-        if self.ranges and self.ranges[-1][1] + 1 == rank:
-            self.ranges[-1][1] = rank
-        elif not self.ranges or self.ranges[-1][1] < rank:
-            self.ranges.append([rank, rank])
-
-    def ranks(self) -> list[int]:
-        return [rank for start, end in self.ranges for rank in range(start, end + 1)]
-
-    def count(self) -> int:
-        return sum(end - start + 1 for start, end in self.ranges)
-
-    def rank_text(self) -> str:
-        return format_ranks(self.ranks())
-
-    def walk(self, depth: int = 0) -> Iterator[tuple[int, PrefixNode]]:
-        """Depth-first (node, depth), children with the most ranks first."""
-        yield depth, self
-        for child in sorted(self.children.values(), key=lambda n: (-n.count(), n.ranges)):
-            yield from child.walk(depth + 1)
-
-    def to_dict(self) -> dict[str, object]:
-        return {"frame": None if self.frame is None else
-                {"name": self.frame.name, "where": self.frame.where()},
-                "ranks": [tuple(r) for r in self.ranges],
-                "children": [child.to_dict() for child in sorted(
-                    self.children.values(), key=lambda n: (-n.count(), n.ranges))]}
-
-
-def merge_prefix_tree(stacks: dict[int, tuple[Frame, ...]]) -> PrefixNode:
-    """Merge every rank's stack (innermost first, as sampled) into one tree rooted at the
-    outermost frames, LLNL STAT style: where ranks' paths diverge is where to look."""
-    root = PrefixNode(frame=None)
-    for rank in sorted(stacks):
-        node = root
-        node.add_rank(rank)
-        for frame in reversed(stacks[rank]):
-            key = frame_key(frame)
-            if key is None:
-                continue
-            child = node.children.get(key)
-            if child is None:
-                child = node.children[key] = PrefixNode(frame=frame, key=key)
-            child.add_rank(rank)
-            node = child
-    return root
-
-
-def format_tree(root: PrefixNode, max_depth: int = 64) -> Iterator[str]:
-    """Text rendering, one line per node: ``  [0-3] all_reduce (torch/...:3252)``."""
-    for depth, node in root.walk():
-        if node.frame is None or depth > max_depth:
-            continue
-        yield f"{'  ' * (depth - 1)}[{node.rank_text()}] {_short_where(node.frame)}"

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from hangscope.analysis.stacktree import merge_stacks
 from hangscope.model import Frame
-from hangscope.ranges import format_ranks
 
 if TYPE_CHECKING:
     from hangscope.pipeline import Result
@@ -50,31 +50,11 @@ def rank_stacks(result: Result) -> tuple[str, Iterator[tuple[int, tuple[Frame, .
 
 
 def build(result: Result, frames: Frames, s: Strings, cap: int) -> TreeColumns:
-    """Merge every rank's stacks; nodes are numbered in first-seen order, parents before
-    children. ``truncated`` counts the nodes left out beyond ``cap``."""
+    """Merge every rank's stacks by interned frame (analysis/stacktree.py's builder); nodes are
+    numbered in first-seen order, parents before children. ``truncated`` counts the stacks cut
+    short once the tree had ``cap`` nodes."""
     source, stacks = rank_stacks(result)
-    parent: list[int] = []
-    frame_of: list[int] = []
-    members: list[list[int]] = []
-    index: dict[tuple[int, int], int] = {}
-    truncated = 0
-    for rank, stack in stacks:
-        node = -1
-        for frame in reversed(stack):
-            key = (node, frames(frame))
-            child = index.get(key)
-            if child is None:
-                if len(parent) >= cap:
-                    truncated += 1
-                    break
-                child = index[key] = len(parent)
-                parent.append(node)
-                frame_of.append(key[1])
-                members.append([])
-            ranks = members[child]
-            if not ranks or ranks[-1] != rank:
-                ranks.append(rank)
-            node = child
-    return {"source": source, "parent": parent, "frame": frame_of,
-            "ranks": [s(format_ranks(r)) for r in members], "count": [len(r) for r in members],
-            "truncated": truncated}
+    tree = merge_stacks(stacks, key=frames, max_nodes=cap)
+    return {"source": source, "parent": tree.parents, "frame": tree.keys,
+            "ranks": [s(node.rank_text()) for node in tree.nodes],
+            "count": [node.count() for node in tree.nodes], "truncated": tree.truncated}

@@ -1,0 +1,84 @@
+"""Find the processes of one distributed job on this node: launchers, ranks, DataLoader workers.
+
+Why the process tree and not the process group: torchrun 2.13 starts every worker with
+``start_new_session=True``, so the launcher's group holds only the launcher. We take the processes
+the user pointed at (``--pid-group``, ``--pid``, ``--match``), add all their descendants, and call a
+Python process a *rank* when its environment (``/proc/PID/environ``) carries ``RANK`` (or, when a
+launcher did not set it, ``SLURM_PROCID`` / ``OMPI_COMM_WORLD_RANK`` / ``PMI_RANK``).
+
+One module per step: ``proctree`` walks the process table, ``environ`` reads identity from the
+allow-listed environment, ``classify`` tells ranks from workers and launchers, ``completeness``
+explains the ranks not found; ``job`` holds what :func:`discover` returns.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Sequence
+
+from hangscope.discover.classify import classify, proc_info
+from hangscope.discover.completeness import check_completeness
+from hangscope.discover.environ import ENV_ALLOW, ENV_ALLOW_PREFIXES, filter_env
+from hangscope.discover.job import JobProcesses, ProcInfo, RankProcess
+from hangscope.discover.proctree import (
+    ancestors,
+    children_of,
+    find_roots,
+    launcher_kind,
+    snapshot,
+    with_descendants,
+)
+from hangscope.errors import CollectError, UsageError
+
+__all__ = ["ENV_ALLOW", "ENV_ALLOW_PREFIXES", "JobProcesses", "ProcInfo", "RankProcess",
+           "discover", "filter_env", "launcher_kind"]
+
+
+def discover(*, pid_group: int | None = None, pids: Sequence[int] = (), match: str | None = None,
+             host: str | None = None) -> JobProcesses:
+    """Find the job's launchers, ranks and DataLoader workers; raise CollectError if no rank."""
+    if pid_group is None and not pids and not match:
+        raise UsageError("nothing to search: give --pid-group PGID, --pid PID or --match PATTERN")
+    try:
+        pattern = re.compile(match) if match else None
+    except re.error as exc:
+        raise UsageError(f"--match {match!r} is not a valid regular expression: {exc}") from None
+    table = snapshot()
+    children = children_of(table)
+    searched = _describe_search(pid_group, pids, match)
+    reasons: list[str] = []
+    roots = find_roots(table, pid_group, pids, pattern, reasons)
+    rootset = set(roots)  # walk from the topmost roots only, so parents come before children
+    roots = [pid for pid in roots if not rootset.intersection(ancestors(pid, table))]
+    looked = with_descendants(roots, children)
+    ranks, workers_of, launchers, env_reasons = classify(looked, table, children)
+    reasons.extend(env_reasons)
+    if not ranks:
+        raise CollectError(f"no rank process found: searched {searched}, looked at {len(looked)} "
+                           f"process{'es' if len(looked) != 1 else ''}; "
+                           + ("; ".join(reasons[:6]) or "none of them exists")
+                           + (f"; and {len(reasons) - 6} more" if len(reasons) > 6 else ""))
+    for rank in ranks:
+        rank.workers = workers_of.get(rank.pid, [])
+    # A launcher above a rank the user named directly still matters (its logs, its liveness).
+    for rank in ranks:
+        for pid in ancestors(rank.pid, table):
+            if launcher_kind(table[pid].cmdline) and pid not in launchers:
+                launchers[pid] = proc_info(table[pid])
+    job = JobProcesses(launchers=sorted(launchers.values(), key=lambda p: p.pid),
+                       ranks=sorted(ranks, key=lambda r: (r.rank, r.pid)), searched=searched,
+                       host=host or socket.gethostname())
+    check_completeness(job, table, children)
+    return job
+
+
+def _describe_search(pid_group: int | None, pids: Sequence[int], match: str | None) -> str:
+    parts = []
+    if pid_group is not None:
+        parts.append(f"process group {pid_group}")
+    if pids:
+        parts.append(f"pid{'s' if len(pids) > 1 else ''} {', '.join(map(str, pids))}")
+    if match:
+        parts.append(f"command lines matching {match!r}")
+    return " + ".join(parts) + " and their descendants"

@@ -1,0 +1,81 @@
+"""Tell the processes found apart: ranks, their DataLoader workers and helpers, and launchers.
+
+A forked DataLoader worker inherits its rank's environment, so it looks like a second copy of the
+rank: a process whose ancestor is already that rank is a worker (or a helper) of it, never a rank.
+"""
+
+from __future__ import annotations
+
+from hangscope.discover.environ import env_int, filter_env, identity, read_environ
+from hangscope.discover.job import ProcInfo, RankProcess
+from hangscope.discover.proctree import (
+    Children,
+    ProcSnap,
+    ProcTable,
+    is_worker,
+    launcher_kind,
+    with_descendants,
+)
+
+
+def proc_info(snap: ProcSnap) -> ProcInfo:
+    return ProcInfo(snap.pid, snap.ppid, snap.name, snap.cmdline, snap.create_time,
+                    launcher_kind(snap.cmdline), snap.status)
+
+
+def classify(looked: list[int], table: ProcTable, children: Children
+             ) -> tuple[list[RankProcess], dict[int, list[int]], dict[int, ProcInfo], list[str]]:
+    """Split the processes (parents before children) into ranks, their workers (by rank pid) and
+    launchers (by pid); say why the others are none of these."""
+    ranks: dict[int, RankProcess] = {}
+    owner: dict[int, int] = {}  # pid -> rank pid it belongs to (workers, helpers)
+    workers: dict[int, list[int]] = {}
+    launchers: dict[int, ProcInfo] = {}
+    reasons: list[str] = []
+    for pid in looked:
+        snap = table[pid]
+        parent_owner = owner.get(snap.ppid) if snap.ppid not in ranks else snap.ppid
+        if parent_owner is not None:
+            owner[pid] = parent_owner
+            if is_worker(snap, table, ranks[parent_owner].cmdline):
+                workers.setdefault(parent_owner, []).append(pid)
+            continue
+        kind = launcher_kind(snap.cmdline)
+        if kind:
+            launchers[pid] = proc_info(snap)
+            if not children.get(pid):
+                reasons.append(f"pid {pid} is a launcher ({kind}) with no live child process")
+            continue
+        if not snap.is_python:
+            if not children.get(pid):
+                reasons.append(f"pid {pid} ({snap.name or '?'}) is not a python process")
+            continue
+        env = read_environ(pid)
+        if isinstance(env, str):
+            reasons.append(f"pid {pid} {env}")
+            continue
+        ident = identity(env)
+        if ident is None:
+            reasons.append(f"pid {pid} is a python process but has no RANK (nor SLURM_PROCID, "
+                           f"OMPI_COMM_WORLD_RANK, PMI_RANK) in its environment")
+            continue
+        if ident.variable != "RANK" and _has_rank_below(pid, children):
+            launchers[pid] = proc_info(snap)  # a custom launcher inside an srun/mpirun task
+            continue
+        ranks[pid] = RankProcess(
+            pid=pid, rank=ident.rank, local_rank=ident.local_rank, world_size=ident.world_size,
+            local_world_size=ident.local_world_size,
+            group_rank=env_int(env.get("GROUP_RANK") or env.get("SLURM_NODEID")),
+            run_id=env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID"),
+            master_addr=env.get("MASTER_ADDR"), master_port=env_int(env.get("MASTER_PORT")),
+            env=filter_env(env), cmdline=snap.cmdline, workers=[], create_time=snap.create_time,
+            identity_from=ident.variable)
+    return list(ranks.values()), workers, launchers, reasons
+
+
+def _has_rank_below(pid: int, children: Children) -> bool:
+    for child in with_descendants(children.get(pid, []), children):
+        env = read_environ(child)
+        if isinstance(env, dict) and env_int(env.get("RANK")) is not None:
+            return True
+    return False
