@@ -85,10 +85,12 @@ def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None,
               help="Never pause a rank, even for a stack dump (stacks may be torn).")
 @click.option("--no-fr-trigger", is_flag=True,
               help="Do not ask ranks to write flight-recorder dumps through their dump pipe.")
+@click.option("--no-ras", is_flag=True,
+              help="Do not query NCCL's RAS service (what ncclras shows) on this node.")
 @output_options
 def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samples: int,
            interval: float, dump_timeout: float, native: bool, nonblocking: bool,
-           no_fr_trigger: bool, out_dir: str | None, force: bool, as_json: bool,
+           no_fr_trigger: bool, no_ras: bool, out_dir: str | None, force: bool, as_json: bool,
            no_redact: bool, verbose: int) -> int:
     """Attach to a live job, collect stacks, state, logs and FR dumps, and analyze them.
 
@@ -100,7 +102,8 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
         raise click.UsageError("give --pid-group PGID, --pid PID or --match PATTERN")
     options = AttachOptions(pid_group=pid_group, pids=pids, match=match, samples=samples,
                             interval=interval, dump_timeout=dump_timeout, native=native,
-                            nonblocking=nonblocking, trigger_fr=not no_fr_trigger)
+                            nonblocking=nonblocking, trigger_fr=not no_fr_trigger,
+                            query_ras=not no_ras)
     result = run_attach(options, LoadOptions(),
                         OutputOptions(out_dir=out_dir, force=force, redact=not no_redact))
     _print_result(result, as_json)

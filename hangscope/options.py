@@ -19,6 +19,7 @@ class AttachOptions:
     native: bool = False
     nonblocking: bool = False
     trigger_fr: bool = True
+    query_ras: bool = True  # ask NCCL's RAS service on this node (NCCL >= 2.24)
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,9 +106,11 @@ class TestIdentity:
 
     def test_environment_keeps_only_the_allow_list(self) -> None:
         env = {"RANK": "0", "AWS_SECRET_ACCESS_KEY": "x", "PATH": "/bin", "NCCL_DEBUG": "INFO",
-               "SLURM_JOB_ID": "1", "SLURM_API_TOKEN": "t", "TORCH_FR_BUFFER_SIZE": "2000"}
+               "SLURM_JOB_ID": "1", "SLURM_API_TOKEN": "t", "TORCH_FR_BUFFER_SIZE": "2000",
+               "NCCL_RAS_ADDR": "localhost:28100", "NCCL_IB_HCA": "mlx5"}
         assert filter_env(env) == {"RANK": "0", "NCCL_DEBUG": "INFO", "SLURM_JOB_ID": "1",
-                                   "TORCH_FR_BUFFER_SIZE": "2000"}
+                                   "TORCH_FR_BUFFER_SIZE": "2000",
+                                   "NCCL_RAS_ADDR": "localhost:28100"}
 
     @pytest.mark.parametrize("cmdline,kind", [
         (["/usr/bin/python3", "/usr/local/bin/torchrun", "--nproc-per-node", "8", "t.py"],

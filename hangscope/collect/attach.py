@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from hangscope.analysis.rank_state import refine_idle
 from hangscope.analysis.stacks import classify_thread, main_thread, stack_key
 from hangscope.bundle import BundleWriter, CollectionRecord
-from hangscope.collect import fr_trigger, logs, permissions, procstate, pyspy
+from hangscope.collect import fr_trigger, logs, nccl_ras, permissions, procstate, pyspy
 from hangscope.discover import JobProcesses, discover
 from hangscope.model import ProcessState
 from hangscope.options import AttachOptions
@@ -78,12 +78,14 @@ def collect(options: AttachOptions, bundle_dir: str,
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="collect") as pool:
         fr_future = pool.submit(_collect_fr, job, writer, summary, options)
         logs_future = pool.submit(_collect_logs, job, writer, summary)
+        ras_future = pool.submit(_collect_ras, job, writer, summary, options)
         if meanwhile is not None:
             pool.submit(meanwhile)
         _collect_stacks_and_state(traceable + workers, rank_of_pid, worker_of, writer,
                                   summary, options)
         logs_future.result()
         fr_future.result()
+        ras_future.result()
     writer.gaps.extend(summary.gaps)
     summary.seconds = time.monotonic() - started
     writer.job["collect_seconds"] = round(summary.seconds, 3)
@@ -257,3 +259,25 @@ def _collect_fr(job: JobProcesses, writer: BundleWriter, summary: CollectSummary
             source="flight_recorder", rank=rank.rank, status="ok",
             detail=("triggered " if newest.triggered else "found ") + newest.path,
             started_at=began, seconds=round(time.time() - began, 3)))
+
+
+def _collect_ras(job: JobProcesses, writer: BundleWriter, summary: CollectSummary,
+                 options: AttachOptions) -> None:
+    """NCCL's job-wide RAS status (NCCL >= 2.24), kept as a job-level log the RAS parser reads."""
+    if not options.query_ras:
+        return
+    began = time.time()
+    try:
+        result = nccl_ras.collect(job, timeout_s=options.dump_timeout)
+    except Exception as exc:  # noqa: BLE001 - a collector failure is a gap, never fatal
+        summary.gaps.append(f"NCCL RAS query failed: {exc}")
+        return
+    if result.data:
+        writer.add_job_file("log", result.bundle_name(), result.data,
+                            source_path=f"ncclras {result.where}")
+        summary.ok.setdefault("nccl_ras", []).append(-1)
+    if result.gap:
+        summary.gaps.append(result.gap)
+    writer.collection.append(CollectionRecord(source="nccl_ras", rank=None, status=result.status,
+                                              detail=result.detail, started_at=began,
+                                              seconds=round(time.time() - began, 3)))
