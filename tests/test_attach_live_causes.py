@@ -44,7 +44,9 @@ def test_straggler_is_slow_not_hung(tmp_path) -> None:
     with running_job("straggler", ready_dir=tmp_path / "ready") as job:
         time.sleep(2.0)
         code, verdict = attach(job, tmp_path / "out", "--samples", "12", "--interval", "0.3")
-    assert verdict["status"] == "slow", verdict["findings"]
+    # under heavy CPU load on a 2-core machine this has read as healthy once: say what it saw
+    seen = [(c["ranks"], c["role"], c.get("state")) for c in verdict["rank_classes"]]
+    assert verdict["status"] == "slow", (verdict["status"], verdict["findings"], seen)
     assert code == ExitCode.NO_HANG
     root = verdict["findings"][0]
     assert (root["kind"], root["culprit_ranks"]) == ("straggler", [2])

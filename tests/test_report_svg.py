@@ -76,6 +76,26 @@ class TestWaitGraph:
         boxes = node_boxes(svg)
         assert boxes["c1"][1] > boxes["c0"][1]
 
+    def test_a_finding_wait_the_drawn_chain_already_shows_gets_no_dashed_edge(self):
+        # GIVEN c2 waits on c1, c1 on the culprit c0, and no direct c2 -> c0 edge (a staircase)
+        graph = graph_of({"c0": [0], "c1": [1], "c2": [2]}, {c: c for c in ("c0", "c1", "c2")},
+                         [("c2", "c1"), ("c1", "c0")])
+        svg = str(wait_graph_svg(graph, verdict_of(
+            {"c0": "culprit", "c1": "waiting", "c2": "waiting"}, [0], [1, 2])))
+        # THEN the chain is the picture: two solid arrows, nothing dashed
+        assert svg.count('<g class="edge') == 2
+        assert 'stroke-dasharray="6 4"' not in svg
+
+    def test_a_direct_finding_wait_folded_by_the_reduction_stays_dashed(self):
+        # GIVEN c2 waits on c0 directly and also through c1: the drawing drops c2 -> c0
+        graph = graph_of({"c0": [0], "c1": [1], "c2": [2]}, {c: c for c in ("c0", "c1", "c2")},
+                         [("c2", "c1"), ("c1", "c0"), ("c2", "c0")])
+        svg = str(wait_graph_svg(graph, verdict_of(
+            {"c0": "culprit", "c1": "waiting", "c2": "waiting"}, [0], [1, 2])))
+        # THEN the finding's own wait comes back dashed
+        assert svg.count('<g class="edge') == 3
+        assert svg.count('stroke-dasharray="6 4"') == 1
+
     def test_many_classes_are_capped_with_a_note(self):
         members = {f"c{i}": [i] for i in range(40)}
         graph = graph_of(members, dict.fromkeys(members, "behind"),

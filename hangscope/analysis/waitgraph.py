@@ -10,12 +10,22 @@ Edges come from:
 - p2p (NCCL dumps; gloo records none): a rank blocked in send/recv waits on its peer unless the
   peer is blocked in the matching recv/send towards it;
 - stacks and logs, added by later sources through :meth:`WaitGraph.add_wait`.
+
+Class edges are only those reachability needs. The ranks behind seq N include those behind any
+lower blocked seq M; where every rank blocked in M is itself behind N, the classes at N get edges
+only to the ranks between M and N and reach the rest through the classes at M
+(:func:`_stand_ins`). Sinks, cycles and who waits on whom, directly or not, are those of the
+all-pairs graph, with edges linear in the classes instead of quadratic: a staircase of 4096
+ranks, each one seq ahead of the next, is 4095 edges, not 8.4M. Every reason still labels an
+edge, and :attr:`WaitGraph.waits` keeps every rank pair, per reason, for findings to cite.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
+import heapq
+from bisect import bisect_left
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -46,21 +56,46 @@ class WaitGraph:
     # rank-level edges, kept only per (reason): waiting ranks -> ranks waited on
     waits: dict[WaitReason, tuple[set[int], set[int]]] = field(default_factory=dict)
 
-    def add_wait(self, reason: WaitReason, waiting: Iterable[int],
-                 waited_on: Iterable[int]) -> None:
+    def add_wait(self, reason: WaitReason, waiting: Iterable[int], waited_on: Iterable[int],
+                 direct: Iterable[int] | None = None) -> None:
+        """``waiting`` ranks wait on ``waited_on`` ranks for ``reason``.
+
+        :attr:`waits` gets both sets whole. The class graph gets an edge from every class of
+        ``waiting`` to every class of ``direct``, which is all of ``waited_on`` unless given: a
+        caller passes a part of ``waited_on`` only where the finished graph leads from those
+        classes to the rest, so that reachability is that of the all-pairs edges.
+        """
         waiting, waited_on = set(waiting), set(waited_on)
         if not waiting or not waited_on:
             return
         have = self.waits.setdefault(reason, (set(), set()))
         have[0].update(waiting)
         have[1].update(waited_on)
-        for src in {self.class_of[r] for r in waiting}:
-            for dst in {self.class_of[r] for r in waited_on}:
-                data = self.graph.get_edge_data(src, dst)
-                if data is None:
-                    self.graph.add_edge(src, dst, reasons=[reason])
-                elif reason not in data["reasons"]:
-                    data["reasons"].append(reason)
+        targets = dict.fromkeys(self.class_of[r] for r in (waited_on if direct is None else direct))
+        for src in dict.fromkeys(self.class_of[r] for r in waiting):
+            for dst in targets:
+                self._edge(src, dst, reason)
+
+    def add_mutual_wait(self, reason: WaitReason, ranks: Sequence[int]) -> None:
+        """Every one of ``ranks`` waits on every other one (one call, not one per rank: the
+        pairs are quadratic in the ranks, the class edges only in the classes among them)."""
+        if len(ranks) < 2:
+            return
+        have = self.waits.setdefault(reason, (set(), set()))
+        have[0].update(ranks)
+        have[1].update(ranks)
+        count = Counter(self.class_of[r] for r in ranks)
+        for src in count:
+            for dst in count:
+                if src != dst or count[src] > 1:  # a class of one rank does not wait on itself
+                    self._edge(src, dst, reason)
+
+    def _edge(self, src: str, dst: str, reason: WaitReason) -> None:
+        data = self.graph.get_edge_data(src, dst)
+        if data is None:
+            self.graph.add_edge(src, dst, reasons=[reason])
+        elif reason not in data["reasons"]:
+            data["reasons"].append(reason)
 
     def ranks_of(self, classes: Iterable[str]) -> list[int]:
         return sorted(r for c in classes for r in self.members[c])
@@ -77,6 +112,19 @@ class WaitGraph:
             if len(nodes) > 1 or self.graph.has_edge(nodes[0], nodes[0]):
                 found.append(nodes)
         return found
+
+    def waiting_on(self, classes: Iterable[str]) -> set[str]:
+        """Classes that wait on any of ``classes``, directly or through others (not those)."""
+        targets = set(classes)
+        found: set[str] = set()
+        todo = [c for c in targets if c in self.graph]
+        pred = self.graph.pred
+        while todo:
+            for src in pred[todo.pop()]:
+                if src not in found:
+                    found.add(src)
+                    todo.append(src)
+        return found - targets
 
 
 def _rank_key(picture: FrPicture, stacks: dict[int, RankStackState], rank: int,
@@ -166,22 +214,54 @@ def build_wait_graph(picture: FrPicture, stacks: dict[int, RankStackState] | Non
 
 
 def _add_collective_waits(graph: WaitGraph, group: GroupView, picture: FrPicture) -> None:
-    by_pending: dict[int, list[FrEntry]] = defaultdict(list)
-    for view in group.ranks.values():
-        if view.pending is not None:
-            by_pending[view.pending.collective_seq_id].append(view.pending)
-    if not by_pending:
-        return
+    """Each rank blocked in seq N waits on the members whose last seq is below N, and on the
+    members without a dump; class edges go only as far as :func:`_stand_ins` allows."""
     waiting_at: dict[int, list[int]] = defaultdict(list)
+    ops: dict[int, str] = {}
     for view in group.ranks.values():
         if view.pending is not None:
-            waiting_at[view.pending.collective_seq_id].append(view.rank)
+            seq = view.pending.collective_seq_id
+            waiting_at[seq].append(view.rank)
+            ops.setdefault(seq, view.pending.op)
+    if not waiting_at:
+        return
+    views = sorted(group.ranks.values(), key=lambda v: v.last_seq)
+    lasts = [v.last_seq for v in views]
+    by_last = [v.rank for v in views]
     no_dump = [r for r in group.members if r not in picture.dumps]
+    stand_in = _stand_ins(group, waiting_at)
     for seq, waiting in waiting_at.items():
-        behind = [v.rank for v in group.ranks.values() if v.last_seq < seq] + no_dump
-        op = by_pending[seq][0].op
-        reason = WaitReason("collective", group.name, group.desc, seq, op)
-        graph.add_wait(reason, waiting, behind)
+        stop = bisect_left(lasts, seq)
+        lower = stand_in.get(seq)
+        direct = None if lower is None else by_last[bisect_left(lasts, lower):stop]
+        reason = WaitReason("collective", group.name, group.desc, seq, ops[seq])
+        graph.add_wait(reason, waiting, by_last[:stop] + no_dump, direct)
+
+
+def _stand_ins(group: GroupView, waiting_at: dict[int, list[int]]) -> dict[int, int]:
+    """For a blocked seq N, the highest blocked seq M < N whose blocked ranks are all behind N
+    (entered nothing past N - 1), where there is one.
+
+    Then every rank at N waits on every rank at M, and every rank at M reaches every rank behind
+    M (directly, or through a stand-in of its own: induction on the seq). So the ranks at N need
+    direct edges only to the ranks whose last seq is in [M, N), the ranks at M among them. Every
+    edge left out is implied by a path of edges kept, and every edge kept is an all-pairs edge,
+    so reachability is unchanged, and with it sinks, cycles and ancestors. The highest M leaves
+    out the most, as the ranks behind M only grow with M. One pass in seq order: a heap keyed
+    on the highest seq M's ranks entered lets M out once N is past it.
+    """
+    reach = {seq: max(group.ranks[r].last_seq for r in ranks) for seq, ranks in waiting_at.items()}
+    entered: list[tuple[int, int]] = []  # (highest seq its ranks entered, blocked seq), a heap
+    best: int | None = None
+    found: dict[int, int] = {}
+    for seq in sorted(waiting_at):
+        while entered and entered[0][0] < seq:
+            lower = heapq.heappop(entered)[1]
+            best = lower if best is None else max(best, lower)
+        if best is not None:
+            found[seq] = best
+        heapq.heappush(entered, (reach[seq], seq))
+    return found
 
 
 def _add_p2p_waits(graph: WaitGraph, group: GroupView) -> None:
@@ -246,6 +326,4 @@ def add_stack_waits(graph: WaitGraph, picture: FrPicture,
     ops = {op.removeprefix("i") for op in in_p2p}
     if len(p2p_ranks) >= 2 and len(ops) == 1:
         # everyone blocked in recv (or everyone in send): nobody will post the other side
-        for rank in p2p_ranks:
-            peers = [r for r in p2p_ranks if r != rank]
-            graph.add_wait(WaitReason("stack-p2p", "", "", -1, next(iter(ops))), [rank], peers)
+        graph.add_mutual_wait(WaitReason("stack-p2p", "", "", -1, next(iter(ops))), p2p_ranks)

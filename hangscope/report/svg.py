@@ -3,7 +3,9 @@
 - :func:`wait_graph_svg`: the class-level wait graph. Nodes are rank classes, an arrow A -> B
   reads "A waits on B". Layered: classes that wait sit on top, the culprits at the bottom, the
   members of a cycle side by side in one row. At most ``max_nodes`` classes are drawn (culprits
-  and cycles first), the rest are counted in a "+N more classes" note.
+  and cycles first), the rest are counted in a "+N more classes" note. A drawn class that waits
+  on another only through classes not drawn gets a dotted arrow to it (the wait graph keeps
+  only the edges reachability needs, so such paths are common when classes are many).
 - :func:`hangscope.report.timeline.timeline_svg` draws the last collectives per group.
 
 Every label goes through :func:`markupsafe.escape` before it becomes markup; the result is
@@ -92,18 +94,21 @@ def wait_graph_svg(graph: WaitGraph, verdict: Verdict, text: Callable[[str], str
         return (root_culprits.isdisjoint(n.ranks), cid not in in_cycle, n.role != "culprit",
                 not linked, -len(n.ranks), n.ranks[0])
 
-    # Only the drawn classes' edges are ever looked at: a staircase of 4096 classes has
-    # millions of class edges, a picture has at most max_nodes**2.
     shown = sorted(nodes, key=priority)[:max_nodes]
     visible = set(shown)
     hidden = [c for c in nodes if c not in visible]
-    edges: dict[tuple[str, str], list[str]] = {}
-    for src, dst, data in g.subgraph([c for c in shown if c in g]).edges(data=True):
-        edges[(src, dst)] = [reason_label(r) for r in data.get("reasons", [])]
+    edges, through = _visible_edges(g, shown)
     edges = _reduce(edges)
     label = verdict.findings[0].kind.value.replace("_", " ") if verdict.findings else ""
+    # The root finding's wait, dashed, where the picture does not state it: no arrow (a mismatch,
+    # both sides pending) or a direct wait folded into a longer path by _reduce. Where the wait
+    # graph itself goes through a chain of classes (a staircase), the drawn chain says it.
+    drawn = nx.DiGraph(list(edges))
     implied = {(a, b): [label] for a in sorted(finding_src & visible)
-               for b in sorted(finding_dst & visible) if a != b and (a, b) not in edges}
+               for b in sorted(finding_dst & visible)
+               if a != b and (a, b) not in edges and (g.has_edge(a, b) or not (
+                   a in drawn and b in drawn and nx.has_path(drawn, a, b)))}
+    through &= set(edges)
     rows = _layers(shown, edges, implied, nodes, in_cycle)
     width, height = _place(rows, nodes)
     note_h = 22 if hidden else 0
@@ -118,7 +123,8 @@ def wait_graph_svg(graph: WaitGraph, verdict: Verdict, text: Callable[[str], str
            'd="M0,0 L10,5 L0,10 z" fill="#c62828"/></marker></defs>']
     for (src, dst), labels in sorted({**implied, **edges}.items()):
         cyc = src in in_cycle and dst in in_cycle
-        out.append(_edge(nodes[src], nodes[dst], labels, cyc, (src, dst) in implied, text))
+        style = "implied" if (src, dst) in implied else "through" if (src, dst) in through else ""
+        out.append(_edge(nodes[src], nodes[dst], labels, cyc, style, text))
     out.extend(_node(nodes[cid], text) for cid in shown)
     if hidden:
         count = sum(len(nodes[c].ranks) for c in hidden)
@@ -127,6 +133,51 @@ def wait_graph_svg(graph: WaitGraph, verdict: Verdict, text: Callable[[str], str
                    f'see the rank table</text>')
     out.append("</svg>")
     return Markup("\n".join(out))
+
+
+def _visible_edges(g: nx.DiGraph, shown: list[str]
+                   ) -> tuple[dict[tuple[str, str], list[str]], set[tuple[str, str]]]:
+    """Arrows between drawn classes: their own edges, and (A, B) where A reaches B only through
+    classes not drawn, labelled with A's first step. The second set names the latter.
+
+    Only hidden classes that a drawn class leads into are looked at, in one pass over their
+    condensed subgraph with a bit per drawn class: not one search per drawn class.
+    """
+    bit = {cid: 1 << i for i, cid in enumerate(shown)}
+    region: set[str] = set()
+    todo = [d for c in shown if c in g for d in g.succ[c] if d not in bit]
+    while todo:
+        cid = todo.pop()
+        if cid not in region:
+            region.add(cid)
+            todo.extend(d for d in g.succ[cid] if d not in bit and d not in region)
+    dag = nx.condensation(g.subgraph(region))
+    reach: dict[int, int] = {}
+    for comp in reversed(list(nx.topological_sort(dag))):
+        mask = 0
+        for cid in dag.nodes[comp]["members"]:
+            mask |= sum(bit[d] for d in g.succ[cid] if d in bit)
+        for nxt in dag.successors(comp):
+            mask |= reach[nxt]
+        reach[comp] = mask
+    mapping = dag.graph["mapping"]
+    edges: dict[tuple[str, str], list[str]] = {}
+    through: dict[tuple[str, str], list[str]] = {}
+    for src in shown:
+        if src not in g:
+            continue
+        for dst, data in g.succ[src].items():
+            labels = [reason_label(r) for r in data.get("reasons", [])]
+            if dst in bit:
+                edges[(src, dst)] = labels
+                continue
+            mask = reach[mapping[dst]]
+            for end in shown:
+                if mask & bit[end] and end != src:
+                    have = through.setdefault((src, end), [])
+                    have.extend(x for x in labels if x not in have)
+    through = {pair: labels for pair, labels in through.items() if pair not in edges}
+    return {**edges, **through}, set(through)
 
 
 def _reduce(edges: dict[tuple[str, str], list[str]]) -> dict[tuple[str, str], list[str]]:
@@ -232,8 +283,10 @@ def _node(n: _Node, text: Callable[[str], str]) -> str:
             + f"{badge}</g>")
 
 
-def _edge(a: _Node, b: _Node, labels: list[str], cycle: bool, implied: bool,
+def _edge(a: _Node, b: _Node, labels: list[str], cycle: bool, style: str,
           text: Callable[[str], str]) -> str:
+    """``style``: "" (an edge of the graph), "implied" (stated by the root finding: dashed) or
+    "through" (a path through classes not drawn: dotted)."""
     color = "#c62828" if cycle else "#555"
     marker = "arr-red" if cycle else "arr"
     cx_a, cx_b = a.x + NODE_W / 2, b.x + NODE_W / 2
@@ -261,11 +314,13 @@ def _edge(a: _Node, b: _Node, labels: list[str], cycle: bool, implied: bool,
         # label nearer the target, where edges from one source have spread apart
         lx, ly = cx_a + 0.72 * (cx_b - cx_a), y0 + 0.62 * (y1 - y0)
     label = text(labels[0]) + (f" +{len(labels) - 1}" if len(labels) > 1 else "") if labels else ""
-    tip = "waits on: " + "; ".join(text(x) for x in labels)
-    dash = ' stroke-dasharray="6 4"' if implied else ""
+    lead = "waits, through classes not drawn, on: " if style == "through" else "waits on: "
+    tip = lead + "; ".join(text(x) for x in labels)
+    dash = {"implied": ' stroke-dasharray="6 4"', "through": ' stroke-dasharray="2 4"'}
+    dash_attr = dash.get(style, "")
     return (f'<g class="edge{" cycle" if cycle else ""}"><title>{_t(tip)}</title>'
             f'<path d="{path}" fill="none" stroke="{color}" stroke-width="{2.2 if cycle else 1.6}"'
-            f'{dash} marker-end="url(#{marker})"/>'
+            f'{dash_attr} marker-end="url(#{marker})"/>'
             + (f'<text x="{lx:.0f}" y="{ly:.0f}" font-size="11" fill="{color}" '
                'text-anchor="middle" stroke="#fcfcfc" stroke-width="4" paint-order="stroke" '
                f'class="elabel">{_t(_cut(label, 40))}</text>' if show_label and label else "")

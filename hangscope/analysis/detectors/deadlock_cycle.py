@@ -25,7 +25,7 @@ def detect(ctx: Context) -> list[Finding]:
         is_p2p = all(reason.kind in ("p2p", "stack-p2p") for reason in reasons)
         kind = Kind.P2P_DEADLOCK if is_p2p else Kind.PG_ORDER_DEADLOCK
         culprits = graph.ranks_of(cycle)
-        waiting = sorted({r for node in _ancestors(ctx, nodes) for r in graph.members[node]})
+        waiting = sorted({r for node in graph.waiting_on(nodes) for r in graph.members[node]})
         evidence = []
         steps = []
         for node in cycle:
@@ -59,11 +59,3 @@ def detect(ctx: Context) -> list[Finding]:
                                 evidence=evidence, collective=collective))
     return findings
 
-
-def _ancestors(ctx: Context, nodes: set[str]) -> set[str]:
-    import networkx as nx
-
-    found: set[str] = set()
-    for node in nodes:
-        found |= nx.ancestors(ctx.graph.graph, node)
-    return found - nodes
