@@ -134,7 +134,7 @@ def build_payload(result: Result, redact_secrets: bool = True) -> Payload:
     tree = stacktree.build(result, frames, s, MAX_TREE_NODES)
     if tree["truncated"]:
         notes.append(f"merged stack tree cut at {MAX_TREE_NODES} nodes "
-                     f"({tree['truncated']} left out)")
+                     f"({tree['truncated']} thread stacks cut short)")
     payload: Payload = {
         "schema": SCHEMA,
         "strings": s.items,
