@@ -9,6 +9,7 @@ from hangscope.analysis import detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import build_picture
 from hangscope.analysis.rank_state import rank_states
+from hangscope.analysis.ras_facts import is_ras_evidence
 from hangscope.analysis.verdict import (
     STATUS_OF_KIND,
     Finding,
@@ -37,7 +38,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     findings = []
     for detect in detectors.ALL:
         findings.extend(detect(ctx))
-    findings = order_findings(_drop_generic(findings))
+    findings = order_findings(_ras_second(_drop_generic(findings)))
     world = ctx.picture.world_size or None
     seen = sorted(evidence.ranks)
     expected = set(range(world)) if world else set(seen)
@@ -62,10 +63,48 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
 
 def _drop_generic(findings: list[Finding]) -> list[Finding]:
     """A missing_rank finding adds nothing when a more specific one names the same culprits
-    (the DataLoader stall, deadlock or death that explains why they are missing)."""
-    specific = [set(f.culprit_ranks) for f in findings if f.kind is not Kind.MISSING_RANK]
-    return [f for f in findings if f.kind is not Kind.MISSING_RANK
-            or not any(set(f.culprit_ranks) <= culprits for culprits in specific)]
+    (the DataLoader stall, deadlock or death that explains why they are missing). What NCCL RAS
+    said about them moves to that finding: as a second, independent view it adds 0.05."""
+    specific = [f for f in findings if f.kind is not Kind.MISSING_RANK]
+    kept = []
+    for finding in findings:
+        covering = [f for f in specific if set(finding.culprit_ranks) <= set(f.culprit_ranks)]
+        if finding.kind is Kind.MISSING_RANK and covering:
+            _carry_ras(finding, covering[0])
+        else:
+            kept.append(finding)
+    return kept
+
+
+def _carry_ras(dropped: Finding, into: Finding) -> None:
+    cited = {(item.rank, item.where) for item in into.evidence}
+    ras = [item for item in dropped.evidence
+           if is_ras_evidence(item) and (item.rank, item.where) not in cited]
+    if not ras:
+        return
+    if not any(is_ras_evidence(item) for item in into.evidence):
+        into.confidence = min(0.95, into.confidence + 0.05)
+    into.evidence.extend(ras)
+
+
+def _ras_second(findings: list[Finding]) -> list[Finding]:
+    """A finding only NCCL RAS supports ranks below every finding from dumps, stacks, logs or
+    /proc that names other culprits: RAS knows which processes answer and how many operations
+    each launched, not which collective of which group anyone waits in."""
+    grounded = [f for f in findings if not _only_ras(f)]
+    for finding in findings:
+        if not _only_ras(finding):
+            continue
+        rivals = [f.confidence for f in grounded
+                  if not set(f.culprit_ranks) & set(finding.culprit_ranks)]
+        if rivals:
+            finding.confidence = min(finding.confidence, round(max(rivals) - 0.05, 2))
+    return findings
+
+
+def _only_ras(finding: Finding) -> bool:
+    cited = [item for item in finding.evidence if item.source != "py-spy"]
+    return bool(cited) and all(is_ras_evidence(item) for item in cited)
 
 
 def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:

@@ -5,15 +5,21 @@ watchdog timeouts, torchrun's closing signals and its ChildFailedError table. Th
 consequences. A cause is what happened to a rank on its own: an OOM, a kill signal, an exception
 of its own code, a transport error naming a peer. Detectors read :func:`failures`, which keeps
 causes only, each rank's earliest first (by timestamp where the line has one, else file order).
+
+NCCL RAS reports (``analysis/ras_facts.py``) add NCCL's own view: a process it considers dead
+and a rank's own (non-remote) NCCL error become failures here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from hangscope.analysis.ras_facts import ras_facts
 from hangscope.model import JobEvidence, LogEvent
+from hangscope.sources.logs.common import one_line
 
 # Messages of exceptions that a rank raises because a peer went away or timed out.
 _ECHO = re.compile(r"Connection (closed|reset) by peer|Broken pipe|Timed out waiting|"
@@ -32,7 +38,12 @@ OOM_KINDS = frozenset({"cuda_oom", "host_oom_kill"})
 class Failure:
     rank: int
     event: LogEvent
-    what: str  # "oom" | "signal" | "exception" | "transport" | "dataloader" | "collective_error"
+    # "oom" | "signal" | "exception" | "transport" | "dataloader" | "collective_error" | "dead"
+    what: str
+    detail: str = ""  # what the event says about this rank, where the event names several
+
+    def describe(self, limit: int = 240) -> str:
+        return one_line(self.detail, limit) if self.detail else describe(self.event, limit)
 
 
 def classify(event: LogEvent) -> str | None:
@@ -88,6 +99,12 @@ def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
             continue
         seen.add(key)
         found.setdefault(rank, []).append(Failure(rank, event, what))
+    for fact in ras_facts(evidence):
+        what = fact.failure()
+        if what is not None:
+            # the report's time is when RAS was asked, not when the rank failed
+            event = dataclasses.replace(fact.event, time=None)
+            found.setdefault(fact.rank, []).append(Failure(fact.rank, event, what, fact.detail))
     for items in found.values():
         items.sort(key=lambda f: (f.event.time is None, f.event.time or 0.0))
     return found
@@ -113,5 +130,4 @@ def describe(event: LogEvent, limit: int = 240) -> str:
                 + (f" ({signal})" if signal else "") + f", pid {fields.get('pid', '?')}")
     else:
         text = event.message
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return one_line(str(text), limit)

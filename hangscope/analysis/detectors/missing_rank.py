@@ -6,6 +6,17 @@ cause; following the chain to its end finds the rank to look at). Cites: the wai
 pending FR entry and the culprit's last entry on that group. A culprit without a dump is named with
 lower confidence: absent evidence is consistent with a dead or wedged rank, but proves neither.
 False positives: a dump taken while a healthy job was between collectives on one rank.
+
+NCCL RAS (``ras_facts.ras_facts``) adds NCCL's own view. A rank that does not answer RAS
+(INCOMPLETE; or "dead" while its stacks show it alive: cut off from the RAS network) cannot be in
+the collectives its communicators wait in; a rank that launched fewer operations than the most
+advanced rank of its communicator (MISMATCH) is where the others wait. Naming the culprit of a
+finding above, RAS is cited there and raises its confidence (to at least 0.7 for a rank that does
+not answer, 0.5 for one behind, else by 0.05); naming other ranks, it is a finding of its own: 0.7
+for ranks that do not answer, 0.5 for ranks behind, and these only while something shows ranks
+blocked in communication (one report cannot tell a lagging rank from a stuck one). RAS names no
+process group and no sequence number. False positives: a rank behind by a few operations in a job
+that still moves; a process slow to answer while RAS's own collective times out.
 """
 
 from __future__ import annotations
@@ -13,12 +24,17 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hangscope.analysis.context import Context
+from hangscope.analysis.ras_facts import RAS_MARK, RasFact, ras_facts, seen_alive
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.analysis.waitgraph import WaitReason
 from hangscope.ranges import format_ranks, ranks_phrase
 
 
 def detect(ctx: Context) -> list[Finding]:
+    return _with_ras(ctx, _from_waits(ctx))
+
+
+def _from_waits(ctx: Context) -> list[Finding]:
     sink_ranks = set(ctx.graph.ranks_of(ctx.graph.sinks()))
     if not sink_ranks:
         return []
@@ -114,3 +130,81 @@ def _finding(ctx: Context, culprits: list[int],
                    confidence=confidence, summary=summary, evidence=evidence,
                    collective=CollectiveRef(pg=reason.pg, seq=reason.seq, op=reason.op,
                                             pg_desc=reason.pg_desc))
+
+
+_RAS_STRENGTH = {"INCOMPLETE": 0.7, "DEAD": 0.5, "MISMATCH": 0.5}
+
+
+def _with_ras(ctx: Context, findings: list[Finding]) -> list[Finding]:
+    """Cite RAS in the findings whose culprits it names; its other ranks become findings."""
+    every = ras_facts(ctx.evidence)
+    facts = [fact for fact in every if fact.state in ("INCOMPLETE", "MISMATCH")
+             or (fact.state == "DEAD" and seen_alive(ctx.stacks, fact.rank))]
+    if not facts:
+        return findings
+    for finding in findings:
+        agree = [fact for fact in facts if fact.rank in finding.culprit_ranks]
+        if agree:
+            finding.evidence.extend(_cite(agree))
+            strength = max(_RAS_STRENGTH[fact.state] for fact in agree)
+            finding.confidence = min(0.95, max(finding.confidence + 0.05, strength))
+            finding.summary += "; NCCL RAS agrees: " + _details(agree, 2)
+    named = {rank for finding in findings for rank in finding.culprit_ranks}
+    silent = [fact for fact in facts if fact.state != "MISMATCH" and fact.rank not in named]
+    if silent:
+        return [*findings, _unresponsive(ctx, silent)]
+    behind = [fact for fact in facts if fact.state == "MISMATCH" and fact.rank not in named]
+    # a dead rank (rank_died) explains why the others fell behind
+    if behind and _blocked(ctx) and not any(fact.state == "DEAD" for fact in every):
+        return [*findings, _behind(ctx, behind)]
+    return findings
+
+
+def _unresponsive(ctx: Context, facts: list[RasFact]) -> Finding:
+    culprits = sorted({fact.rank for fact in facts})
+    verb = "do" if len(culprits) > 1 else "does"
+    summary = (f"{ranks_phrase(culprits)} {verb} not answer NCCL's RAS service "
+               f"({_details(facts, 4)}): a process that is stopped, dying or cut off from the "
+               "network holds up every collective of its communicators (RAS does not say which "
+               "one the others wait in)")
+    return _ras_finding(ctx, culprits, facts, summary,
+                        max(_RAS_STRENGTH[fact.state] for fact in facts))
+
+
+def _behind(ctx: Context, facts: list[RasFact]) -> Finding:
+    culprits = sorted({fact.rank for fact in facts})
+    them = "them" if len(culprits) > 1 else "it"
+    summary = (f"{ranks_phrase(culprits)} launched fewer operations than the most advanced ranks "
+               f"of {'their' if len(culprits) > 1 else 'its'} communicator ({_details(facts, 4)}):"
+               f" the others wait for {them} in the next one. One RAS report cannot tell a lag "
+               "from a hang; counts that do not move between two reports can")
+    return _ras_finding(ctx, culprits, facts, summary, _RAS_STRENGTH["MISMATCH"])
+
+
+def _ras_finding(ctx: Context, culprits: list[int], facts: list[RasFact], summary: str,
+                 confidence: float) -> Finding:
+    waiting = sorted({r for _, (sources, targets) in ctx.graph.waits.items()
+                      if targets & set(culprits) for r in sources} - set(culprits))
+    waiting = waiting or sorted(set(ctx.evidence.ranks) - set(culprits))
+    evidence = _cite(facts)
+    evidence += [item for rank in culprits[:8]
+                 if (item := ctx.stack_evidence(rank, "main thread: ")) is not None]
+    return Finding(kind=Kind.MISSING_RANK, culprit_ranks=culprits, waiting_ranks=waiting,
+                   confidence=confidence, summary=summary, evidence=evidence)
+
+
+def _cite(facts: list[RasFact]) -> list[EvidenceItem]:
+    return list(dict.fromkeys(fact.evidence() for fact in facts))[:8]
+
+
+def _details(facts: list[RasFact], limit: int) -> str:
+    texts = list(dict.fromkeys(fact.detail.removeprefix(RAS_MARK + ": ") for fact in facts))
+    more = f"; and {len(texts) - limit} more" if len(texts) > limit else ""
+    return "; ".join(texts[:limit]) + more
+
+
+def _blocked(ctx: Context) -> bool:
+    """Something shows ranks blocked in communication: FR pending ops, or stacks in collectives."""
+    return any(ctx.picture.pending_ops(rank) for rank in ctx.picture.dumps) or any(
+        state.main is not None and state.main.kind in ("collective", "p2p")
+        and state.progress != "moving" for state in ctx.stacks.values())

@@ -2,10 +2,10 @@
 
 Signal: ``nccl_transport_error`` events (``NET/IB : Got completion ... with error``,
 ``NET/Socket : Connection closed by remote peer`` in NCCL WARN lines) with no rank-local cause
-(OOM, signal, own exception) that would explain them. Cites: each WARN line. The culprit is the
-rank(s) reporting the errors, and the summary names the peer(s) they blame. False positives:
-transport errors logged as a *consequence* of a peer process dying (which rank_died / rank_oom
-then explain, ranked above this).
+(OOM, signal, own exception, a process NCCL RAS considers dead) that would explain them. Cites:
+each WARN line. The culprit is the rank(s) reporting the errors, and the summary names the peer(s)
+they blame. False positives: transport errors logged as a *consequence* of a peer process dying
+(which rank_died / rank_oom then explain, ranked above this).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def detect(ctx: Context) -> list[Finding]:
     if not reporters:
         return []
     peers = Counter(str(f.event.fields.get("peer", "?")) for r in reporters for f in transport[r])
-    other_causes = any(f.what in ("oom", "signal", "exception")
+    other_causes = any(f.what in ("oom", "signal", "exception", "dead")
                        for items in per_rank.values() for f in items)
     evidence = [EvidenceItem("log", rank, " ".join(f.event.message.split())[:300],
                              f.event.where())

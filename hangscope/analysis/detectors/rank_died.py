@@ -2,26 +2,33 @@
 
 Signals, strongest first: the launcher's ChildFailedError table giving the rank's exit signal
 (SIGKILL, SIGSEGV, SIGABRT); the rank's own exception in its log (a traceback whose message is not
-the echo of a peer's failure, see ``log_causes``); /proc state ``gone`` or ``Z``; a main thread in
-``threading._shutdown`` (the main module raised or returned; non-daemon threads keep the process
-alive). Ranks are ordered by the time of their first failure where logs carry one. Cites: the log
-line or process state, and the stack. False positives: a rank that finished its work normally;
-a gloo enforce failure on the rank that *received* mismatched data (a symptom of another rank's
-size mismatch: cited with low confidence so the mismatch outranks it).
+the echo of a peer's failure, see ``log_causes``); an NCCL RAS report that considers the rank's
+process dead (NCCL's own job-wide view: unreachable over the RAS network for long enough that NCCL
+gave up on it); /proc state ``gone`` or ``Z``; a main thread in ``threading._shutdown`` (the main
+module raised or returned; non-daemon threads keep the process alive). Ranks are ordered by the
+time of their first failure where logs carry one (a RAS report carries none: its time is when it was
+asked). RAS alone gives 0.85, 0.9 when the wait graph shows others waiting on the rank, +0.05 when a
+log or /proc agrees. Cites: the log or RAS report line or process state, and the stack. False
+positives: a rank that finished its work normally; a gloo enforce failure on the rank that
+*received* mismatched data (a symptom of another rank's size mismatch: cited with low confidence so
+the mismatch outranks it); a RAS "dead" process whose node or link went away while it lived on
+(when its stacks show it alive, RAS is not believed here and missing_rank reports it unresponsive).
 """
 
 from __future__ import annotations
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.log_causes import Failure, describe, failures
+from hangscope.analysis.log_causes import Failure, failures
+from hangscope.analysis.ras_facts import seen_alive
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.ranges import ranks_phrase
 
-_STRENGTH = {"signal": 0.9, "exception": 0.9, "collective_error": 0.55}
+_STRENGTH = {"signal": 0.9, "exception": 0.9, "dead": 0.85, "collective_error": 0.55}
 
 
 def detect(ctx: Context) -> list[Finding]:
-    logged = {rank: [f for f in items if f.what in _STRENGTH]
+    logged = {rank: [f for f in items if f.what in _STRENGTH
+                     and not (f.what == "dead" and seen_alive(ctx.stacks, rank))]
               for rank, items in failures(ctx.evidence).items()}
     logged = {rank: items for rank, items in logged.items() if items}
     from_stacks = {rank for rank, state in ctx.stacks.items()
@@ -41,13 +48,22 @@ def detect(ctx: Context) -> list[Finding]:
         items = logged.get(rank, [])
         how = []
         symptom = any(item.what == "collective_error" for item in items)
-        for item in items[:2]:
-            how.append(describe(item.event, 160))
-            evidence.append(EvidenceItem("log", rank, describe(item.event), item.event.where()))
+        for item in _cited(items):
+            how.append(item.describe(160))
+            evidence.append(EvidenceItem("log", rank, item.describe(), item.event.where()))
             # a rank that aborted on a gloo/NCCL error about the data it received is a symptom
-            confidence = max(confidence, 0.55 if symptom else _STRENGTH[item.what])
+            strength = 0.55 if symptom and item.what != "dead" else _STRENGTH[item.what]
+            confidence = max(confidence, strength)
         state = ctx.stacks.get(rank)
-        if state is not None and (state.gone or state.main_finished):
+        gone = state is not None and (state.gone or state.main_finished)
+        if any(item.what == "dead" for item in items):
+            # NCCL's own verdict; others seen waiting on the rank, or a log or /proc agreeing,
+            # make it stronger
+            ras = 0.9 if rank in waited_on else _STRENGTH["dead"]
+            if gone or any(item.what in ("signal", "exception") for item in items):
+                ras += 0.05
+            confidence = max(confidence, min(ras, 0.95))
+        if state is not None and gone:
             how.append(state.describe())
             proc = ctx.evidence.ranks[rank].proc
             if proc:
@@ -68,6 +84,14 @@ def detect(ctx: Context) -> list[Finding]:
                     _first_time(logged.get(dead[0], [])) is not None else dead,
                     waiting_ranks=waiting or others, confidence=confidence, summary=summary,
                     evidence=evidence)]
+
+
+def _cited(items: list[Failure]) -> list[Failure]:
+    """The first two failures, and a RAS verdict among the rest (it is the only one with no time
+    and may come last)."""
+    cited = items[:2]
+    cited += [item for item in items[2:] if item.what == "dead"][:1]
+    return cited
 
 
 def _first_time(items: list[Failure]) -> float | None:

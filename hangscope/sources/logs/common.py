@@ -336,6 +336,13 @@ def infer_rank_from_path(path: str) -> tuple[int | None, bool]:
     return None, False
 
 
+def one_line(text: str, limit: int) -> str:
+    """Whitespace collapsed, cut to ``limit`` characters with an ellipsis: for sentences that
+    quote a log line."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def ints(text: str) -> list[int]:
     return [int(x) for x in re.findall(r"\d+", text)]
 
