@@ -116,10 +116,11 @@ def _finding(ctx: Context, culprits: list[int],
             and ctx.picture.dumps[r].backend == "gloo" and r not in ctx.stacks]
     if idle:
         parts.append(f"the flight recorder shows nothing pending on {ranks_phrase(idle)}: "
-                     "gloo records "
-                     "no send/recv, so they may be blocked in a point-to-point op or outside "
-                     "torch.distributed (stacks tell which)")
-    summary = "; ".join(parts) + f"; {ranks_phrase(all_waiting)} wait for them there"
+                     f"gloo records no send/recv, so {'they' if len(idle) > 1 else 'it'} may be "
+                     "blocked in a point-to-point op or outside torch.distributed (stacks tell "
+                     "which)")
+    them = "them" if len(culprits) > 1 else "it"
+    summary = "; ".join(parts) + f"; {ranks_phrase(all_waiting)} wait for {them} there"
     for rank in culprits[:8]:
         item = ctx.stack_evidence(rank, "main thread: ")
         if item is not None:
