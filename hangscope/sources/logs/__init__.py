@@ -22,8 +22,8 @@ nccl_error                          code, error, where, nccl_version, last_error
 fr_dump_notice                      action, from, last_enqueued, last_completed, dump_path
 nccl_warn / nccl_transport_error    host, pid, tid, cuda_dev, src, text, transport, peer,
                                     peer_port, error, vendor_err, direction
-nccl_ras                            comm, state, ranks, pids, nodes, op_counts, majority_count,
-                                    ops, missing
+nccl_ras                            comm, size, state, ranks, pids, nodes, procs (rank=pid@node),
+                                    op_counts, majority_count, ops, behind, missing, errors, phase
 gloo_timeout                        timeout_ms, op, src
 gloo_connection_closed              peer, peer_port, reason, src
 gloo_enforce_fail                   check, src, size_mismatch
