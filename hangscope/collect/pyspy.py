@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import re
 import shutil
 import signal
@@ -35,6 +36,7 @@ from hangscope.sources.pyspy import parse_pyspy_json
 
 DumpStatus = Literal["ok", "permission_denied", "process_gone", "timeout", "failed"]
 MAX_OUTPUT = 64 << 20
+SAMPLE_JITTER = 0.1  # of the interval, either way (see sample_many)
 _CHILD_ENV = {"RUST_BACKTRACE": "0", "RUST_LIB_BACKTRACE": "0"}
 
 
@@ -211,7 +213,11 @@ def sample_many(pids: Iterable[int], *, samples: int = 3, interval: float = 1.0,
     dumping, one py-spy per usable core at a time (a dump is CPU-bound: more at once only
     time-slice, and starve the analysis that runs beside them). A pid that is gone or forbids
     tracing is not tried again; a timeout is (a process in D state may come back). One pid's
-    failure never stops the others."""
+    failure never stops the others.
+
+    Rounds are ``interval`` apart give or take ``SAMPLE_JITTER`` of it: a training loop whose step
+    period divides the interval would otherwise be caught at the same point of its step every
+    time, and a straggler's compute could read as waiting, or the reverse."""
     order = list(dict.fromkeys(pids))
     results: dict[int, list[DumpResult]] = {pid: [] for pid in order}
     if not order or samples < 1:
@@ -220,10 +226,12 @@ def sample_many(pids: Iterable[int], *, samples: int = 3, interval: float = 1.0,
     binary = pyspy or find_pyspy()
     workers = max(1, min(32, len(order), max_workers or usable_cores()))
     active = list(order)
+    rng = random.Random()
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="py-spy") as pool:
         for index in range(samples):
-            delay = start + index * interval - time.monotonic()
+            jitter = rng.uniform(-SAMPLE_JITTER, SAMPLE_JITTER) * interval if index else 0.0
+            delay = start + index * interval + jitter - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             round_results = list(pool.map(

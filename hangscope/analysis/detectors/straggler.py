@@ -5,7 +5,9 @@ while the other ranks are mostly inside collectives, waiting; every rank shows p
 change or CPU grows) and at least one waiting rank gets past its collective between samples, so
 this is slow, not deadlocked. Says by how much: the share of samples
 the others spent waiting, and the CPU ratio. Cites: the straggler's stack. Needs at least 3
-samples per rank; more samples (``--samples 10``) sharpen it. False positives: rank 0 doing
+samples per rank; more samples (``--samples 10``) sharpen it. Stacks alone can catch the
+straggler inside the collective it finally joins; a rank that burns several times the CPU of the
+others and computes clearly more often counts too. False positives: rank 0 doing
 legitimate extra work (logging, checkpointing) that the others wait for once.
 """
 
@@ -14,11 +16,13 @@ from __future__ import annotations
 from statistics import median
 
 from hangscope.analysis.context import Context
+from hangscope.analysis.rank_state import RankStackState
 from hangscope.analysis.verdict import Finding, Kind
 from hangscope.ranges import format_ranks, ranks_phrase
 
 MIN_SAMPLES = 3
 WAIT_KINDS = ("collective", "p2p")
+CPU_RATIO = 2.5  # a straggler burns this many times the median CPU of the ranks waiting for it
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -28,7 +32,8 @@ def detect(ctx: Context) -> list[Finding]:
     busy = {r: sum(k in ("compute", "cuda_sync") for k in s.kinds) / len(s.kinds)
             for r, s in states.items()}
     waiting = {r: sum(k in WAIT_KINDS for k in s.kinds) / len(s.kinds) for r, s in states.items()}
-    slow = sorted(r for r in states if busy[r] >= 0.6 and waiting[r] <= 0.34)
+    slow = sorted(r for r in states if (busy[r] >= 0.6 and waiting[r] <= 0.34)
+                  or _burns_for_the_rest(r, states, busy))
     others = [r for r in states if r not in slow]
     if not slow or not others or len(slow) > max(1, len(states) // 4):
         return []
@@ -54,3 +59,16 @@ def detect(ctx: Context) -> list[Finding]:
                 if (item := ctx.stack_evidence(rank, "main thread: ")) is not None]
     return [Finding(kind=Kind.STRAGGLER, culprit_ranks=slow, waiting_ranks=sorted(others),
                     confidence=0.75, summary=summary, evidence=evidence)]
+
+
+def _burns_for_the_rest(rank: int, states: dict[int, RankStackState],
+                        busy: dict[int, float]) -> bool:
+    """Stacks also catch a straggler inside the collective it finally joins (up to half its
+    samples on a busy machine); CPU time does not: it burns several times what the ranks waiting
+    for it burn, and computes clearly more often than they do."""
+    share = states[rank].cpu_share
+    rest = [c for r, s in states.items() if r != rank and (c := s.cpu_share) is not None]
+    if share is None or not rest or share < 0.5 or share < CPU_RATIO * median(rest):
+        return False
+    others_busy = median(busy[r] for r in states if r != rank)
+    return busy[rank] >= 0.3 and busy[rank] >= others_busy + 0.2
