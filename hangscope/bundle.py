@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from hangscope import __version__
-from hangscope.errors import BadInputError
+from hangscope.errors import BadInputError, UsageError
 from hangscope.model import JobEvidence
 
 SCHEMA = "hangscope.bundle/1"
@@ -139,6 +140,21 @@ class BundleWriter:
             json.dump(manifest, handle, indent=1, sort_keys=True)
         os.replace(tmp, path)
         return path
+
+
+OWN_ENTRIES = frozenset({MANIFEST, MANIFEST + ".tmp", "ranks", "job"})
+
+
+def clear_old_bundle(root: str) -> None:
+    """Remove an earlier collection at ``root`` (``attach --force`` into an old ``--out``), so
+    its files cannot sit beside the new ones. Anything that is not laid out as a bundle, or a
+    link, is left alone and refused."""
+    if not os.path.lexists(root):
+        return
+    if os.path.islink(root) or not os.path.isdir(root) \
+            or not set(os.listdir(root)) <= OWN_ENTRIES:
+        raise UsageError(f"{root}: exists and is not a hangscope bundle; not overwriting it")
+    shutil.rmtree(root)
 
 
 def vars_of(record: CollectionRecord) -> dict[str, Any]:

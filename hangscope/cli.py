@@ -19,7 +19,7 @@ import click
 from hangscope import __version__
 from hangscope.errors import ExitCode, HangscopeError
 from hangscope.options import AttachOptions, LoadOptions, OutputOptions
-from hangscope.pipeline import Result, run_analyze, run_attach, run_report
+from hangscope.pipeline import Summary, run_analyze, run_attach, run_report
 from hangscope.ranges import format_ranks
 from hangscope.report.text import format_verdict
 
@@ -132,7 +132,7 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, no_redact: bool
     return result.exit_code
 
 
-def _print_result(result: Result, as_json: bool) -> None:
+def _print_result(result: Summary, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.verdict.to_json(), indent=2))
     else:
@@ -142,7 +142,7 @@ def _print_result(result: Result, as_json: bool) -> None:
     click.echo(_tally(result), err=as_json)
 
 
-def _tally(result: Result) -> str:
+def _tally(result: Summary) -> str:
     verdict = result.verdict
     where = f"Wrote {result.out_dir}" if result.out_dir else "Analyzed"
     parts = [f"{where} ({', '.join(os.path.basename(f) for f in result.files)})"
@@ -153,8 +153,8 @@ def _tally(result: Result) -> str:
                  + (f" of {verdict.world_size}" if verdict.world_size else ""))
     if verdict.ranks_missing:
         parts.append(f"none from {format_ranks(verdict.ranks_missing)}")
-    if result.load_report is not None and result.load_report.problems:
-        parts.append(f"{len(result.load_report.problems)} input problems (see evidence gaps)")
+    if result.input_problems:
+        parts.append(f"{len(result.input_problems)} input problems (see evidence gaps)")
     parts.append(f"{result.seconds:.2f}s")
     return " | ".join(parts)
 

@@ -1,8 +1,9 @@
 """The one pipeline behind every command: evidence -> verdict -> reports on disk.
 
 Takes typed options and returns values; only ``cli.py`` prints or exits. The analysis and the
-report are imported where they are used, not here: ``attach`` starts its collectors first and
-imports them while py-spy works (on a small job the imports cost more than the stack dumps).
+report are imported where they are used, not here: ``attach`` gets them ready while py-spy works,
+in a forked child where it can (see ``analyzer_process``), since on a small job the imports cost
+more than the stack dumps.
 """
 
 from __future__ import annotations
@@ -23,12 +24,30 @@ if TYPE_CHECKING:
     from hangscope.model import JobEvidence
     from hangscope.sources.load import LoadReport
 
-__all__ = ["OutputOptions", "Result", "analyze_evidence", "run_analyze", "run_attach",
-           "run_report", "write_outputs"]
+__all__ = ["OutputOptions", "Result", "Summary", "analyze_bundle", "analyze_evidence",
+           "prepare_analysis", "run_analyze", "run_attach", "run_report", "write_outputs"]
+
+
+@dataclass(slots=True)
+class Summary:
+    """What a command tells its user: the verdict, where the outputs went, how it went."""
+
+    verdict: Verdict
+    out_dir: str | None = None
+    files: list[str] = field(default_factory=list)
+    input_problems: list[str] = field(default_factory=list)  # inputs that could not be used
+    seconds: float = 0.0
+    collect_tally: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code_for(self.verdict.status)
 
 
 @dataclass(slots=True)
 class Result:
+    """An analysis done in this process: the verdict and what the report is drawn from."""
+
     verdict: Verdict
     context: Context
     evidence: JobEvidence
@@ -36,11 +55,14 @@ class Result:
     files: list[str] = field(default_factory=list)
     load_report: LoadReport | None = None
     seconds: float = 0.0
-    collect_tally: str = ""
 
     @property
     def exit_code(self) -> int:
         return exit_code_for(self.verdict.status)
+
+    def summary(self) -> Summary:
+        problems = self.load_report.problems if self.load_report is not None else []
+        return Summary(self.verdict, self.out_dir, self.files, problems, self.seconds)
 
 
 def exit_code_for(status: Status) -> int:
@@ -66,7 +88,7 @@ def prepare_out_dir(options: OutputOptions) -> str:
     return out
 
 
-def run_analyze(paths: list[str], load: LoadOptions, output: OutputOptions) -> Result:
+def run_analyze(paths: list[str], load: LoadOptions, output: OutputOptions) -> Summary:
     from hangscope.sources.load import load_paths
 
     started = time.monotonic()
@@ -75,24 +97,45 @@ def run_analyze(paths: list[str], load: LoadOptions, output: OutputOptions) -> R
     result = analyze_evidence(evidence, output, out)
     result.load_report = report
     result.seconds = time.monotonic() - started
-    return result
+    return result.summary()
 
 
-def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) -> Result:
+def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) -> Summary:
     """Collect into ``OUT/bundle`` first, then run exactly what ``analyze OUT/bundle`` runs."""
-    from hangscope.collect.attach import collect
+    from hangscope.analyzer_process import AnalyzerProcess
+    from hangscope.bundle import clear_old_bundle
 
     started = time.monotonic()
     out = prepare_out_dir(output)
     bundle_dir = os.path.join(out, "bundle")
-    summary = collect(attach, bundle_dir, meanwhile=lambda: _preload(output.write_html))
+    clear_old_bundle(bundle_dir)
+    analyzer = AnalyzerProcess.start(bundle_dir, out, load, output)
+    try:
+        from hangscope.collect.attach import collect
+
+        collected = collect(attach, bundle_dir, meanwhile=None if analyzer else
+                            lambda: prepare_analysis(output.write_html))
+        answer = analyzer.finish() if analyzer else None
+    finally:
+        if analyzer:
+            analyzer.cancel()  # after finish(): nothing left to do
+    if answer is None:
+        summary = analyze_bundle(bundle_dir, load, output, out).summary()
+    else:
+        summary = Summary(answer.verdict, out, answer.files, answer.input_problems)
+    summary.collect_tally = collected.tally()
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def analyze_bundle(bundle_dir: str, load: LoadOptions, output: OutputOptions,
+                   out: str) -> Result:
+    """What ``hangscope analyze BUNDLE --out OUT`` computes and writes."""
     from hangscope.sources.load import load_paths
 
     evidence, report = load_paths([bundle_dir], load)
     result = analyze_evidence(evidence, output, out)
     result.load_report = report
-    result.collect_tally = summary.tally()
-    result.seconds = time.monotonic() - started
     return result
 
 
@@ -135,11 +178,12 @@ def write_outputs(result: Result, output: OutputOptions, out: str) -> list[str]:
     return written
 
 
-def _preload(write_html: bool) -> None:
-    """Import the loaders, the analysis and the report while the collectors wait on py-spy.
+def prepare_analysis(write_html: bool) -> None:
+    """Import the loaders, the analysis and the report, and compile the report's template, while
+    the collectors wait on py-spy.
 
-    On a small job these imports (networkx and jinja2 among them) cost more than the stack dumps.
-    A failed import is ignored here: it happens again, and raises, where the module is used.
+    On a small job this work (networkx and jinja2 among it) costs more than the stack dumps.
+    A failure is ignored here: it happens again, and raises, where the module is used.
     """
     collecting = gc.isenabled()
     gc.disable()  # imports make many objects and no cycles worth a collection
@@ -147,8 +191,10 @@ def _preload(write_html: bool) -> None:
         import hangscope.analysis.engine
         import hangscope.sources.load  # noqa: F401
         if write_html:
-            import hangscope.report.html  # noqa: F401
-    except Exception:  # noqa: BLE001, S110 - re-raised by the real import later
+            from hangscope.report.html import prepare
+
+            prepare()
+    except Exception:  # noqa: BLE001, S110 - re-raised by the real use later
         pass
     finally:
         if collecting:

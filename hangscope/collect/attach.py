@@ -15,8 +15,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from hangscope.analysis.rank_state import refine_idle
-from hangscope.analysis.stacks import classify_thread, main_thread, stack_key
 from hangscope.bundle import BundleWriter, CollectionRecord
 from hangscope.collect import fr_trigger, logs, nccl_ras, permissions, procstate, pyspy
 from hangscope.discover import JobProcesses, discover
@@ -53,16 +51,40 @@ def collect(options: AttachOptions, bundle_dir: str,
             meanwhile: Callable[[], object] | None = None) -> CollectSummary:
     """Discover the job and write everything into ``bundle_dir``; returns what happened.
 
-    ``meanwhile`` runs beside the collectors once the job is found (the caller's own preparation,
-    such as importing the analysis): they spend that time waiting on py-spy and /proc."""
+    py-spy starts as soon as the ranks are known, before anything else is set up: on a small job
+    its dumps are the longest part of the collection. ``meanwhile`` (the caller's own
+    preparation, such as importing the analysis) then runs in this thread while the collectors
+    wait on py-spy, /proc and the file system in theirs."""
     started = time.monotonic()
     job = discover(pid_group=options.pid_group, pids=options.pids, match=options.match)
-    writer = BundleWriter(bundle_dir)
     summary = CollectSummary(job=job, bundle_dir=bundle_dir)
-    _describe_job(writer, job)
     summary.gaps.extend(job.notes)
     rank_of_pid = {r.pid: r.rank for r in job.ranks}
     worker_of = {w: r.rank for r in job.ranks for w in r.workers}
+    traceable, workers = _traceable(job, rank_of_pid, worker_of, summary)
+    writer = BundleWriter(bundle_dir)
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="collect") as pool:
+        futures = [pool.submit(_collect_stacks_and_state, traceable + workers, rank_of_pid,
+                               worker_of, writer, summary, options),
+                   pool.submit(_collect_fr, job, writer, summary, options),
+                   pool.submit(_collect_logs, job, writer, summary),
+                   pool.submit(_collect_ras, job, writer, summary, options)]
+        _describe_job(writer, job)
+        if meanwhile is not None:
+            meanwhile()
+        for future in futures:
+            future.result()
+    writer.gaps.extend(summary.gaps)
+    summary.seconds = time.monotonic() - started
+    writer.job["collect_seconds"] = round(summary.seconds, 3)
+    writer.close()
+    return summary
+
+
+def _traceable(job: JobProcesses, rank_of_pid: dict[int, int], worker_of: dict[int, int],
+               summary: CollectSummary) -> tuple[list[int], list[int]]:
+    """Rank and worker pids we may trace; the others become failures and gaps, each with its fix.
+    Raises PtraceDenied when no rank at all can be read."""
     problems = permissions.check_access(list(rank_of_pid) + list(worker_of))
     for pid, problem in problems.items():
         rank = rank_of_pid.get(pid, worker_of.get(pid))
@@ -71,26 +93,10 @@ def collect(options: AttachOptions, bundle_dir: str,
             summary.failed.setdefault(rank_of_pid[pid], []).append(line)
         summary.gaps.append(f"rank {rank} (pid {pid}): {problem.cause}")
     traceable = [pid for pid in rank_of_pid if pid not in problems]
-    workers = [pid for pid in worker_of if pid not in problems]
     if job.ranks and not traceable:
         raise permissions.PtraceDenied(
             f"cannot read any rank: {next(iter(problems.values())).cause}")
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="collect") as pool:
-        fr_future = pool.submit(_collect_fr, job, writer, summary, options)
-        logs_future = pool.submit(_collect_logs, job, writer, summary)
-        ras_future = pool.submit(_collect_ras, job, writer, summary, options)
-        if meanwhile is not None:
-            pool.submit(meanwhile)
-        _collect_stacks_and_state(traceable + workers, rank_of_pid, worker_of, writer,
-                                  summary, options)
-        logs_future.result()
-        fr_future.result()
-        ras_future.result()
-    writer.gaps.extend(summary.gaps)
-    summary.seconds = time.monotonic() - started
-    writer.job["collect_seconds"] = round(summary.seconds, 3)
-    writer.close()
-    return summary
+    return traceable, [pid for pid in worker_of if pid not in problems]
 
 
 def _describe_job(writer: BundleWriter, job: JobProcesses) -> None:
@@ -181,6 +187,9 @@ def _native_followup(dumps: dict[int, list[pyspy.DumpResult]], rank_of_pid: dict
     about half a second per torch process, so it is taken once, only for such ranks, one per
     distinct stack.
     """
+    from hangscope.analysis.rank_state import refine_idle  # imported by then: see collect()
+    from hangscope.analysis.stacks import classify_thread, main_thread, stack_key
+
     chosen: dict[object, int] = {}
     for pid, results in dumps.items():
         if pid not in rank_of_pid or not results or not results[-1].ok:

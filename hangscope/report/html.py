@@ -29,7 +29,8 @@ from hangscope.report.timeline import timeline_svg
 if TYPE_CHECKING:
     from hangscope.pipeline import Result
 
-__all__ = ["build_payload", "environment", "render_html", "write_report", "write_index"]
+__all__ = ["build_payload", "environment", "prepare", "render_html", "write_report",
+           "write_index"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,6 +49,14 @@ def asset(name: str) -> Markup:
     assert env.loader is not None
     source = env.loader.get_source(env, name)[0]
     return Markup(source)
+
+
+def prepare() -> None:
+    """Compile the report's template and read its assets now (both are cached), so that
+    ``attach`` does it while py-spy works rather than after."""
+    environment().get_template("report.html")
+    asset("report.css")
+    asset("report.js")
 
 
 def _sha256(text: str) -> str:

@@ -6,6 +6,7 @@ Screenshots go to ``test-output/browser/`` at the repository root (gitignored).
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.browser)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # its threads end with it: later tests fork (attach does)
 def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
@@ -43,6 +44,7 @@ def browser() -> Iterator[Any]:
             yield launched
         finally:
             launched.close()
+    gc.collect()  # frees playwright's event loop, whose executor threads then end
 
 
 @dataclass

@@ -1,0 +1,114 @@
+"""The forked analyzer behind ``attach``: same outputs as analyzing in-process, and every way
+the child can fail ends in the parent's hands (fallback, one-line error, internal error).
+
+These run in pytest's own process, as the live attach tests do: it has one thread here, so
+``AnalyzerProcess.start`` forks; a test that needs the fork says so when it cannot."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from hangscope import pipeline
+from hangscope.analyzer_process import AnalyzerProcess, ChildCrash, ChildError
+from hangscope.errors import BadInputError, ExitCode
+from hangscope.options import LoadOptions, OutputOptions
+
+RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "recorded" / "missing_rank"
+
+
+def _start(evidence: Path, out: Path) -> AnalyzerProcess:
+    out.mkdir(parents=True, exist_ok=True)
+    analyzer = AnalyzerProcess.start(str(evidence), str(out), LoadOptions(), OutputOptions())
+    assert analyzer is not None, f"no fork: {threading.active_count()} threads in this process"
+    return analyzer
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def test_forked_analysis_writes_what_in_process_analysis_writes(tmp_path) -> None:
+    # GIVEN recorded evidence, WHEN the child analyzes it and this process analyzes it too
+    analyzer = _start(RECORDED, tmp_path / "forked")
+    pid = analyzer.pid
+    answer = analyzer.finish()
+    here = pipeline.analyze_bundle(str(RECORDED), LoadOptions(), OutputOptions(),
+                                   str(tmp_path / "here"))
+    # THEN the verdict, the files and their bytes are the same, and the child is reaped
+    assert answer is not None
+    assert answer.verdict.to_json() == here.verdict.to_json()
+    assert [Path(f).name for f in answer.files] == ["verdict.json", "report.html"]
+    for name in ("verdict.json", "report.html"):
+        assert (tmp_path / "forked" / name).read_bytes() == (tmp_path / "here" / name).read_bytes()
+    assert answer.input_problems == here.summary().input_problems
+    assert _gone(pid)
+
+
+def test_a_child_that_dies_leaves_the_analysis_to_the_parent(tmp_path, monkeypatch) -> None:
+    parent = os.getpid()
+
+    def die(*args: object, **kwargs: object) -> None:
+        if os.getpid() != parent:
+            os._exit(9)  # as if the OOM killer took the child mid-analysis
+
+    monkeypatch.setattr(pipeline, "analyze_bundle", die)
+    analyzer = _start(RECORDED, tmp_path / "out")
+    assert analyzer.finish() is None  # the caller analyzes in-process
+    assert not (tmp_path / "out" / "verdict.json").exists()
+
+
+def test_bad_input_in_the_child_is_the_same_one_line_error(tmp_path) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text("{not json")
+    with pytest.raises(BadInputError) as here:
+        pipeline.analyze_bundle(str(bundle), LoadOptions(), OutputOptions(), str(tmp_path / "a"))
+    analyzer = _start(bundle, tmp_path / "b")
+    with pytest.raises(ChildError) as forked:
+        analyzer.finish()
+    assert str(forked.value) == str(here.value)
+    assert str(bundle / "manifest.json") in str(forked.value)
+    assert forked.value.exit_code == ExitCode.BAD_INPUT
+
+
+def test_a_bug_in_the_child_is_an_internal_error_with_its_traceback(tmp_path,
+                                                                      monkeypatch) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("detector exploded")
+
+    monkeypatch.setattr(pipeline, "analyze_evidence", broken)
+    analyzer = _start(RECORDED, tmp_path / "out")
+    with pytest.raises(ChildCrash) as crash:
+        analyzer.finish()
+    assert "Traceback" in str(crash.value)
+    assert "RuntimeError: detector exploded" in str(crash.value)
+
+
+def test_cancel_stops_the_child_and_nothing_is_written(tmp_path) -> None:
+    analyzer = _start(RECORDED, tmp_path / "out")
+    pid = analyzer.pid
+    analyzer.cancel()
+    analyzer.cancel()  # idempotent, as run_attach's finally may call it after finish
+    assert _gone(pid)
+    assert list((tmp_path / "out").iterdir()) == []
+    assert analyzer.finish() is None
+
+
+def test_no_fork_while_other_threads_run(tmp_path) -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="bystander")
+    thread.start()
+    try:
+        assert AnalyzerProcess.start(str(RECORDED), str(tmp_path), LoadOptions(),
+                                     OutputOptions()) is None
+    finally:
+        stop.set()
+        thread.join()
