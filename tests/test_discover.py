@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from procs.procutil import family_args, started, torchrun_job
 
 from hangscope.discover import discover, filter_env, launcher_kind
+from hangscope.discover.proctree import snapshot
 from hangscope.errors import CollectError, ExitCode, UsageError
 
 RANK_ENV = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "2",
@@ -156,3 +161,27 @@ class TestNothingFound:
             discover()
         with pytest.raises(UsageError, match="not a valid regular expression"):
             discover(match="(")
+
+
+def test_snapshot_reads_proc_as_psutil_does(tmp_path: Path) -> None:
+    # GIVEN a process whose name is built to confuse a naive /proc/PID/stat parser
+    code = ("open('/proc/self/comm', 'w').write('a) R 9 9 (b'); "
+            "print('ready', flush=True); import time; time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code, "two words"], stdout=subprocess.PIPE,
+                             start_new_session=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        # WHEN the table is taken
+        snap = snapshot()[child.pid]
+        # THEN every field is what psutil reads, the name whole
+        proc = psutil.Process(child.pid)
+        assert snap.name == "a) R 9 9 (b" == proc.name()
+        assert (snap.ppid, snap.pgid) == (os.getpid(), child.pid)
+        assert snap.cmdline == proc.cmdline() == [sys.executable, "-c", code, "two words"]
+        assert snap.exe == proc.exe()
+        assert abs(snap.create_time - proc.create_time()) < 0.02
+        assert snap.status == proc.status() == psutil.STATUS_SLEEPING
+        assert abs(snap.create_time - time.time()) < 60
+    finally:
+        child.kill()
+        child.wait()

@@ -28,17 +28,44 @@ _MP_CHILD = re.compile(r"multiprocessing\.(spawn|forkserver)|--multiprocessing-f
 _MP_HELPER = re.compile(r"multiprocessing\.(resource_tracker|semaphore_tracker)")
 
 
+# /proc/PID/stat state letters, named as psutil names them (psutil.STATUS_*).
+_STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped",
+           "t": "tracing-stop", "Z": "zombie", "X": "dead", "x": "dead", "K": "wake-kill",
+           "W": "waking", "I": "idle", "P": "parked"}
+
+
 @dataclass(slots=True)
 class ProcSnap:
-    """One process as psutil saw it when the table was taken."""
+    """One process as /proc showed it when the table was taken. The command line and the
+    executable are read on first use: a busy node runs a thousand processes, and a search by
+    process group only needs them for the few it reaches."""
 
     pid: int
     ppid: int
+    pgid: int
     name: str
-    exe: str
-    cmdline: list[str]
     create_time: float
     status: str
+    _cmdline: list[str] | None = None
+    _exe: str | None = None
+
+    @property
+    def cmdline(self) -> list[str]:
+        if self._cmdline is None:
+            self._cmdline = _read_cmdline(self.pid)
+        return self._cmdline
+
+    @property
+    def exe(self) -> str:
+        if self._exe is None:
+            try:
+                exe = os.readlink(f"/proc/{self.pid}/exe")
+            except OSError:  # gone, a kernel thread, or not ours to read
+                exe = ""
+            if exe.endswith(" (deleted)") and not os.path.exists(exe):
+                exe = exe.removesuffix(" (deleted)")  # replaced on disk since (as psutil says)
+            self._exe = exe
+        return self._exe
 
     @property
     def line(self) -> str:
@@ -57,15 +84,56 @@ Children = dict[int, list[int]]  # pid -> its child pids
 
 
 def snapshot() -> ProcTable:
-    """Every process on this host, once: later walks see one consistent tree."""
+    """Every process on this host, once, from one read of /proc/PID/stat each: later walks see
+    one consistent tree. (psutil would read four files per process: 10x slower here.)"""
     table: ProcTable = {}
-    attrs = ["pid", "ppid", "name", "exe", "cmdline", "create_time", "status"]
-    for proc in psutil.process_iter(attrs, ad_value=None):
-        info = proc.info
-        table[proc.pid] = ProcSnap(proc.pid, info["ppid"] or 0, info["name"] or "",
-                                   info["exe"] or "", list(info["cmdline"] or []),
-                                   info["create_time"] or 0.0, info["status"] or "")
+    ticks = os.sysconf("SC_CLK_TCK")
+    booted = psutil.boot_time()  # create_time as psutil computes it, so the two compare
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        snap = _read_stat(int(entry), ticks, booted)
+        if snap is not None:
+            table[snap.pid] = snap
     return table
+
+
+def _read_stat(pid: int, ticks: int, booted: float) -> ProcSnap | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read(4096)
+    except OSError:  # exited since the listing
+        return None
+    # "pid (comm) state ppid pgrp session tty tpgid flags ... starttime(22nd)"; comm may hold
+    # spaces and parentheses, so split at the last ")".
+    head, _, rest = data.rpartition(b")")
+    fields = rest.split()
+    if len(fields) < 20 or b"(" not in head:
+        return None
+    try:
+        ppid, pgid, started = int(fields[1]), int(fields[2]), int(fields[19])
+    except ValueError:
+        return None
+    name = head.partition(b"(")[2].decode("utf-8", "replace")
+    state = fields[0].decode("ascii", "replace")
+    return ProcSnap(pid, ppid, pgid, name, booted + started / ticks, _STATES.get(state, state))
+
+
+def _read_cmdline(pid: int) -> list[str]:
+    """Split as psutil splits it: a process that rewrote its title (setproctitle) may separate
+    its words with spaces, with or without a final NUL."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            data = handle.read(1 << 20).decode("utf-8", "surrogateescape")
+    except OSError:
+        return []
+    if not data:
+        return []
+    sep = "\0" if data.endswith("\0") else " "
+    words = data.removesuffix(sep).split(sep)
+    if sep == "\0" and len(words) == 1 and " " in data:
+        words = data.removesuffix(sep).split(" ")
+    return words
 
 
 def children_of(table: ProcTable) -> Children:
@@ -87,7 +155,7 @@ def find_roots(table: ProcTable, pid_group: int | None, pids: Sequence[int],
     goes to ``reasons``."""
     roots: list[int] = []
     if pid_group is not None:
-        members = [pid for pid in table if _pgid(pid) == pid_group]
+        members = [pid for pid, snap in table.items() if snap.pgid == pid_group]
         if not members:
             reasons.append(f"no process has process group id {pid_group}")
         roots.extend(members)
@@ -103,13 +171,6 @@ def find_roots(table: ProcTable, pid_group: int | None, pids: Sequence[int],
             reasons.append(f"no command line matches {pattern.pattern!r}")
         roots.extend(hits)
     return list(dict.fromkeys(roots))
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
 
 
 def with_descendants(roots: Iterable[int], children: Children) -> list[int]:
