@@ -109,13 +109,13 @@ def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) 
     out = prepare_out_dir(output)
     bundle_dir = os.path.join(out, "bundle")
     clear_old_bundle(bundle_dir)
-    analyzer = AnalyzerProcess.start(bundle_dir, out, load, output)
+    analyzer = AnalyzerProcess.start()
     try:
         from hangscope.collect.attach import collect
 
         collected = collect(attach, bundle_dir, meanwhile=None if analyzer else
                             lambda: prepare_analysis(output.write_html))
-        answer = analyzer.finish() if analyzer else None
+        answer = analyzer.finish(bundle_dir, out, load, output) if analyzer else None
     finally:
         if analyzer:
             analyzer.cancel()  # after finish(): nothing left to do

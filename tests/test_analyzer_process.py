@@ -7,24 +7,37 @@ These run in pytest's own process, as the live attach tests do: it has one threa
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from hangscope import pipeline
-from hangscope.analyzer_process import AnalyzerProcess, ChildCrash, ChildError
+from hangscope.analyzer_process import (
+    AnalyzerProcess,
+    Answer,
+    ChildCrash,
+    ChildError,
+)
 from hangscope.errors import BadInputError, ExitCode
 from hangscope.options import LoadOptions, OutputOptions
 
 RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "recorded" / "missing_rank"
 
 
-def _start(evidence: Path, out: Path) -> AnalyzerProcess:
-    out.mkdir(parents=True, exist_ok=True)
-    analyzer = AnalyzerProcess.start(str(evidence), str(out), LoadOptions(), OutputOptions())
+def _start() -> AnalyzerProcess:
+    analyzer = AnalyzerProcess.start()
     assert analyzer is not None, f"no fork: {threading.active_count()} threads in this process"
     return analyzer
+
+
+def _finish(analyzer: AnalyzerProcess, evidence: Path, out: Path) -> Answer | None:
+    out.mkdir(parents=True, exist_ok=True)
+    return analyzer.finish(str(evidence), str(out), LoadOptions(), OutputOptions())
 
 
 def _gone(pid: int) -> bool:
@@ -37,9 +50,9 @@ def _gone(pid: int) -> bool:
 
 def test_forked_analysis_writes_what_in_process_analysis_writes(tmp_path) -> None:
     # GIVEN recorded evidence, WHEN the child analyzes it and this process analyzes it too
-    analyzer = _start(RECORDED, tmp_path / "forked")
+    analyzer = _start()
     pid = analyzer.pid
-    answer = analyzer.finish()
+    answer = _finish(analyzer, RECORDED, tmp_path / "forked")
     here = pipeline.analyze_bundle(str(RECORDED), LoadOptions(), OutputOptions(),
                                    str(tmp_path / "here"))
     # THEN the verdict, the files and their bytes are the same, and the child is reaped
@@ -60,8 +73,7 @@ def test_a_child_that_dies_leaves_the_analysis_to_the_parent(tmp_path, monkeypat
             os._exit(9)  # as if the OOM killer took the child mid-analysis
 
     monkeypatch.setattr(pipeline, "analyze_bundle", die)
-    analyzer = _start(RECORDED, tmp_path / "out")
-    assert analyzer.finish() is None  # the caller analyzes in-process
+    assert _finish(_start(), RECORDED, tmp_path / "out") is None  # the caller analyzes here
     assert not (tmp_path / "out" / "verdict.json").exists()
 
 
@@ -71,9 +83,8 @@ def test_bad_input_in_the_child_is_the_same_one_line_error(tmp_path) -> None:
     (bundle / "manifest.json").write_text("{not json")
     with pytest.raises(BadInputError) as here:
         pipeline.analyze_bundle(str(bundle), LoadOptions(), OutputOptions(), str(tmp_path / "a"))
-    analyzer = _start(bundle, tmp_path / "b")
     with pytest.raises(ChildError) as forked:
-        analyzer.finish()
+        _finish(_start(), bundle, tmp_path / "b")
     assert str(forked.value) == str(here.value)
     assert str(bundle / "manifest.json") in str(forked.value)
     assert forked.value.exit_code == ExitCode.BAD_INPUT
@@ -85,21 +96,20 @@ def test_a_bug_in_the_child_is_an_internal_error_with_its_traceback(tmp_path,
         raise RuntimeError("detector exploded")
 
     monkeypatch.setattr(pipeline, "analyze_evidence", broken)
-    analyzer = _start(RECORDED, tmp_path / "out")
     with pytest.raises(ChildCrash) as crash:
-        analyzer.finish()
+        _finish(_start(), RECORDED, tmp_path / "out")
     assert "Traceback" in str(crash.value)
     assert "RuntimeError: detector exploded" in str(crash.value)
 
 
 def test_cancel_stops_the_child_and_nothing_is_written(tmp_path) -> None:
-    analyzer = _start(RECORDED, tmp_path / "out")
+    analyzer = _start()
     pid = analyzer.pid
     analyzer.cancel()
     analyzer.cancel()  # idempotent, as run_attach's finally may call it after finish
     assert _gone(pid)
+    assert _finish(analyzer, RECORDED, tmp_path / "out") is None
     assert list((tmp_path / "out").iterdir()) == []
-    assert analyzer.finish() is None
 
 
 def test_no_fork_while_other_threads_run(tmp_path) -> None:
@@ -107,8 +117,36 @@ def test_no_fork_while_other_threads_run(tmp_path) -> None:
     thread = threading.Thread(target=stop.wait, name="bystander")
     thread.start()
     try:
-        assert AnalyzerProcess.start(str(RECORDED), str(tmp_path), LoadOptions(),
-                                     OutputOptions()) is None
+        assert AnalyzerProcess.start() is None
     finally:
         stop.set()
         thread.join()
+
+
+@pytest.mark.parametrize("args, code", [
+    (["attach", "--pid-group", "999999999"], 4),  # no such job: collection fails
+    (["attach", "--pid-group", "1", "--samples", "0"], 2),  # bad option: the CLI refuses
+])
+def test_an_attach_that_stops_early_leaves_no_child(tmp_path, args, code) -> None:
+    # GIVEN attach run as a user runs it
+    proc = subprocess.Popen([sys.executable, "-m", "hangscope", *args, "--out",
+                             str(tmp_path / "out")], start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _, err = proc.communicate(timeout=60)
+        # THEN it fails as usual, in one line, and nothing of its session is left running
+        assert proc.returncode == code, err
+        time.sleep(0.2)
+        left = [p.pid for p in psutil.process_iter() if _pgid(p.pid) == proc.pid]
+        assert left == []
+    finally:
+        for p in psutil.process_iter():
+            if _pgid(p.pid) == proc.pid:
+                p.kill()
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
