@@ -361,6 +361,18 @@ class TestMismatch:
         # a lag of one operation is normal in a running job: one report proves no hang
         verdict = verdict_of(load(tmp_path, ras_txt=behind(1), world=4))
         assert verdict.findings == [] and verdict.status is Status.INCONCLUSIVE
+        # and the verdict says what it had, not "no usable evidence"
+        assert any(gap.startswith("NCCL RAS says rank 1 launched fewer operations")
+                   and "proves no hang" in gap for gap in verdict.evidence_gaps), verdict.evidence_gaps
+        assert not any("no usable evidence" in gap for gap in verdict.evidence_gaps)
+
+    def test_without_ras_a_quiet_log_is_said_to_be_quiet(self, tmp_path: Path) -> None:
+        # the same gap's other case: logs read, no failure in them, nothing else
+        log = "[rank1]:step 10 loss 0.5\n[rank1]:step 20 loss 0.4\n"
+        verdict = verdict_of(load(tmp_path, rank1_stdout_log=log, world=4))
+        assert verdict.status is Status.INCONCLUSIVE
+        assert "no log line that names a failure" in " ".join(verdict.evidence_gaps), \
+            verdict.evidence_gaps
 
     def test_corroborates_the_flight_recorder(self, tmp_path: Path) -> None:
         evidence = with_report(report_factories.evidence(world=4, culprit=2), tmp_path,
@@ -382,6 +394,8 @@ class TestError:
         # a symptom-strength failure: rank_died's floor of 0.6, below any direct evidence
         assert (root.kind, root.culprit_ranks, root.confidence) == (Kind.RANK_DIED, [3], 0.6)
         assert "asynchronous error(s): Unhandled CUDA error" in root.evidence[0].detail
+        # nothing says the process is gone: it failed, it did not (yet) die
+        assert root.summary.startswith("rank 3 failed first: "), root.summary
 
     def test_remote_errors_are_echoes(self, tmp_path: Path) -> None:
         text = error_entry("  Asynchronous errors on 2 ranks\n"

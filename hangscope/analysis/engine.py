@@ -9,7 +9,7 @@ from hangscope.analysis import detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import build_picture
 from hangscope.analysis.rank_state import rank_states
-from hangscope.analysis.ras_facts import is_ras_evidence
+from hangscope.analysis.ras_facts import is_ras_evidence, ras_facts
 from hangscope.analysis.verdict import (
     STATUS_OF_KIND,
     Finding,
@@ -21,7 +21,7 @@ from hangscope.analysis.verdict import (
 )
 from hangscope.analysis.waitgraph import build_wait_graph
 from hangscope.model import JobEvidence
-from hangscope.ranges import format_ranks
+from hangscope.ranges import format_ranks, ranks_phrase
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,18 @@ def _only_ras(finding: Finding) -> bool:
     return bool(cited) and all(is_ras_evidence(item) for item in cited)
 
 
+def _why_nothing(ctx: Context) -> str:
+    """The gap of a verdict with no flight-recorder dump and no stack: say what there was."""
+    lagging = sorted({fact.rank for fact in ras_facts(ctx.evidence) if fact.state == "MISMATCH"})
+    if lagging:
+        return (f"NCCL RAS says {ranks_phrase(lagging)} launched fewer operations of a collective "
+                "than the most advanced rank (MISMATCH), and that is all the evidence: in a "
+                "running job a lag of a few operations is normal, so it proves no hang; attach "
+                "to the job (stacks) or dump the flight recorder")
+    return ("no usable evidence: no flight-recorder dump, no stack, and no log line that names "
+            "a failure")
+
+
 def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
     if findings:
         return STATUS_OF_KIND.get(findings[0].kind, Status.HANG)
@@ -125,7 +137,7 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
         gaps.append("no rank is blocked in torch.distributed and none makes progress")
         return Status.INCONCLUSIVE
     if not ctx.picture.dumps:
-        gaps.append("no usable evidence: nothing to analyze")
+        gaps.append(_why_nothing(ctx))
         return Status.INCONCLUSIVE
     if anyone_waits:
         gaps.append("every rank that waits is inside the same collective with matching arguments:"

@@ -44,6 +44,7 @@ def detect(ctx: Context) -> list[Finding]:
     evidence: list[EvidenceItem] = []
     parts = []
     confidence = 0.6
+    died = False  # else only collective errors: the process may live on ("failed", not "died")
     for rank in dead[:8]:
         items = logged.get(rank, [])
         how = []
@@ -56,6 +57,7 @@ def detect(ctx: Context) -> list[Finding]:
             confidence = max(confidence, strength)
         state = ctx.stacks.get(rank)
         gone = state is not None and (state.gone or state.main_finished)
+        died = died or gone or any(item.what != "collective_error" for item in items)
         if any(item.what == "dead" for item in items):
             # NCCL's own verdict; others seen waiting on the rank, or a log or /proc agreeing,
             # make it stronger
@@ -79,7 +81,8 @@ def detect(ctx: Context) -> list[Finding]:
     tail = f"; {ranks_phrase(waiting)} wait for {'them' if len(dead) > 1 else 'it'}" \
         if waiting else (f"; the errors of {ranks_phrase(others)} follow from it"
                          if others and logged else "")
-    summary = f"{ranks_phrase(dead)} died first: " + " | ".join(parts) + tail
+    summary = (f"{ranks_phrase(dead)} {'died' if died else 'failed'} first: "
+               + " | ".join(parts) + tail)
     return [Finding(kind=Kind.RANK_DIED, culprit_ranks=dead[:1] if len(dead) > 1 and
                     _first_time(logged.get(dead[0], [])) is not None else dead,
                     waiting_ranks=waiting or others, confidence=confidence, summary=summary,
