@@ -434,6 +434,10 @@ class TestRankMapping:
             "  Rank 1 -- GPU 3 managed by process 4242 on node node0\n\n")
         verdict = verdict_of(load(tmp_path, ras_txt=text, world=4))
         assert verdict.findings == []  # not global rank 1: a communicator rank is not a job rank
+        # but it is not dropped in silence: the gap says what RAS blamed and why nobody is named
+        (gap,) = [g for g in verdict.evidence_gaps if g.startswith("NCCL RAS INCOMPLETE")]
+        assert "names rank 1 of communicator 77aa01c4d9e7b311 (process 4242 on node node0)" \
+            in gap and "no global rank is certain for it" in gap, gap
 
     def test_pid_on_another_node_is_not_a_local_rank(self, tmp_path: Path) -> None:
         # GIVEN a job-level entry only, naming pid 1002 on another node than the evidence's ranks
@@ -445,6 +449,8 @@ class TestRankMapping:
                                tmp_path, text)
         verdict = verdict_of(evidence)
         assert [f.kind for f in verdict.findings] == [Kind.MISSING_RANK]
+        (gap,) = [g for g in verdict.evidence_gaps if g.startswith("NCCL RAS DEAD")]
+        assert "names process 1002 on node 10.0.0.9, process 1001 on node 10.0.0.8:" in gap, gap
 
 
 GARBLED = [

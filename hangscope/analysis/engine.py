@@ -9,7 +9,7 @@ from hangscope.analysis import detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import build_picture
 from hangscope.analysis.rank_state import rank_states
-from hangscope.analysis.ras_facts import is_ras_evidence, ras_facts
+from hangscope.analysis.ras_facts import is_ras_evidence, ras_facts, ras_unmapped
 from hangscope.analysis.verdict import (
     STATUS_OF_KIND,
     Finding,
@@ -42,7 +42,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     world = ctx.picture.world_size or None
     seen = sorted(evidence.ranks)
     expected = set(range(world)) if world else set(seen)
-    gaps = list(evidence.gaps) + ctx.picture.notes
+    gaps = list(evidence.gaps) + ctx.picture.notes + ras_unmapped(evidence)
     missing_dumps = sorted(expected - set(ctx.picture.dumps))
     if ctx.picture.dumps and missing_dumps:
         gaps.append(f"no flight-recorder dump for rank{'s' if len(missing_dumps) > 1 else ''} "

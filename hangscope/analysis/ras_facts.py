@@ -65,6 +65,16 @@ def is_ras_evidence(item: EvidenceItem) -> bool:
 
 
 def ras_facts(evidence: JobEvidence) -> list[RasFact]:
+    return _map_report(evidence)[0]
+
+
+def ras_unmapped(evidence: JobEvidence) -> list[str]:
+    """What RAS reports blame but no global rank could be found for, one line per entry: an
+    evidence gap, never a finding."""
+    return _map_report(evidence)[1]
+
+
+def _map_report(evidence: JobEvidence) -> tuple[list[RasFact], list[str]]:
     """Every rank a RAS report names, as a global rank.
 
     RAS names communicator ranks, and processes by pid and node (an IP address). A communicator
@@ -78,7 +88,7 @@ def ras_facts(evidence: JobEvidence) -> list[RasFact]:
     events = [e for e in _all_logs(evidence)
               if e.kind == "nccl_ras" and e.fields.get("state") in RAS_STATES]
     if not events:
-        return []
+        return [], []
     sizes = [s for e in events if isinstance(s := e.fields.get("size"), int) and s > 0]
     # a communicator of the whole job is as large as the job (when no one declared its size)
     world = evidence.world_size or max([evidence.expected_world_size() or 0, *sizes]) or None
@@ -92,10 +102,12 @@ def ras_facts(evidence: JobEvidence) -> list[RasFact]:
         e.path for e in events if e.fields.get("comm") == "job"
         and e.fields.get("state") == "INCOMPLETE"}
     facts: list[RasFact] = []
+    unmapped: list[str] = []
     seen: set[tuple[int, str, str, int]] = set()
     for event in events:
         state = str(event.fields["state"])
-        for rank, proc, comm_rank in _named(event, world, by_proc):
+        missed: list[str] = []
+        for rank, proc, comm_rank in _named(event, world, by_proc, missed):
             if not 0 <= rank < (world or _MAX_RANK):
                 continue
             states = [state]
@@ -109,7 +121,14 @@ def ras_facts(evidence: JobEvidence) -> list[RasFact]:
                 echo = named_state == "ERROR" and (event.path in lost or _only_remote(event))
                 facts.append(RasFact(rank, named_state, event,
                                      _ras_detail(event, named_state, rank, proc, comm_rank), echo))
-    return facts
+        if missed:
+            unmapped.append(f"NCCL RAS {state} at {event.where()} names {', '.join(missed[:4])}"
+                            + (f" and {len(missed) - 4} more" if len(missed) > 4 else "")
+                            + ": no global rank is certain for "
+                            + ("it" if len(missed) == 1 else "them")
+                            + " (a communicator rank is one only when the communicator spans the"
+                            " job, a process only when exactly one known rank has its pid)")
+    return facts, unmapped
 
 
 def _all_logs(evidence: JobEvidence) -> Iterator[LogEvent]:
@@ -160,14 +179,17 @@ def _ranks_by_proc(evidence: JobEvidence, events: list[LogEvent],
     return found
 
 
-def _named(event: LogEvent, world: int | None,
-           by_proc: dict[str, int]) -> Iterator[tuple[int, str, int | None]]:
-    """(global rank, "pid@node" or "", communicator rank or None) for each rank the entry blames."""
+def _named(event: LogEvent, world: int | None, by_proc: dict[str, int],
+           missed: list[str]) -> Iterator[tuple[int, str, int | None]]:
+    """(global rank, "pid@node" or "", communicator rank or None) for each rank the entry blames;
+    what it blames but cannot be mapped goes to ``missed``."""
     fields = event.fields
     if fields.get("comm") == "job":
         for _, proc in _procs(event):
             if proc in by_proc:
                 yield by_proc[proc], proc, None
+            else:
+                missed.append(_process_words(proc))
         return
     listed = fields.get("behind") if fields.get("state") == "MISMATCH" else fields.get("ranks")
     proc_of = {rank: proc for rank, proc in _procs(event) if rank is not None}
@@ -180,6 +202,14 @@ def _named(event: LogEvent, world: int | None,
             yield comm_rank, proc, comm_rank
         elif proc in by_proc:
             yield by_proc[proc], proc, comm_rank
+        else:
+            missed.append(f"rank {comm_rank} of communicator {fields.get('comm', '?')}"
+                          + (f" ({_process_words(proc)})" if proc else ""))
+
+
+def _process_words(proc: str) -> str:
+    pid, _, node = proc.partition("@")
+    return f"process {pid} on node {node}"
 
 
 def _only_remote(event: LogEvent) -> bool:
