@@ -7,6 +7,7 @@ Speed is measured by ``bench/bench_report.py --no-synth``, not asserted here.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ import networkx as nx
 import pytest
 from report_factories import staircase_evidence
 
+from hangscope.analysis import waitgraph
 from hangscope.analysis.correlate import build_picture
 from hangscope.analysis.engine import analyze
 from hangscope.analysis.rank_state import RankStackState
@@ -247,3 +249,97 @@ class TestPicture:
         assert svg.count('stroke-dasharray="2 4"') == 9
         assert "waits, through classes not drawn, on: all_reduce" in svg
         assert verdict.root.culprit_ranks == [0]
+
+
+@contextmanager
+def no_hubs() -> Iterator[None]:
+    """Build wait graphs with direct class edges however many classes wait on however many."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(waitgraph, "HUB_MIN_CLASSES", 10**9)
+        yield
+
+
+def class_closure(graph: WaitGraph) -> set[tuple[str, str]]:
+    """Who reaches whom among classes (hubs walked through, never named)."""
+    closed = nx.transitive_closure(graph.graph, reflexive=False)
+    return {(a, b) for a, b in closed.edges if a not in graph.hubs and b not in graph.hubs}
+
+
+def many_on_many(laggards: int, waiting: int) -> JobEvidence:
+    """Rank i < ``laggards`` completed seqs 1..i and waits nowhere (a class each); every other
+    rank completed 1..laggards and blocks in seq laggards + 1 with its own buffer size (a class
+    each): every waiting class waits on every laggard class, for one reason."""
+    world = laggards + waiting
+    history: dict[int, list[tuple]] = {r: [("0", s, "all_reduce", True) for s in range(1, r + 1)]
+                                       for r in range(laggards)}
+    for rank in range(laggards, world):
+        history[rank] = [("0", s, "all_reduce", True) for s in range(1, laggards + 1)]
+        history[rank].append(("0", laggards + 1, "all_reduce", False))
+    ev = job({"0": tuple(range(world))}, history)
+    for rank in range(laggards, world):
+        pending = ev.ranks[rank].fr.entries[-1]
+        ev.ranks[rank].fr.entries[-1] = dataclasses.replace(
+            pending, input_sizes=((rank,),), output_sizes=((rank,),))
+    return ev
+
+
+class TestHubs:
+    def test_many_classes_on_many_go_through_one_hub_with_the_same_conclusions(self):
+        # GIVEN 40 waiting classes, each waiting on the same 40 lagging classes
+        ev = many_on_many(40, 40)
+        # WHEN the graph is built with a hub and with all 1600 direct edges
+        hubbed = build_wait_graph(build_picture(ev))
+        with no_hubs():
+            direct = build_wait_graph(build_picture(ev))
+            old, _ = analyze(ev)
+        new, ctx = analyze(ev)
+        # THEN 80 edges through one hub instead of 1600, and nothing else differs
+        assert direct.graph.number_of_edges() == 40 * 40 and not direct.hubs
+        assert len(hubbed.hubs) == 1 and hubbed.graph.number_of_edges() == 80
+        assert class_closure(hubbed) == class_closure(direct)
+        assert hubbed.sinks() == direct.sinks() and len(hubbed.sinks()) == 40
+        assert hubbed.cycles() == direct.cycles() == []
+        assert hubbed.waits == direct.waits
+        lagging = {hubbed.class_of[r] for r in range(40)}
+        assert hubbed.waiting_on(lagging) == direct.waiting_on(lagging)
+        assert new.to_json() == old.to_json()
+        assert sorted(new.root.culprit_ranks) == list(range(40))
+
+    def test_a_hub_is_never_drawn_and_its_waits_are_drawn_direct(self):
+        ev = many_on_many(8, 8)
+        verdict, ctx = analyze(ev)
+        assert ctx.graph.hubs
+        svg = str(wait_graph_svg(ctx.graph, verdict))
+        with no_hubs():
+            verdict_direct, ctx_direct = analyze(ev)
+        assert svg == str(wait_graph_svg(ctx_direct.graph, verdict_direct))
+        assert "~hub" not in svg
+
+    def test_a_mutual_wait_of_many_classes_is_one_cycle_through_a_hub(self):
+        members = {f"c{i}": [i] for i in range(12)}
+        reason = WaitReason("stack-p2p", "", "", -1, "recv")
+        graph = WaitGraph(class_of={r: c for c, rs in members.items() for r in rs},
+                          members=members, states=dict.fromkeys(members, ""))
+        graph.add_mutual_wait(reason, list(range(12)))
+        assert graph.hubs and graph.graph.number_of_edges() == 24
+        assert graph.cycles() == [sorted(members)]
+        assert graph.reasons_among(members) == [reason]
+        assert graph.sinks() == [] and graph.waiting_on(["c0"]) == set(members) - {"c0"}
+
+    def test_a_class_on_both_sides_of_a_hub_waits_on_itself_as_with_direct_edges(self):
+        members = {f"c{i}": [i] for i in range(16)}
+        reason = WaitReason("collective", "0", "", 5, "all_reduce")
+
+        def build() -> WaitGraph:
+            graph = WaitGraph(class_of={r: c for c, rs in members.items() for r in rs},
+                              members=members, states=dict.fromkeys(members, ""))
+            graph.add_wait(reason, range(0, 8), range(7, 16))  # rank 7 on both sides
+            return graph
+
+        hubbed = build()
+        with no_hubs():
+            direct = build()
+        assert hubbed.hubs and not direct.hubs
+        assert hubbed.cycles() == direct.cycles() == [["c7"]]
+        assert hubbed.reasons_among(["c7"]) == [reason]
+        assert class_closure(hubbed) == class_closure(direct)

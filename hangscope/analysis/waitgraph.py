@@ -16,8 +16,12 @@ lower blocked seq M; where every rank blocked in M is itself behind N, the class
 only to the ranks between M and N and reach the rest through the classes at M
 (:func:`_stand_ins`). Sinks, cycles and who waits on whom, directly or not, are those of the
 all-pairs graph, with edges linear in the classes instead of quadratic: a staircase of 4096
-ranks, each one seq ahead of the next, is 4095 edges, not 8.4M. Every reason still labels an
-edge, and :attr:`WaitGraph.waits` keeps every rank pair, per reason, for findings to cite.
+ranks, each one seq ahead of the next, is 4095 edges, not 8.4M. Where many classes wait for one
+reason on many others (2048 x 2048 would be 4.2M edges, all needed), the wait goes through one
+hidden hub node instead: every waiting class -> hub -> every class waited on, the same
+reachability in a sum of edges, not a product. Hubs are no class: sinks, cycles and
+``waiting_on`` never name one. Every reason still labels an edge, and :attr:`WaitGraph.waits`
+keeps every rank pair, per reason, for findings to cite.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from hangscope.analysis.correlate import FrPicture, GroupView
 from hangscope.analysis.rank_state import RankStackState
 from hangscope.model import FrEntry
 from hangscope.ranges import format_ranks
+
+HUB_MIN_CLASSES = 8  # a wait among fewer classes on either side keeps its direct edges
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,7 @@ class WaitGraph:
     graph: nx.DiGraph = field(default_factory=nx.DiGraph)
     # rank-level edges, kept only per (reason): waiting ranks -> ranks waited on
     waits: dict[WaitReason, tuple[set[int], set[int]]] = field(default_factory=dict)
+    hubs: set[str] = field(default_factory=set)  # hidden nodes that stand for many-to-many waits
 
     def add_wait(self, reason: WaitReason, waiting: Iterable[int], waited_on: Iterable[int],
                  direct: Iterable[int] | None = None) -> None:
@@ -72,9 +79,23 @@ class WaitGraph:
         have[0].update(waiting)
         have[1].update(waited_on)
         targets = dict.fromkeys(self.class_of[r] for r in (waited_on if direct is None else direct))
-        for src in dict.fromkeys(self.class_of[r] for r in waiting):
+        sources = dict.fromkeys(self.class_of[r] for r in waiting)
+        if len(sources) >= HUB_MIN_CLASSES and len(targets) >= HUB_MIN_CLASSES:
+            self._through_hub(reason, sources, targets)
+            return
+        for src in sources:
             for dst in targets:
                 self._edge(src, dst, reason)
+
+    def _through_hub(self, reason: WaitReason, sources: Iterable[str],
+                     targets: Iterable[str]) -> None:
+        hub = f"~hub{len(self.hubs)}"
+        self.hubs.add(hub)
+        self.graph.add_node(hub, hub=True)
+        for src in sources:
+            self._edge(src, hub, reason)
+        for dst in targets:
+            self._edge(hub, dst, reason)
 
     def add_mutual_wait(self, reason: WaitReason, ranks: Sequence[int]) -> None:
         """Every one of ``ranks`` waits on every other one (one call, not one per rank: the
@@ -85,6 +106,11 @@ class WaitGraph:
         have[0].update(ranks)
         have[1].update(ranks)
         count = Counter(self.class_of[r] for r in ranks)
+        if len(count) >= HUB_MIN_CLASSES:
+            # through a hub a class of one rank reaches itself, but with this many classes it
+            # is in their cycle anyway: the same cycles as the direct edges
+            self._through_hub(reason, count, count)
+            return
         for src in count:
             for dst in count:
                 if src != dst or count[src] > 1:  # a class of one rank does not wait on itself
@@ -102,15 +128,30 @@ class WaitGraph:
 
     def sinks(self) -> list[str]:
         """Classes others wait on that wait on nobody: the candidates for root cause."""
-        return [n for n in self.graph if self.graph.in_degree(n) and not self.graph.out_degree(n)]
+        return [n for n in self.graph if self.graph.in_degree(n) and not self.graph.out_degree(n)
+                and n not in self.hubs]
 
     def cycles(self) -> list[list[str]]:
-        """Strongly connected sets of classes that wait on each other (deadlocks)."""
+        """Strongly connected sets of classes that wait on each other (deadlocks). A class alone
+        with a hub waits on itself through it, as through a self-loop."""
         found = []
         for component in nx.strongly_connected_components(self.graph):
-            nodes = sorted(component)
-            if len(nodes) > 1 or self.graph.has_edge(nodes[0], nodes[0]):
-                found.append(nodes)
+            first = next(iter(component))
+            if len(component) > 1 or self.graph.has_edge(first, first):
+                nodes = sorted(c for c in component if c not in self.hubs)
+                if nodes:
+                    found.append(nodes)
+        return found
+
+    def reasons_among(self, classes: Iterable[str]) -> list[WaitReason]:
+        """The reasons of the waits from any of ``classes`` to any of them, hubs seen through."""
+        nodes = set(classes)
+        found: list[WaitReason] = []
+        for src in sorted(c for c in nodes if c in self.graph):
+            for dst, data in self.graph.succ[src].items():
+                if dst in nodes or (dst in self.hubs
+                                    and not nodes.isdisjoint(self.graph.succ[dst])):
+                    found.extend(r for r in data["reasons"] if r not in found)
         return found
 
     def waiting_on(self, classes: Iterable[str]) -> set[str]:
@@ -124,7 +165,7 @@ class WaitGraph:
                 if src not in found:
                     found.add(src)
                     todo.append(src)
-        return found - targets
+        return found - targets - self.hubs
 
 
 def _rank_key(picture: FrPicture, stacks: dict[int, RankStackState], rank: int,

@@ -97,7 +97,7 @@ def wait_graph_svg(graph: WaitGraph, verdict: Verdict, text: Callable[[str], str
     shown = sorted(nodes, key=priority)[:max_nodes]
     visible = set(shown)
     hidden = [c for c in nodes if c not in visible]
-    edges, through = _visible_edges(g, shown)
+    edges, through = _visible_edges(g, shown, graph.hubs)
     edges = _reduce(edges)
     label = verdict.findings[0].kind.value.replace("_", " ") if verdict.findings else ""
     # The root finding's wait, dashed, where the picture does not state it: no arrow (a mismatch,
@@ -135,10 +135,11 @@ def wait_graph_svg(graph: WaitGraph, verdict: Verdict, text: Callable[[str], str
     return Markup("\n".join(out))
 
 
-def _visible_edges(g: nx.DiGraph, shown: list[str]
+def _visible_edges(g: nx.DiGraph, shown: list[str], hubs: set[str] | frozenset[str] = frozenset()
                    ) -> tuple[dict[tuple[str, str], list[str]], set[tuple[str, str]]]:
     """Arrows between drawn classes: their own edges, and (A, B) where A reaches B only through
-    classes not drawn, labelled with A's first step. The second set names the latter.
+    classes not drawn, labelled with A's first step. The second set names the latter. A wait
+    through a hub (many classes on many, see ``waitgraph``) is drawn as the direct wait it is.
 
     Only hidden classes that a drawn class leads into are looked at, in one pass over their
     condensed subgraph with a bit per drawn class: not one search per drawn class.
@@ -171,6 +172,11 @@ def _visible_edges(g: nx.DiGraph, shown: list[str]
             if dst in bit:
                 edges[(src, dst)] = labels
                 continue
+            if dst in hubs:
+                for end in g.succ[dst]:
+                    if end in bit and end != src:
+                        have = edges.setdefault((src, end), [])
+                        have.extend(x for x in labels if x not in have)
             mask = reach[mapping[dst]]
             for end in shown:
                 if mask & bit[end] and end != src:

@@ -20,8 +20,7 @@ def detect(ctx: Context) -> list[Finding]:
     graph = ctx.graph
     for cycle in graph.cycles():
         nodes = set(cycle)
-        reasons = [reason for src, dst, data in graph.graph.edges(cycle, data=True)
-                   if dst in nodes for reason in data["reasons"]]
+        reasons = graph.reasons_among(nodes)
         is_p2p = all(reason.kind in ("p2p", "stack-p2p") for reason in reasons)
         kind = Kind.P2P_DEADLOCK if is_p2p else Kind.PG_ORDER_DEADLOCK
         culprits = graph.ranks_of(cycle)
