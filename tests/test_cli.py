@@ -47,6 +47,14 @@ class TestAnalyze:
         assert json.loads(proc.stdout)["status"] == "hang"
         assert "Wrote" in proc.stderr
 
+    def test_the_tally_counts_inputs_it_could_not_use(self, tmp_path, missing_rank_dumps) -> None:
+        (missing_rank_dumps / "nccl_trace_rank_3").write_bytes(b"\x80\x04truncated")
+        proc = run_cli("analyze", str(missing_rank_dumps), "--out", str(tmp_path / "o"))
+        assert proc.returncode == ExitCode.HANG_FOUND, proc.stderr
+        tally = proc.stdout.strip().splitlines()[-1]
+        assert "| 1 input problems (see evidence gaps) |" in tally, tally
+        assert "nccl_trace_rank_3: truncated or corrupt pickle" in proc.stdout
+
     def test_refuses_non_empty_out_without_force(self, tmp_path, missing_rank_dumps) -> None:
         out = tmp_path / "out"
         out.mkdir()
