@@ -166,7 +166,7 @@ def _serve(orders_fd: int, answer_fd: int) -> None:
     bundle_dir, out, load, output = pickle.loads(data)  # noqa: S301 - from our own parent
     outcome: Outcome
     try:
-        summary = pipeline.analyze_bundle(bundle_dir, load, output, out).summary()
+        summary = pipeline.analyze_paths([bundle_dir], load, output, out).summary()
         outcome = ("ok", Answer(summary.verdict, summary.files, summary.input_problems))
     except HangscopeError as exc:
         outcome = ("error", (str(exc), int(exc.exit_code), exc.help_text))

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from hangscope.model import JobEvidence
     from hangscope.sources.load import LoadReport
 
-__all__ = ["OutputOptions", "Result", "Summary", "analyze_bundle", "analyze_evidence",
+__all__ = ["OutputOptions", "Result", "Summary", "analyze_evidence", "analyze_paths",
            "prepare_analysis", "run_analyze", "run_attach", "run_report", "write_outputs"]
 
 
@@ -89,13 +89,8 @@ def prepare_out_dir(options: OutputOptions) -> str:
 
 
 def run_analyze(paths: list[str], load: LoadOptions, output: OutputOptions) -> Summary:
-    from hangscope.sources.load import load_paths
-
     started = time.monotonic()
-    out = prepare_out_dir(output)
-    evidence, report = load_paths(paths, load)
-    result = analyze_evidence(evidence, output, out)
-    result.load_report = report
+    result = analyze_paths(paths, load, output, prepare_out_dir(output))
     result.seconds = time.monotonic() - started
     return result.summary()
 
@@ -120,7 +115,7 @@ def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) 
         if analyzer:
             analyzer.cancel()  # after finish(): nothing left to do
     if answer is None:
-        summary = analyze_bundle(bundle_dir, load, output, out).summary()
+        summary = analyze_paths([bundle_dir], load, output, out).summary()
     else:
         summary = Summary(answer.verdict, out, answer.files, answer.input_problems)
     summary.collect_tally = collected.tally()
@@ -128,12 +123,13 @@ def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) 
     return summary
 
 
-def analyze_bundle(bundle_dir: str, load: LoadOptions, output: OutputOptions,
-                   out: str) -> Result:
-    """What ``hangscope analyze BUNDLE --out OUT`` computes and writes."""
+def analyze_paths(paths: list[str], load: LoadOptions, output: OutputOptions,
+                  out: str | None) -> Result:
+    """Load the evidence and analyze it; with ``out``, write verdict.json (and the report)
+    there. What ``analyze``, ``report`` and ``attach`` (on its bundle) all run."""
     from hangscope.sources.load import load_paths
 
-    evidence, report = load_paths([bundle_dir], load)
+    evidence, report = load_paths(paths, load)
     result = analyze_evidence(evidence, output, out)
     result.load_report = report
     return result
@@ -141,12 +137,8 @@ def analyze_bundle(bundle_dir: str, load: LoadOptions, output: OutputOptions,
 
 def run_report(paths: list[str], load: LoadOptions) -> Result:
     """Analyze again from saved evidence (a bundle), writing nothing: the caller renders."""
-    from hangscope.sources.load import load_paths
-
     started = time.monotonic()
-    evidence, report = load_paths(paths, load)
-    result = analyze_evidence(evidence, OutputOptions(write_html=False), None)
-    result.load_report = report
+    result = analyze_paths(paths, load, OutputOptions(write_html=False), None)
     result.seconds = time.monotonic() - started
     return result
 

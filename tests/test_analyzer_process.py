@@ -53,8 +53,8 @@ def test_forked_analysis_writes_what_in_process_analysis_writes(tmp_path) -> Non
     analyzer = _start()
     pid = analyzer.pid
     answer = _finish(analyzer, RECORDED, tmp_path / "forked")
-    here = pipeline.analyze_bundle(str(RECORDED), LoadOptions(), OutputOptions(),
-                                   str(tmp_path / "here"))
+    here = pipeline.analyze_paths([str(RECORDED)], LoadOptions(), OutputOptions(),
+                                  str(tmp_path / "here"))
     # THEN the verdict, the files and their bytes are the same, and the child is reaped
     assert answer is not None
     assert answer.verdict.to_json() == here.verdict.to_json()
@@ -72,7 +72,7 @@ def test_a_child_that_dies_leaves_the_analysis_to_the_parent(tmp_path, monkeypat
         if os.getpid() != parent:
             os._exit(9)  # as if the OOM killer took the child mid-analysis
 
-    monkeypatch.setattr(pipeline, "analyze_bundle", die)
+    monkeypatch.setattr(pipeline, "analyze_paths", die)
     assert _finish(_start(), RECORDED, tmp_path / "out") is None  # the caller analyzes here
     assert not (tmp_path / "out" / "verdict.json").exists()
 
@@ -82,7 +82,7 @@ def test_bad_input_in_the_child_is_the_same_one_line_error(tmp_path) -> None:
     bundle.mkdir()
     (bundle / "manifest.json").write_text("{not json")
     with pytest.raises(BadInputError) as here:
-        pipeline.analyze_bundle(str(bundle), LoadOptions(), OutputOptions(), str(tmp_path / "a"))
+        pipeline.analyze_paths([str(bundle)], LoadOptions(), OutputOptions(), str(tmp_path / "a"))
     with pytest.raises(ChildError) as forked:
         _finish(_start(), bundle, tmp_path / "b")
     assert str(forked.value) == str(here.value)
