@@ -49,7 +49,7 @@ def sample_process(pid: int, children: tuple[int, ...] | None = None,
         return ProcessState(pid=pid, sampled_at=now, status="gone")
     except OSError:
         return ProcessState(pid=pid, sampled_at=now, status="unknown")
-    fields = _stat_fields(raw)
+    fields = stat_fields(raw)
     if fields is None:
         return ProcessState(pid=pid, sampled_at=now, status="unknown")
     status = _LETTER.get(fields[0], "unknown")
@@ -74,7 +74,7 @@ def sample_many(pids: Iterable[int], proc_root: str = "/proc") -> dict[int, Proc
             for pid in wanted}
 
 
-def _stat_fields(raw: str) -> list[str] | None:
+def stat_fields(raw: str) -> list[str] | None:
     """Fields 3.. of /proc/PID/stat (after ``pid (comm)``; comm may hold spaces and parens)."""
     end = raw.rfind(")")
     if end < 0:
@@ -132,7 +132,7 @@ def _children_map(proc_root: str) -> dict[int, list[int]]:
             continue
         try:
             with open(f"{proc_root}/{name}/stat", "rb") as handle:
-                fields = _stat_fields(handle.read().decode("utf-8", errors="replace"))
+                fields = stat_fields(handle.read().decode("utf-8", errors="replace"))
         except OSError:
             continue
         if fields is not None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from hangscope.collect.procstate import stat_fields
+
 # Launcher kind -> pattern over the joined command line.
 _LAUNCHERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("torchrun", re.compile(r"(^|[/\s])torchrun(\s|$)")),
@@ -101,22 +103,19 @@ def snapshot() -> ProcTable:
 def _read_stat(pid: int, ticks: int, booted: float) -> ProcSnap | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read(4096)
+            raw = handle.read(4096).decode("utf-8", "replace")
     except OSError:  # exited since the listing
         return None
-    # "pid (comm) state ppid pgrp session tty tpgid flags ... starttime(22nd)"; comm may hold
-    # spaces and parentheses, so split at the last ")".
-    head, _, rest = data.rpartition(b")")
-    fields = rest.split()
-    if len(fields) < 20 or b"(" not in head:
+    fields = stat_fields(raw)  # state ppid pgrp ... starttime (the 20th of them)
+    if fields is None or "(" not in raw:
         return None
     try:
         ppid, pgid, started = int(fields[1]), int(fields[2]), int(fields[19])
     except ValueError:
         return None
-    name = head.partition(b"(")[2].decode("utf-8", "replace")
-    state = fields[0].decode("ascii", "replace")
-    return ProcSnap(pid, ppid, pgid, name, booted + started / ticks, _STATES.get(state, state))
+    name = raw[raw.index("(") + 1:raw.rindex(")")]
+    return ProcSnap(pid, ppid, pgid, name, booted + started / ticks,
+                    _STATES.get(fields[0], fields[0]))
 
 
 def _read_cmdline(pid: int) -> list[str]:
