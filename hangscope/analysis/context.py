@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from hangscope.analysis.correlate import FrPicture, GroupView
+from hangscope.analysis.correlate import GroupView, Picture
 from hangscope.analysis.divergence import Divergence, first_divergence
 from hangscope.analysis.rank_state import RankStackState
 from hangscope.analysis.stacks import user_frame
@@ -17,7 +17,7 @@ from hangscope.model import FrEntry, JobEvidence
 @dataclass(slots=True)
 class Context:
     evidence: JobEvidence
-    picture: FrPicture
+    picture: Picture
     graph: WaitGraph
     stacks: dict[int, RankStackState] = field(default_factory=dict)
     _divergences: dict[str, Divergence | None] = field(default_factory=dict)

@@ -1,8 +1,10 @@
 """Line up every rank's flight-recorder entries per process group, by sequence number.
 
-The result, :class:`FrPicture`, says for each group who its members are, where each member is
-(last op entered, the op it is blocked in) and which ranks share an identical history. Detectors and
-the wait graph read only this. Work is per group and per *class* of identical ranks, so 4096 ranks
+The result, :class:`Picture`, says for each group who its members are, where each member is
+(last op entered, the op it is blocked in) and which ranks share an identical history, and holds
+what the logs observed of collectives (``observations``: watchdog timeouts, desync reports, DETAIL
+mismatches, failed barriers, store waits). Detectors and the wait graph read only this. Work is
+per group and per *class* of identical ranks, so 4096 ranks
 in 3 kinds of group cost about as much as the few distinct histories they hold.
 
 Ring buffers: each rank keeps only its last N entries, so histories are compared only on the
@@ -16,6 +18,12 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from hangscope.analysis.observations import (
+    WAITING_STATES,
+    Observation,
+    by_rank,
+    log_observations,
+)
 from hangscope.model import FrDump, FrEntry, JobEvidence
 
 DEFAULT_PG = "0"
@@ -77,16 +85,28 @@ class GroupView:
 
 
 @dataclass(slots=True)
-class FrPicture:
-    """Everything the FR detectors need, derived once from the dumps."""
+class Picture:
+    """One picture of the collectives: FR dumps aligned per group, and log observations."""
 
     groups: dict[str, GroupView]
     dumps: dict[int, FrDump]
     world_size: int
     backends: set[str]
     notes: list[str]  # evidence gaps found while correlating (inferred membership, ...)
+    observations: list[Observation] = field(default_factory=list)  # from logs, see observations
 
     _pending: dict[int, list[tuple[GroupView, FrEntry]]] | None = None
+    _observed: dict[int, list[Observation]] | None = None
+
+    def observed(self, rank: int) -> list[Observation]:
+        """The rank's log observations, the most telling first (see ``observations.rank_order``)."""
+        if self._observed is None:
+            self._observed = by_rank(self.observations)
+        return self._observed.get(rank, [])
+
+    def observed_in_collective(self) -> set[int]:
+        """Ranks whose logs show them inside a collective (not "elsewhere")."""
+        return {o.rank for o in self.observations if o.state in WAITING_STATES}
 
     def pending_ops(self, rank: int) -> list[tuple[GroupView, FrEntry]]:
         """Every op the rank is blocked in, oldest first (by record id)."""
@@ -109,7 +129,7 @@ def _pending_by_rank(groups: dict[str, GroupView]) -> dict[int, list[tuple[Group
     return found
 
 
-def build_picture(evidence: JobEvidence) -> FrPicture:
+def build_picture(evidence: JobEvidence) -> Picture:
     dumps = evidence.fr_dumps()
     world_size = evidence.expected_world_size() or 0
     notes: list[str] = []
@@ -141,8 +161,11 @@ def build_picture(evidence: JobEvidence) -> FrPicture:
     if "gloo" in backends:
         notes.append("gloo's flight recorder does not record send/recv: point-to-point waits are "
                      "invisible in these dumps (stacks show them)")
-    return FrPicture(groups=groups, dumps=dumps, world_size=world_size, backends=backends,
-                     notes=notes)
+    observations = log_observations(evidence)
+    if observations:
+        world_size = max(world_size, max(o.rank for o in observations) + 1)
+    return Picture(groups=groups, dumps=dumps, world_size=world_size, backends=backends,
+                   notes=notes, observations=observations)
 
 
 def _fmt(ranks: tuple[int, ...]) -> str:

@@ -8,6 +8,7 @@ from hangscope import __version__
 from hangscope.analysis import detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import build_picture
+from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.rank_state import rank_states
 from hangscope.analysis.ras_facts import is_ras_evidence, ras_facts, ras_unmapped
 from hangscope.analysis.verdict import (
@@ -29,8 +30,9 @@ log = logging.getLogger(__name__)
 def build_context(evidence: JobEvidence) -> Context:
     picture = build_picture(evidence)
     stacks = rank_states(evidence)
-    return Context(evidence=evidence, picture=picture, graph=build_wait_graph(picture, stacks),
-                   stacks=stacks)
+    graph = build_wait_graph(picture, stacks)
+    add_log_waits(graph, picture)
+    return Context(evidence=evidence, picture=picture, graph=graph, stacks=stacks)
 
 
 def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
@@ -66,6 +68,9 @@ def _drop_generic(findings: list[Finding]) -> list[Finding]:
     (the DataLoader stall, deadlock or death that explains why they are missing). What NCCL RAS
     said about them moves to that finding: as a second, independent view it adds 0.05."""
     specific = [f for f in findings if f.kind is not Kind.MISSING_RANK]
+    if any(f.culprit_ranks for f in findings):
+        # "a rank never joined, which one the logs do not say" adds nothing beside a named culprit
+        findings = [f for f in findings if f.culprit_ranks or f.kind is not Kind.MISSING_RANK]
     kept = []
     for finding in findings:
         covering = [f for f in specific if set(finding.culprit_ranks) <= set(f.culprit_ranks)]

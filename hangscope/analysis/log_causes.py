@@ -38,7 +38,8 @@ OOM_KINDS = frozenset({"cuda_oom", "host_oom_kill"})
 class Failure:
     rank: int
     event: LogEvent
-    # "oom" | "signal" | "exception" | "transport" | "dataloader" | "collective_error" | "dead"
+    # "oom" | "signal" | "exit" | "exception" | "transport" | "dataloader" | "collective_error" |
+    # "dead"
     what: str
     detail: str = ""  # what the event says about this rank, where the event names several
 
@@ -54,7 +55,10 @@ def classify(event: LogEvent) -> str | None:
     if kind in ECHO_KINDS:
         return None
     if kind == "elastic_child_failed":
-        return "signal" if event.fields.get("signal") not in (None, "") else None
+        if event.fields.get("signal") not in (None, ""):
+            return "signal"
+        code = event.fields.get("exitcode")
+        return "exit" if isinstance(code, int) and code != 0 else None
     if kind == "traceback":
         message = f"{event.fields.get('exc_type', '')}: {event.fields.get('exc_message', '')}"
         if _ECHO.search(message) or "ChildFailedError" in message:
@@ -85,14 +89,36 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
             yield local, event
 
 
+# Signals a launcher or scheduler sends to stop processes: on a rank that another rank's own
+# failure preceded, they are the teardown, not a cause.
+_STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
+
+
+def _echo_exit(event: LogEvent, closed_pids: set[object], echoed: set[int], rank: int) -> bool:
+    """A launcher row that only records the teardown of a rank: the signal the launcher said it
+    sent to that pid, or a plain exit code of a rank whose own exception was an echo."""
+    if event.kind != "elastic_child_failed":
+        return False
+    signal = event.fields.get("signal")
+    if signal:
+        return event.fields.get("pid") in closed_pids and signal in _STOP_SIGNALS
+    return rank in echoed
+
+
 def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
     """Per rank, its own failures: earliest first; duplicates (the same text copied by a
-    launcher's tee) collapsed."""
+    launcher's tee) collapsed. Teardown is not a failure: a stop signal (SIGTERM) is dropped
+    when the launcher says it sent it ("Sending process N closing signal SIGTERM") or when
+    another rank failed on its own; a non-zero exit code when the rank's own exception was the
+    echo of a peer's failure ("Connection closed by peer", a failed monitored barrier)."""
     found: dict[int, list[Failure]] = {}
     seen: set[tuple[int, str, str]] = set()
-    for rank, event in _rank_events(evidence):
+    events = list(_rank_events(evidence))
+    closed_pids = stopped_pids(evidence)
+    echoed = {rank for rank, e in events if e.kind == "traceback" and classify(e) is None}
+    for rank, event in events:
         what = classify(event)
-        if what is None:
+        if what is None or _echo_exit(event, closed_pids, echoed, rank):
             continue
         key = (rank, event.kind, event.message[:200])
         if key in seen:
@@ -105,6 +131,36 @@ def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
             # the report's time is when RAS was asked, not when the rank failed
             event = dataclasses.replace(fact.event, time=None)
             found.setdefault(fact.rank, []).append(Failure(fact.rank, event, what, fact.detail))
+    return _without_teardown(found)
+
+
+def stopped_pids(evidence: JobEvidence) -> set[object]:
+    """Pids a launcher said it sent a closing signal to (torchrun: "Sending process N closing
+    signal SIGTERM"), from every log, whichever rank it was filed under."""
+    every = [e for ev in evidence.ranks.values() for e in ev.logs] + evidence.unattributed_logs
+    return {e.fields.get("pid") for e in every if e.kind == "elastic_closing_signal"}
+
+
+def torn_down(evidence: JobEvidence) -> dict[int, LogEvent]:
+    """Ranks the launcher stopped (a stop signal in its failure table): alive until then."""
+    closed = stopped_pids(evidence)
+    found: dict[int, LogEvent] = {}
+    for rank, event in _rank_events(evidence):
+        if (event.kind == "elastic_child_failed" and event.fields.get("signal") in _STOP_SIGNALS
+                and (event.fields.get("pid") in closed or not closed)):
+            found.setdefault(rank, event)
+    return found
+
+
+def _is_stop(failure: Failure) -> bool:
+    return failure.what == "signal" and failure.event.fields.get("signal") in _STOP_SIGNALS
+
+
+def _without_teardown(found: dict[int, list[Failure]]) -> dict[int, list[Failure]]:
+    """Stop signals go where some rank failed on its own: they are how the job was torn down."""
+    if any(not _is_stop(f) for items in found.values() for f in items):
+        found = {rank: kept for rank, items in found.items()
+                 if (kept := [f for f in items if not _is_stop(f)])}
     for items in found.values():
         items.sort(key=lambda f: (f.event.time is None, f.event.time or 0.0))
     return found

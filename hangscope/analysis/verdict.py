@@ -71,6 +71,7 @@ class CollectiveRef:
     seq: int | None
     op: str
     pg_desc: str = ""
+    numbering: str = ""  # set when ``seq`` is not FR's collective_seq_id (a log's own counter)
 
 
 @dataclass(slots=True)
@@ -90,6 +91,8 @@ class Finding:
                           "op": self.collective.op}
             if self.collective.pg_desc:
                 collective["pg_desc"] = self.collective.pg_desc
+            if self.collective.numbering:
+                collective["seq_numbering"] = self.collective.numbering
         return {
             "kind": self.kind.value,
             "culprit_ranks": sorted(self.culprit_ranks),

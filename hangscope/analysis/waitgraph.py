@@ -9,7 +9,9 @@ Edges come from:
   entered N (a member without a dump counts as not entered: absent evidence is not progress);
 - p2p (NCCL dumps; gloo records none): a rank blocked in send/recv waits on its peer unless the
   peer is blocked in the matching recv/send towards it;
-- stacks and logs, added by later sources through :meth:`WaitGraph.add_wait`.
+- stacks (:func:`add_stack_waits`) and log observations (``analysis/log_waits.py``), added
+  through :meth:`WaitGraph.add_wait`; a rank known only from its logs is a class of its own
+  state ("timed out in ALLREDUCE #808 ..."), cited with its file:line.
 
 Class edges are only those reachability needs. The ranks behind seq N include those behind any
 lower blocked seq M; where every rank blocked in M is itself behind N, the classes at N get edges
@@ -34,7 +36,8 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from hangscope.analysis.correlate import FrPicture, GroupView
+from hangscope.analysis.correlate import GroupView, Picture
+from hangscope.analysis.observations import log_state
 from hangscope.analysis.rank_state import RankStackState
 from hangscope.model import FrEntry
 from hangscope.ranges import format_ranks
@@ -44,11 +47,12 @@ HUB_MIN_CLASSES = 8  # a wait among fewer classes on either side keeps its direc
 
 @dataclass(frozen=True, slots=True)
 class WaitReason:
-    kind: str  # "collective" | "p2p" (from FR); "stack-collective" | "stack-p2p" (from stacks)
+    kind: str  # "collective" | "p2p" (from FR); "stack-*" (from stacks); "log-*" (from logs)
     pg: str
     pg_desc: str
     seq: int
     op: str
+    numbering: str = "fr"  # whose sequence numbers ``seq`` counts in (see analysis.observations)
 
 
 @dataclass(slots=True)
@@ -168,12 +172,13 @@ class WaitGraph:
         return found - targets - self.hubs
 
 
-def _rank_key(picture: FrPicture, stacks: dict[int, RankStackState], rank: int,
+def _rank_key(picture: Picture, stacks: dict[int, RankStackState], rank: int,
               hung: dict[str, int | None]) -> tuple[object, ...]:
     if rank not in picture.dumps:
         state = stacks.get(rank)
         if state is None:
-            return ("no-evidence",)
+            seen = picture.observed(rank)
+            return ("log", log_state(seen)) if seen else ("no-evidence",)
         main = state.main
         return ("stack", state.gone, state.main_finished, main.kind if main else None,
                 main.op if main else None, main.user_frame if main else None)
@@ -195,10 +200,13 @@ def _rank_key(picture: FrPicture, stacks: dict[int, RankStackState], rank: int,
     return tuple(sorted(parts, key=repr))
 
 
-def _describe(picture: FrPicture, stacks: dict[int, RankStackState], rank: int) -> str:
+def _describe(picture: Picture, stacks: dict[int, RankStackState], rank: int) -> str:
     if rank not in picture.dumps:
         state = stacks.get(rank)
-        return state.describe() if state is not None else "no evidence"
+        if state is not None:
+            return state.describe()
+        seen = picture.observed(rank)
+        return f"{log_state(seen)} [{seen[0].where}]" if seen else "no evidence"
     pending = picture.pending_ops(rank)
     if pending:
         group, entry = pending[0]
@@ -212,14 +220,14 @@ def _describe(picture: FrPicture, stacks: dict[int, RankStackState], rank: int) 
             f"{picture.groups[last.pg_name].label}")
 
 
-def _last_entry(picture: FrPicture, rank: int) -> FrEntry | None:
+def _last_entry(picture: Picture, rank: int) -> FrEntry | None:
     dump = picture.dumps.get(rank)
     if dump is None or not dump.entries:
         return None
     return max(dump.entries, key=lambda e: e.record_id)
 
 
-def hung_seqs(picture: FrPicture) -> dict[str, int | None]:
+def hung_seqs(picture: Picture) -> dict[str, int | None]:
     """Per group, the lowest collective seq some member is blocked in (None: nobody waits)."""
     hung: dict[str, int | None] = {}
     for name, group in picture.groups.items():
@@ -228,7 +236,7 @@ def hung_seqs(picture: FrPicture) -> dict[str, int | None]:
     return hung
 
 
-def build_wait_graph(picture: FrPicture, stacks: dict[int, RankStackState] | None = None
+def build_wait_graph(picture: Picture, stacks: dict[int, RankStackState] | None = None
                      ) -> WaitGraph:
     stacks = stacks or {}
     ranks = sorted(set(range(picture.world_size)) | set(picture.dumps) | set(stacks))
@@ -254,7 +262,7 @@ def build_wait_graph(picture: FrPicture, stacks: dict[int, RankStackState] | Non
     return graph
 
 
-def _add_collective_waits(graph: WaitGraph, group: GroupView, picture: FrPicture) -> None:
+def _add_collective_waits(graph: WaitGraph, group: GroupView, picture: Picture) -> None:
     """Each rank blocked in seq N waits on the members whose last seq is below N, and on the
     members without a dump; class edges go only as far as :func:`_stand_ins` allows."""
     waiting_at: dict[int, list[int]] = defaultdict(list)
@@ -323,7 +331,7 @@ def _add_p2p_waits(graph: WaitGraph, group: GroupView) -> None:
         graph.add_wait(reason, [rank], [peer])
 
 
-def add_stack_waits(graph: WaitGraph, picture: FrPicture,
+def add_stack_waits(graph: WaitGraph, picture: Picture,
                     stacks: dict[int, RankStackState]) -> None:
     """Waits seen in stacks, for ranks whose FR dumps do not already place them.
 
@@ -355,7 +363,7 @@ def add_stack_waits(graph: WaitGraph, picture: FrPicture,
         elif main.kind != "collective":
             elsewhere.append(rank)
     # ranks with no evidence at all are "elsewhere" as far as anyone can tell
-    known = set(stacks) | set(picture.dumps)
+    known = set(stacks) | set(picture.dumps) | picture.observed_in_collective()
     elsewhere += [r for r in graph.class_of if r not in known]
     p2p_ranks = [r for ranks in in_p2p.values() for r in ranks]
     for op, waiting in in_collective.items():

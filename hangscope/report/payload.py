@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from hangscope.analysis.correlate import FrPicture, GroupView
+from hangscope.analysis.correlate import GroupView, Picture
 from hangscope.analysis.frames import is_library_frame
 from hangscope.analysis.stacks import user_frame
 from hangscope.analysis.verdict import Finding
@@ -278,7 +278,7 @@ def _detail_ranks(result: Result, classes: ClassColumns) -> list[int]:
     return sorted(chosen)
 
 
-def _detail(ev: RankEvidence | None, rank: int, picture: FrPicture,
+def _detail(ev: RankEvidence | None, rank: int, picture: Picture,
             pending: list[tuple[GroupView, FrEntry]], s: Strings, frames: Frames) -> RankDetail:
     if ev is None:
         return {"rank": rank, "host": -1, "pid": None, "stacks": None, "fr": None,
@@ -317,7 +317,7 @@ def _ms(ns: int | None) -> float | None:
     return None if ns is None else round(ns / 1e6, 3)
 
 
-def _fr(rank: int, picture: FrPicture, pending_ops: list[tuple[GroupView, FrEntry]],
+def _fr(rank: int, picture: Picture, pending_ops: list[tuple[GroupView, FrEntry]],
         s: Strings, frames: Frames) -> FrData | None:
     dump = picture.dumps.get(rank)
     if dump is None:

@@ -1,10 +1,12 @@
-"""Turn a :class:`Divergence` into a finding that states both sides (expected vs found)."""
+"""Turn a :class:`Divergence` (FR) or DETAIL fingerprints (logs) into a finding that states both
+sides (expected vs found)."""
 
 from __future__ import annotations
 
 from hangscope.analysis.context import Context
 from hangscope.analysis.divergence import Divergence
-from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
+from hangscope.analysis.observations import Observation
+from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.model import FrEntry
 from hangscope.ranges import ranks_phrase
 
@@ -36,3 +38,52 @@ def mismatch_finding(ctx: Context, div: Divergence, kind: Kind) -> Finding:
         confidence=confidence, summary=summary, evidence=evidence,
         collective=CollectiveRef(pg=group.name, seq=div.seq, op=div.sides[-1][0].op,
                                  pg_desc=group.desc))
+
+
+def fingerprint_findings(ctx: Context, kind: Kind) -> list[Finding]:
+    """``TORCH_DISTRIBUTED_DEBUG=DETAIL`` mismatches (log observations, numbering ``detail``):
+    per sequence number, the ranks grouped by the fingerprint they ran; the largest side is what
+    the group expected. Different ops give ``collective_mismatch``, the same op with other shapes
+    or dtypes ``size_mismatch``; only findings of ``kind`` are returned."""
+    by_seq: dict[int | None, dict[int, Observation]] = {}
+    for obs in ctx.picture.observations:
+        if obs.numbering == "detail":
+            by_seq.setdefault(obs.seq, {}).setdefault(obs.rank, obs)
+    findings = []
+    for seq, per_rank in sorted(by_seq.items(), key=lambda item: item[0] or 0):
+        sides: dict[tuple[str, str, str], list[Observation]] = {}
+        for obs in per_rank.values():
+            sides.setdefault((obs.op, obs.shape, obs.dtype), []).append(obs)
+        if len(sides) < 2:
+            continue
+        ordered = sorted(sides.values(), key=lambda side: (-len(side), min(o.rank for o in side)))
+        found_kind = (Kind.COLLECTIVE_MISMATCH if len({side[0].op for side in ordered}) > 1
+                      else Kind.SIZE_MISMATCH)
+        if found_kind is kind:
+            findings.append(_fingerprint_finding(kind, seq, ordered))
+    return findings
+
+
+def _fingerprint_finding(kind: Kind, seq: int | None,
+                         sides: list[list[Observation]]) -> Finding:
+    expected, rest = sides[0], sides[1:]
+    majority = sorted(o.rank for o in expected)
+    culprits = sorted(o.rank for side in rest for o in side)
+    clear = len(expected) > len(rest[0])
+
+    def ran(side: list[Observation]) -> str:
+        obs = side[0]
+        return f"{obs.op} {obs.shape} {obs.dtype}".strip()
+
+    found = "; ".join(f"{ranks_phrase([o.rank for o in side])} ran {ran(side)}" for side in rest)
+    summary = (f"{found} at DETAIL sequence number {seq}, where {ranks_phrase(majority)} "
+               f"ran {ran(expected)} (TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprints)")
+    if not clear:
+        summary += ("; with one rank on each side there is no majority: either may be the odd "
+                    "one (rank 0's side is taken as the reference)")
+    evidence = [EvidenceItem("log", side[0].rank, f"rank {side[0].rank} ran {ran(side)} at "
+                             f"sequence number {seq}", side[0].where) for side in sides]
+    return Finding(kind=kind, culprit_ranks=culprits, waiting_ranks=majority,
+                   confidence=0.85 if clear else 0.55, summary=summary, evidence=evidence,
+                   collective=CollectiveRef(pg=sides[0][0].pg or None, seq=seq,
+                                            op=rest[0][0].op, numbering="detail"))

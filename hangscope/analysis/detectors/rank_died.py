@@ -23,7 +23,7 @@ from hangscope.analysis.ras_facts import seen_alive
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.ranges import ranks_phrase
 
-_STRENGTH = {"signal": 0.9, "exception": 0.9, "dead": 0.85, "collective_error": 0.55}
+_STRENGTH = {"signal": 0.9, "exception": 0.9, "dead": 0.85, "exit": 0.7, "collective_error": 0.55}
 
 
 def detect(ctx: Context) -> list[Finding]:

@@ -1,0 +1,172 @@
+"""missing_rank from log lines: who the others wait for, or an honest "unknown" with next steps.
+
+Signals: the ``log-*`` waits of the wait graph (``analysis/log_waits.py``): a desync report's
+lagging ranks, a monitored barrier's failed ranks, ranks whose watchdog timed out at a lower
+sequence number of one group than the others. Strength: a monitored barrier names the ranks that
+did not arrive (0.9); a desync report is torch's own cross-rank analysis (0.85); watchdog SeqNums
+that differ within a named group, 0.75 (0.55 when the lines name no group: two groups may count
+alike). When ranks time out and nothing names who they wait for, the finding has no culprit
+(0.3), says which collective they wait in and what to fetch or set to find the rank.
+False positives: a report of one group read as another's (a desync report's ranks are group
+ranks; they are global only in the default group).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hangscope.analysis.context import Context
+from hangscope.analysis.log_causes import describe, torn_down
+from hangscope.analysis.observations import WAITING_STATES, Observation
+from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
+from hangscope.analysis.waitgraph import WaitReason
+from hangscope.ranges import format_ranks, ranks_phrase
+
+_STRENGTH = {"barrier": 0.9, "desync": 0.85, "watchdog": 0.75, "work_status": 0.75}
+
+_NEXT_STEPS = (
+    "to name it next time, set TORCH_NCCL_DUMP_ON_TIMEOUT=1 and TORCH_FR_BUFFER_SIZE=2000 "
+    "(flight-recorder dumps of every rank, then `hangscope analyze` them) and "
+    "TORCH_NCCL_DESYNC_DEBUG=1 (the timed-out rank names the lagging ones), or run "
+    "`hangscope attach` on the live job before the watchdog fires")
+
+
+def detect(ctx: Context) -> list[Finding]:
+    findings = _named(ctx)
+    waiting_named = {r for f in findings for r in f.waiting_ranks}
+    unexplained = [o for o in ctx.picture.observations
+                   if o.state in WAITING_STATES and o.rank not in waiting_named]
+    if unexplained and not findings:
+        findings.append(_silent(ctx, unexplained) or _unknown(ctx, unexplained))
+    return findings
+
+
+def _silent(ctx: Context, seen: list[Observation]) -> Finding | None:
+    """Ranks that timed out, and ranks the launcher stopped afterwards that never timed out:
+    alive, not in the collective the others gave up on, so the ones they waited for."""
+    waiting = sorted({o.rank for o in seen})
+    stopped = {r: e for r, e in torn_down(ctx.evidence).items() if r not in waiting}
+    if not stopped:
+        return None
+    culprits = sorted(stopped)
+    first = min(seen, key=lambda o: (o.seq is None, o.where))
+    verb = "were" if len(culprits) > 1 else "was"
+    summary = (f"{ranks_phrase(waiting)} {first.describe()}, while {ranks_phrase(culprits)} "
+               f"logged no timeout of {'their' if len(culprits) > 1 else 'its'} own and {verb} "
+               "only stopped by the launcher afterwards: alive, and not in that collective")
+    evidence = [_item(o) for o in _one_per_rank(seen)[:2]]
+    evidence += [EvidenceItem("log", r, f"launcher stopped rank {r}: {describe(e)}", e.where())
+                 for r, e in stopped.items()][:6]
+    return Finding(kind=Kind.MISSING_RANK, culprit_ranks=culprits, waiting_ranks=waiting,
+                   confidence=0.5, summary=summary, evidence=evidence,
+                   collective=CollectiveRef(pg=first.pg or None, seq=first.seq, op=first.op,
+                                            numbering=first.numbering))
+
+
+def _named(ctx: Context) -> list[Finding]:
+    sinks = set(ctx.graph.ranks_of(ctx.graph.sinks()))
+    by_culprits: dict[tuple[int, ...], list[tuple[WaitReason, set[int]]]] = defaultdict(list)
+    for reason, (waiting, waited_on) in ctx.graph.waits.items():
+        if not reason.kind.startswith("log-"):
+            continue
+        culprits = tuple(sorted(waited_on & sinks)) or tuple(sorted(waited_on - waiting))
+        if culprits:
+            by_culprits[culprits].append((reason, waiting))
+    return [_finding(ctx, list(culprits), waits) for culprits, waits in by_culprits.items()]
+
+
+def _cite(ctx: Context, ranks: list[int], limit: int = 4) -> list[EvidenceItem]:
+    items = []
+    for rank in ranks[:limit]:
+        seen = ctx.picture.observed(rank)
+        if seen:
+            items.append(_item(seen[0]))
+    return items
+
+
+def _item(obs: Observation) -> EvidenceItem:
+    about = f"per rank {obs.reporter}'s log: " if obs.reporter not in (None, obs.rank) else ""
+    return EvidenceItem("log", obs.rank, about + obs.describe(), obs.where)
+
+
+def _finding(ctx: Context, culprits: list[int],
+             waits: list[tuple[WaitReason, set[int]]]) -> Finding:
+    waits.sort(key=lambda item: (-len(item[1]), item[0].seq))
+    reason = waits[0][0]
+    waiting = sorted(set().union(*(w for _, w in waits)) - set(culprits))
+    where = _where(reason)
+    evidence = _cite(ctx, waiting, 2) + _cite(ctx, culprits, 8)
+    numberings = {r.numbering for r, _ in waits}
+    confidence = max(_STRENGTH.get(n, 0.6) for n in numberings)
+    if numberings <= {"watchdog", "work_status"} and not reason.pg:
+        confidence = 0.55
+    if reason.numbering == "barrier":
+        text = (f"{ranks_phrase(culprits)} failed to pass the monitored barrier that "
+                f"{ranks_phrase(waiting)} waited in")
+    elif reason.numbering == "desync":
+        reporters = sorted({o.reporter for r in culprits for o in ctx.picture.observed(r)
+                            if o.reporter is not None})
+        by = f" (rank {format_ranks(reporters)}'s desync report)" if reporters else ""
+        text = (f"{ranks_phrase(culprits)} lag{'' if len(culprits) > 1 else 's'} behind{by}: "
+                + "; ".join(_lag(ctx, r) for r in culprits[:4])
+                + f"; {ranks_phrase(waiting) if waiting else 'the others'} wait in {where}")
+    else:
+        text = (f"{ranks_phrase(culprits)} {'are' if len(culprits) > 1 else 'is'} behind in "
+                f"{where}: " + "; ".join(_lag(ctx, r) for r in culprits[:4])
+                + f", while {ranks_phrase(waiting)} timed out further on")
+        if not reason.pg:
+            text += " (the lines name no process group: if these are different groups, the " \
+                    "numbers do not compare)"
+    return Finding(kind=Kind.MISSING_RANK, culprit_ranks=culprits, waiting_ranks=waiting,
+                   confidence=confidence, summary=text, evidence=evidence,
+                   collective=_ref(reason))
+
+
+def _lag(ctx: Context, rank: int) -> str:
+    seen = ctx.picture.observed(rank)
+    return f"rank {rank} {seen[0].describe()}" if seen else f"rank {rank}"
+
+
+def _where(reason: WaitReason) -> str:
+    seq = f" #{reason.seq}" if reason.seq >= 0 else ""
+    pg = f" on pg {reason.pg}" if reason.pg else ""
+    return f"{reason.op or 'a collective'}{seq}{pg} ({reason.numbering} numbering)"
+
+
+def _ref(reason: WaitReason) -> CollectiveRef | None:
+    if reason.numbering == "barrier":
+        return CollectiveRef(pg=reason.pg or None, seq=None, op=reason.op)
+    return CollectiveRef(pg=reason.pg or None, seq=reason.seq, op=reason.op,
+                         numbering=reason.numbering)
+
+
+def _unknown(ctx: Context, seen: list[Observation]) -> Finding:
+    """Ranks timed out and no line says who they wait for: say where, and how to find out."""
+    seen.sort(key=lambda o: (o.numbering != "watchdog", o.seq is None, o.where))
+    first = seen[0]
+    waiting = sorted({o.rank for o in seen})
+    world = ctx.picture.world_size
+    silent = sorted(set(range(world)) - set(waiting)) if world > len(waiting) else []
+    fetch = (f"the logs or flight-recorder dumps of {ranks_phrase(silent)}" if silent
+             else "the logs or flight-recorder dumps of the ranks not shown here")
+    dumped = sorted({str(e.fields["dump_path"]) for r in ctx.evidence.ranks.values()
+                     for e in r.logs if e.kind == "fr_dump_notice" and e.fields.get("dump_path")})
+    if dumped:
+        fetch += f" (this job wrote flight-recorder dumps: {', '.join(dumped[:2])} on each host)"
+    seqs = sorted({o.seq for o in seen if o.seq is not None and o.numbering == first.numbering})
+    spread = (f"; they wait at {first.numbering} seqs {', '.join(map(str, seqs[:6]))}"
+              if len(seqs) > 1 else "")
+    summary = (f"{ranks_phrase(waiting)} {first.describe()}{spread}: some rank never joined, and "
+               f"these lines do not say which. Fetch {fetch}; {_NEXT_STEPS}")
+    evidence = [_item(o) for o in _one_per_rank(seen)[:6]]
+    return Finding(kind=Kind.MISSING_RANK, culprit_ranks=[], waiting_ranks=waiting,
+                   confidence=0.3, summary=summary, evidence=evidence,
+                   collective=CollectiveRef(pg=first.pg or None, seq=first.seq, op=first.op,
+                                            numbering=first.numbering))
+
+
+def _one_per_rank(seen: list[Observation]) -> list[Observation]:
+    out: dict[int, Observation] = {}
+    for obs in seen:
+        out.setdefault(obs.rank, obs)
+    return list(out.values())
