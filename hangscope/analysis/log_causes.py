@@ -38,8 +38,8 @@ OOM_KINDS = frozenset({"cuda_oom", "host_oom_kill"})
 class Failure:
     rank: int
     event: LogEvent
-    # "oom" | "signal" | "exit" | "exception" | "transport" | "dataloader" | "collective_error" |
-    # "dead"
+    # "oom" | "signal" | "exit" | "exception" | "thread_exception" | "transport" | "dataloader" |
+    # "collective_error" | "dead"
     what: str
     detail: str = ""  # what the event says about this rank, where the event names several
 
@@ -59,10 +59,14 @@ def classify(event: LogEvent) -> str | None:
             return "signal"
         code = event.fields.get("exitcode")
         return "exit" if isinstance(code, int) and code != 0 else None
+    if kind == "cuda_error":
+        return "exception"
     if kind == "traceback":
         message = f"{event.fields.get('exc_type', '')}: {event.fields.get('exc_message', '')}"
         if _ECHO.search(message) or "ChildFailedError" in message:
             return None
+        if event.fields.get("thread") not in (None, "", "MainThread"):
+            return "thread_exception"  # the thread died; the process lives on
         return "exception"
     if kind == "nccl_transport_error":
         return "transport"
@@ -164,6 +168,14 @@ def _without_teardown(found: dict[int, list[Failure]]) -> dict[int, list[Failure
     for items in found.values():
         items.sort(key=lambda f: (f.event.time is None, f.event.time or 0.0))
     return found
+
+
+def unranked(evidence: JobEvidence, whats: frozenset[str]) -> list[LogEvent]:
+    """Failure events whose rank no line, path or launcher table tells (a single process's log,
+    dmesg): a detector names the failure with an unknown culprit rather than dropping it."""
+    ranked = {id(event) for _, event in _rank_events(evidence)}
+    return [event for event in evidence.unattributed_logs
+            if id(event) not in ranked and classify(event) in whats]
 
 
 def first_failure_time(items: list[Failure]) -> float | None:

@@ -3,16 +3,19 @@
 Signal: a rank others wait on whose main thread sits in ``DataLoader`` (``_next_data`` /
 ``_try_get_data``) without progress. Cites: the main thread's stack and, for each DataLoader
 worker, where it is (its own stack: the dataset code it blocks in), its process state (D = stuck on
-I/O) or that it is gone. False positives: a slow but moving input pipeline sampled at a bad moment
+I/O) or that it is gone. From logs: the DataLoader's own errors (worker killed, bus error,
+``DataLoader timed out``).
+False positives: a slow but moving input pipeline sampled at a bad moment
 (progress ``moving`` is excluded), and workers legitimately idle because the prefetch queue is full.
 """
 
 from __future__ import annotations
 
 from hangscope.analysis.context import Context
+from hangscope.analysis.log_causes import describe, failures, unranked
 from hangscope.analysis.stacks import classify_thread, main_thread
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
-from hangscope.ranges import format_ranks
+from hangscope.ranges import format_ranks, ranks_phrase
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -39,7 +42,28 @@ def detect(ctx: Context) -> list[Finding]:
         findings.append(Finding(kind=Kind.DATALOADER_STALL, culprit_ranks=[rank],
                                 waiting_ranks=waiting, confidence=confidence, summary=summary,
                                 evidence=evidence))
-    return findings
+    return findings or _from_logs(ctx)
+
+
+def _from_logs(ctx: Context) -> list[Finding]:
+    """The DataLoader's own errors in a log: a worker killed (by a signal, or a bus error when
+    /dev/shm is too small), or ``DataLoader timed out after N seconds``: the input pipeline, not
+    the collective the other ranks then fail in, is what stopped the rank."""
+    by_rank = {rank: [f.event for f in items if f.what == "dataloader"]
+               for rank, items in failures(ctx.evidence).items()}
+    by_rank = {rank: events for rank, events in by_rank.items() if events}
+    loose = unranked(ctx.evidence, frozenset({"dataloader"}))
+    if not by_rank and not loose:
+        return []
+    culprits = sorted(by_rank)
+    events = [e for rank in culprits for e in by_rank[rank][:2]] + loose[:2]
+    who = ranks_phrase(culprits) + "'s" if culprits else "a rank's (the log names no rank)"
+    summary = (f"{who} DataLoader failed: " + "; ".join(dict.fromkeys(
+        describe(e, 160) for e in events[:3])))
+    evidence = [EvidenceItem("log", e.rank, describe(e), e.where()) for e in events[:6]]
+    others = sorted(set(ctx.evidence.ranks) - set(culprits))
+    return [Finding(kind=Kind.DATALOADER_STALL, culprit_ranks=culprits, waiting_ranks=others,
+                    confidence=0.8, summary=summary, evidence=evidence)]
 
 
 def _workers(ctx: Context, rank: int, evidence: list[EvidenceItem]) -> list[str]:

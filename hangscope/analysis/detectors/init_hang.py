@@ -4,13 +4,22 @@ Signal: main threads in process-group setup (stacks), waiting on ranks that are 
 but not in init: still loading, downloading) or absent (no process, no evidence). Cites: one
 waiting rank's stack and each culprit's. False positives: a slow start where the late rank is
 about to call init (sample again), and store waits of a healthy elastic re-rendezvous.
+
+From logs: the store-based barrier of ``init_process_group`` ("Waiting in store based barrier ...
+world_size=N, worker_count=M": M below N, ranks never arrived; M above N, more processes than ranks
+used the key, a stale store or duplicate ranks), the TCPStore server's "M/N clients joined", a
+client that cannot reach the store, a rendezvous timeout, and one GLOBAL_RANK printed by two
+processes (Lightning). The rank that never joined prints nothing, so the culprit is named only
+where the lines show which ranks did arrive.
 """
 
 from __future__ import annotations
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
+from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
+from hangscope.model import LogEvent
 from hangscope.ranges import format_ranks, ranks_phrase
+from hangscope.sources.logs.common import one_line
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -34,4 +43,69 @@ def detect(ctx: Context) -> list[Finding]:
                                 waiting_ranks=sorted(waiting), confidence=0.85,
                                 summary=summary, evidence=evidence,
                                 collective=CollectiveRef(pg=None, seq=None, op=reason.op)))
-    return findings
+    return findings or _from_logs(ctx)
+
+
+_INIT_KINDS = ("store_barrier_wait", "store_timeout", "rendezvous_timeout")
+
+
+def _from_logs(ctx: Context) -> list[Finding]:
+    events = [e for ev in ctx.evidence.ranks.values() for e in ev.logs]
+    events += ctx.evidence.unattributed_logs
+    init = [e for e in events if e.kind in _INIT_KINDS]
+    duplicates = _duplicate_ranks(events)
+    if not init and not duplicates:
+        return []
+    reasons: list[str] = []
+    culprits: list[int] = []
+    waiting = sorted({e.rank for e in init if e.rank is not None})
+    barrier = [e for e in init if e.kind == "store_barrier_wait"]
+    if barrier:
+        last = max(barrier, key=lambda e: (int(e.fields.get("joined", 0)), e.line_no))
+        world, joined = int(last.fields.get("world_size", 0)), int(last.fields.get("joined", 0))
+        if joined > world:
+            reasons.append(f"{joined} processes joined the store barrier of a {world}-rank "
+                           f"group (key {last.fields.get('key')}): a stale store from an earlier "
+                           "run, or two processes with the same rank")
+        else:
+            silent = sorted(set(range(world)) - set(waiting)) if len(waiting) == joined else []
+            culprits = silent
+            who = f": {ranks_phrase(silent)} never arrived" if silent else ""
+            reasons.append(f"only {joined} of {world} ranks joined the store barrier of "
+                           f"init_process_group{who}")
+    for event in init:
+        if event.kind == "store_timeout" and "joined" in event.fields:
+            reasons.append(f"the TCPStore saw {event.fields['joined']} of "
+                           f"{event.fields['world_size']} clients join")
+        elif event.kind == "store_timeout":
+            reasons.append(f"a rank could not reach the TCPStore at {event.fields.get('host')}:"
+                           f"{event.fields.get('port')} (MASTER_ADDR/MASTER_PORT, firewall)")
+        elif event.kind == "rendezvous_timeout":
+            reasons.append("the elastic rendezvous timed out (not every node joined)")
+    for rank, lines in duplicates.items():
+        reasons.append(f"GLOBAL_RANK {rank} was taken by {len(lines)} processes "
+                       f"({', '.join(lines[:3])}): duplicate ranks (check RANK/NODE_RANK/"
+                       "LOCAL_RANK per node)")
+        culprits.append(rank)
+    cited = init[:4] + [e for e in events if e.kind == "global_rank_init"
+                        and e.fields.get("global_rank") in duplicates][:4]
+    evidence = [EvidenceItem("log", e.rank, one_line(e.message, 200), e.where()) for e in cited]
+    summary = "the job hangs while forming its process group: " + "; ".join(
+        dict.fromkeys(reasons))
+    return [Finding(kind=Kind.INIT_HANG, culprit_ranks=sorted(set(culprits)),
+                    waiting_ranks=sorted(set(waiting) - set(culprits)), confidence=0.7,
+                    summary=summary, evidence=evidence,
+                    collective=CollectiveRef(pg=None, seq=None, op="init_process_group"))]
+
+
+def _duplicate_ranks(events: list[LogEvent]) -> dict[int, list[str]]:
+    """GLOBAL_RANK values printed by more than one process (distinct line prefixes or files)."""
+    seen: dict[int, dict[tuple[str, int | None], str]] = {}
+    for event in events:
+        if event.kind != "global_rank_init":
+            continue
+        rank = int(event.fields["global_rank"])
+        who = (event.path, event.fields.get("local_rank") if isinstance(
+            event.fields.get("local_rank"), int) else event.line_no)
+        seen.setdefault(rank, {}).setdefault(who, event.where())  # type: ignore[arg-type]
+    return {rank: list(lines.values()) for rank, lines in seen.items() if len(lines) > 1}

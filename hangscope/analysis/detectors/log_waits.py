@@ -34,8 +34,8 @@ _NEXT_STEPS = (
 def detect(ctx: Context) -> list[Finding]:
     findings = _named(ctx)
     waiting_named = {r for f in findings for r in f.waiting_ranks}
-    unexplained = [o for o in ctx.picture.observations
-                   if o.state in WAITING_STATES and o.rank not in waiting_named]
+    unexplained = [o for o in ctx.picture.observations if o.state in WAITING_STATES
+                   and o.numbering != "store" and o.rank not in waiting_named]
     if unexplained and not findings:
         findings.append(_silent(ctx, unexplained) or _unknown(ctx, unexplained))
     return findings

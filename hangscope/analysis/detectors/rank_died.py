@@ -23,7 +23,7 @@ from hangscope.analysis.ras_facts import seen_alive
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.ranges import ranks_phrase
 
-_STRENGTH = {"signal": 0.9, "exception": 0.9, "dead": 0.85, "exit": 0.7, "collective_error": 0.55}
+_STRENGTH = {"signal": 0.9, "exception": 0.9, "dead": 0.85, "exit": 0.5, "collective_error": 0.55}
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -43,7 +43,7 @@ def detect(ctx: Context) -> list[Finding]:
                       if targets & set(dead) for r in sources} - set(dead))
     evidence: list[EvidenceItem] = []
     parts = []
-    confidence = 0.6
+    confidence = 0.5
     died = False  # else only collective errors: the process may live on ("failed", not "died")
     for rank in dead[:8]:
         items = logged.get(rank, [])

@@ -10,7 +10,7 @@ caught and recovered from (the rank is then still alive and moving: confidence i
 from __future__ import annotations
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.log_causes import describe, failures
+from hangscope.analysis.log_causes import describe, failures, unranked
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.ranges import format_ranks, ranks_phrase
 
@@ -25,7 +25,7 @@ def detect(ctx: Context) -> list[Finding]:
                 by_rank.setdefault(pids[int(event.fields["pid"])], [])
     culprits = sorted(rank for rank, items in by_rank.items() if items)
     if not culprits:
-        return []
+        return _unranked(ctx)
     evidence = [EvidenceItem("log", rank, describe(item.event), item.event.where())
                 for rank in culprits[:8] for item in by_rank[rank][:2]]
     moving = [r for r in culprits if (s := ctx.stacks.get(r)) and s.progress == "moving"]
@@ -38,3 +38,19 @@ def detect(ctx: Context) -> list[Finding]:
     return [Finding(kind=Kind.RANK_OOM, culprit_ranks=culprits, waiting_ranks=others,
                     confidence=0.6 if moving else 0.95, summary=summary, evidence=evidence)]
 
+
+
+def _unranked(ctx: Context) -> list[Finding]:
+    """An OOM in a log that names no rank (dmesg, one process's stderr): the failure is known,
+    the rank is not; say which pid or process to map."""
+    events = unranked(ctx.evidence, frozenset({"oom"}))
+    if not events:
+        return []
+    first = events[0]
+    pids = sorted({str(e.fields["pid"]) for e in events if e.fields.get("pid")})
+    who = f" (pid {', '.join(pids[:4])}: match it to a rank's pid)" if pids else \
+        " (the log names no rank)"
+    summary = f"a process of the job ran out of memory: {describe(first, 200)}{who}"
+    evidence = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:4]]
+    return [Finding(kind=Kind.RANK_OOM, culprit_ranks=[], waiting_ranks=[], confidence=0.7,
+                    summary=summary, evidence=evidence)]

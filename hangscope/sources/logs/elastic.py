@@ -152,7 +152,40 @@ def _entry_event(entry: Line, ctx: Context, values: dict[str, str], root: int) -
     return event
 
 
+_DS_EXIT = re.compile(r"exits with return code = (?P<exit>-?\d+)")
+_DS_LOCAL = re.compile(r"--local_rank=(?P<lr>\d+)")
+_DS_MAX_LINES = 40
+
+
+def deepspeed_exit(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """DeepSpeed's launcher (``launcher/launch.py`` ``sigkill_handler``): ``[ERROR]
+    [launch.py:320:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=1', ...] exits with
+    return code = -9``, the command list often wrapped over several lines."""
+    text = line.body
+    if "sigkill_handler" not in line.raw:
+        return []
+    end = _DS_EXIT.search(text)
+    if end is None:
+        for count, nxt in enumerate(follow.lines()):
+            if count >= _DS_MAX_LINES:
+                return []
+            text += " " + nxt.body
+            end = _DS_EXIT.search(nxt.body)
+            if end is not None:
+                break
+        else:
+            return []
+    local = _DS_LOCAL.search(text)
+    code = int(end.group("exit"))
+    fields: dict[str, str | int | float] = {"exitcode": code, "signal": _signal_of(code)}
+    if local is not None:
+        fields["local_rank"] = int(local.group("lr"))
+    return [make_event("elastic_child_failed", line, ctx, "error", fields,
+                       rank=line.rank, rank_source=line.rank_source or "")]
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
+    (b"sigkill_handler] [", deepspeed_exit),
     (b"failed (exitcode:", failed),
     (b"closing signal", closing),
     (b"Failures:", table),

@@ -28,6 +28,7 @@ from hangscope.sources.logs import (
     dataloader,
     elastic,
     gloo,
+    init,
     nccl_debug,
     nccl_ras,
     oom,
@@ -44,7 +45,7 @@ MAX_FOLLOW_LINES = 4000
 MAX_JSON_BYTES = 64 << 20
 
 # Order matters only when one line holds triggers of several families: first match wins.
-_FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, oom, dataloader, gloo, traceback)
+_FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, oom, dataloader, gloo, init, traceback)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
 for _module in _FAMILIES:
@@ -60,13 +61,15 @@ _TRIGGERS = re.compile(b"|".join(re.escape(t) for t in sorted(_HANDLERS, key=len
 # the lines they hit are searched for the real triggers. tests/test_logs_hostile.py checks, on every
 # fixture, that this gives exactly the events a full trigger search gives.
 _ANCHORS = re.compile(
-    rb"E(?:rror|xception \(either|RROR|nforceNotMet)|W(?:atchdog|ARN )"
+    rb"E(?:rror|xception \(either|xception in thread|RROR|nforceNotMet)|W(?:atchdog|ARN )"
     rb"|T(?:imeout at|imed out|raceback \(most)|H(?:eartbeat monitor)|K(?:illed process)"
     rb"|\((?:exitcode: |first observed failure\))|S(?:ending process)"
     rb"|F(?:ailures:|irst PG|inished writing NCCLPG|light Recorder)|R(?:eceived a dump)"
     rb"|M(?:ISMATCH|issing communicator)|B(?:arrier in)|D(?:ataLoader|etected mismatch)"
     rb"|C(?:OMPLETE|UDA out of memory|UDA error|onnection closed)|U(?:nexpected )"
-    rb"|w(?:atchdog)|j(?:ob process)|k(?:ill:constraint)|p(?:reparing to dump)")
+    rb"|w(?:atchdog|aiting for clients)|j(?:ob process)|k(?:ill:constraint)|p(?:reparing to dump)"
+    rb"|s(?:tore based barrier|igkill_handler)|G(?:LOBAL_RANK: )|c(?:lient socket has timed)"
+    rb"|r(?:endezvous)")
 _PREFILTER = _ANCHORS
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",

@@ -318,7 +318,23 @@ def fr_dump(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event("fr_dump_notice", line, ctx, "info", fields, rank=rank, rank_source=source)]
 
 
+_CUDA_ERROR = re.compile(r"CUDA error: (?P<error>[^.\n]+)")
+
+
+def cuda_error(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """A CUDA error the rank's own NCCL watchdog hit (``Process group watchdog thread terminated
+    with exception: CUDA error: an illegal memory access was encountered``; also ECC and Xid
+    faults): that rank failing first, not a timeout's echo."""
+    m = _CUDA_ERROR.search(line.body)
+    if not m or "Watchdog caught" in line.body:
+        return []
+    fields: dict[str, str | int | float] = {"error": m.group("error").strip()[:200]}
+    rank, source = _pg_fields(line, ctx, fields)
+    return [make_event("cuda_error", line, ctx, "error", fields, rank=rank, rank_source=source)]
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
+    (b"terminated with exception: CUDA error", cuda_error),
     (b"Watchdog caught collective operation timeout", watchdog),
     (b"detected by watchdog at work", work_status),
     (b"Timeout at NCCL work", work_status),

@@ -21,6 +21,7 @@ frames (count), chained, first_exc_type (when chained).
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from hangscope.model import LogEvent
@@ -100,6 +101,32 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event("traceback", line, ctx, "error", fields)]
 
 
+_THREAD = re.compile(r"Exception in thread (?P<name>.+?)(?: \(\d+\))?:\s*$")
+
+
+def thread_exception(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``threading.excepthook``: ``Exception in thread uploader:`` then the traceback. The thread
+    died, not the process: the event carries ``thread`` so that no one reads it as the rank's
+    death."""
+    m = _THREAD.search(line.body)
+    if not m:
+        return []
+    for nxt in follow.lines():
+        if nxt.key != line.key:
+            continue
+        if not nxt.body.lstrip().startswith("Traceback (most recent call last):"):
+            return []
+        rest = Follow(lambda: itertools.islice(follow.lines(), 1, None))
+        events = traceback_block(nxt, ctx, rest)
+        follow.consumed |= rest.consumed
+        follow.consume(nxt.line_no)
+        for event in events:
+            event.fields["thread"] = m.group("name")[:120]
+        return events
+    return []
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
+    (b"Exception in thread ", thread_exception),
     (b"Traceback (most recent call last):", traceback_block),
 ]
