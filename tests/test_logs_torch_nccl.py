@@ -106,7 +106,9 @@ def test_nccl_error_with_last_error() -> None:
 
 def test_deepspeed_prefixed_log() -> None:
     events = scan("deepspeed_prefixed.log")
-    assert [e.kind for e in events] == ["nccl_watchdog_timeout"]
+    assert [e.kind for e in events] == ["nccl_watchdog_timeout", "elastic_child_failed"]
+    # DeepSpeed's launcher names the rank only in the wrapped command line (--local_rank=3)
+    assert events[1].fields["local_rank"] == 3 and events[1].fields["signal"] == "SIGABRT"
     wd = events[0]
     assert wd.rank == 3 and wd.fields["op"] == "_ALLGATHER_BASE" and wd.fields["seq"] == 4512
     assert wd.fields["numel_out"] == 524288000 and wd.time is not None

@@ -72,6 +72,9 @@ def classify(event: LogEvent) -> str | None:
         return "transport"
     if kind.startswith("dataloader") or kind == "shm_bus_error":
         return "dataloader"
+    if kind == "nccl_error" and (event.fields.get("code") == "ncclRemoteError"
+                                 or "remote process exited" in event.message):
+        return "transport"  # NCCL's own words: the peer or the network, not this rank
     if kind in ("gloo_enforce_fail", "nccl_error"):
         return "collective_error"
     return None
@@ -96,14 +99,19 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
 # Signals a launcher or scheduler sends to stop processes: on a rank that another rank's own
 # failure preceded, they are the teardown, not a cause.
 _STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
+# Events after which torch's NCCL watchdog takes the process down with SIGABRT by design.
+_WATCHDOG_ABORT = frozenset({"nccl_watchdog_timeout", "nccl_work_status", "nccl_heartbeat_stuck"})
 
 
-def _echo_exit(event: LogEvent, closed_pids: set[object], echoed: set[int], rank: int) -> bool:
+def _echo_exit(event: LogEvent, closed_pids: set[object], echoed: set[int], aborted: set[int],
+               rank: int) -> bool:
     """A launcher row that only records the teardown of a rank: the signal the launcher said it
     sent to that pid, or a plain exit code of a rank whose own exception was an echo."""
     if event.kind != "elastic_child_failed":
         return False
     signal = event.fields.get("signal")
+    if signal == "SIGABRT" and rank in aborted:
+        return True  # ProcessGroupNCCL aborts the process after its own watchdog timeout
     if signal:
         return event.fields.get("pid") in closed_pids and signal in _STOP_SIGNALS
     return rank in echoed
@@ -114,15 +122,17 @@ def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
     launcher's tee) collapsed. Teardown is not a failure: a stop signal (SIGTERM) is dropped
     when the launcher says it sent it ("Sending process N closing signal SIGTERM") or when
     another rank failed on its own; a non-zero exit code when the rank's own exception was the
-    echo of a peer's failure ("Connection closed by peer", a failed monitored barrier)."""
+    echo of a peer's failure ("Connection closed by peer", a failed monitored barrier); a SIGABRT
+    of a rank whose own watchdog timed out (torch aborts the process after a timeout)."""
     found: dict[int, list[Failure]] = {}
     seen: set[tuple[int, str, str]] = set()
     events = list(_rank_events(evidence))
     closed_pids = stopped_pids(evidence)
     echoed = {rank for rank, e in events if e.kind == "traceback" and classify(e) is None}
+    aborted = {rank for rank, e in events if e.kind in _WATCHDOG_ABORT}
     for rank, event in events:
         what = classify(event)
-        if what is None or _echo_exit(event, closed_pids, echoed, rank):
+        if what is None or _echo_exit(event, closed_pids, echoed, aborted, rank):
             continue
         key = (rank, event.kind, event.message[:200])
         if key in seen:

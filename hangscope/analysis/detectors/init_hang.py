@@ -75,8 +75,12 @@ def _from_logs(ctx: Context) -> list[Finding]:
                            f"init_process_group{who}")
     for event in init:
         if event.kind == "store_timeout" and "joined" in event.fields:
-            reasons.append(f"the TCPStore saw {event.fields['joined']} of "
-                           f"{event.fields['world_size']} clients join")
+            joined, world = int(event.fields["joined"]), int(event.fields["world_size"])
+            # the store's host (rank 0, MASTER_ADDR) counts itself: 1 joined means no one else
+            absent = list(range(1, world)) if joined == 1 and world > 1 else []
+            culprits += absent
+            who = f": {ranks_phrase(absent)} never reached it" if absent else ""
+            reasons.append(f"the TCPStore saw {joined} of {world} clients join{who}")
         elif event.kind == "store_timeout":
             reasons.append(f"a rank could not reach the TCPStore at {event.fields.get('host')}:"
                            f"{event.fields.get('port')} (MASTER_ADDR/MASTER_PORT, firewall)")

@@ -41,27 +41,45 @@ def mismatch_finding(ctx: Context, div: Divergence, kind: Kind) -> Finding:
 
 
 def fingerprint_findings(ctx: Context, kind: Kind) -> list[Finding]:
-    """``TORCH_DISTRIBUTED_DEBUG=DETAIL`` mismatches (log observations, numbering ``detail``):
-    per sequence number, the ranks grouped by the fingerprint they ran; the largest side is what
-    the group expected. Different ops give ``collective_mismatch``, the same op with other shapes
-    or dtypes ``size_mismatch``; only findings of ``kind`` are returned."""
-    by_seq: dict[int | None, dict[int, Observation]] = {}
+    """Mismatches that logs show, per sequence number of one numbering and group, ranks grouped
+    by what they ran; the largest side is what the group expected:
+
+    - ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` fingerprints (op, shape, dtype);
+    - watchdog timeouts of one group at one SeqNum (or, in torch before 1.11, with no SeqNum) that
+      name different ops or element counts: the ranks timed out in different collectives.
+
+    Different ops give ``collective_mismatch``, the same op with other shapes, dtypes or numel
+    ``size_mismatch``; only findings of ``kind`` are returned."""
+    by_key: dict[tuple[str, str, int | None], dict[int, Observation]] = {}
     for obs in ctx.picture.observations:
-        if obs.numbering == "detail":
-            by_seq.setdefault(obs.seq, {}).setdefault(obs.rank, obs)
+        if obs.numbering == "detail" or (obs.numbering == "watchdog" and obs.op):
+            key = (obs.numbering, obs.pg if obs.numbering == "watchdog" else "", obs.seq)
+            by_key.setdefault(key, {}).setdefault(obs.rank, obs)
     findings = []
-    for seq, per_rank in sorted(by_seq.items(), key=lambda item: item[0] or 0):
-        sides: dict[tuple[str, str, str], list[Observation]] = {}
+    for (_, _, seq), per_rank in sorted(by_key.items(), key=lambda item: item[0][2] or 0):
+        sides: dict[tuple[str, str, str, int | None], list[Observation]] = {}
         for obs in per_rank.values():
-            sides.setdefault((obs.op, obs.shape, obs.dtype), []).append(obs)
+            sides.setdefault((obs.op, obs.shape, obs.dtype, obs.numel), []).append(obs)
         if len(sides) < 2:
             continue
-        ordered = sorted(sides.values(), key=lambda side: (-len(side), min(o.rank for o in side)))
+        ordered = sorted(sides.values(), key=lambda side: (-len(side), _rank0_last(side)))
         found_kind = (Kind.COLLECTIVE_MISMATCH if len({side[0].op for side in ordered}) > 1
                       else Kind.SIZE_MISMATCH)
-        if found_kind is kind:
+        if found_kind is kind and ordered[0][0].op not in UNEVEN_LOG_OPS:
             findings.append(_fingerprint_finding(kind, seq, ordered))
     return findings
+
+
+# Ops whose per-rank sizes legitimately differ (as the watchdog and DETAIL spell them).
+UNEVEN_LOG_OPS = frozenset({"ALLTOALL", "ALLTOALL_BASE", "GATHER", "SCATTER", "_ALLTOALL_BASE"})
+
+
+def _rank0_last(side: list[Observation]) -> tuple[bool, int]:
+    """Tie-break between equal sides: rank 0's side last, so that it is the one named. With no
+    majority, rank-0-only code (checkpointing, logging, evaluation under ``if rank == 0``) is the
+    usual reason two ranks run different collectives."""
+    ranks = [o.rank for o in side]
+    return (0 in ranks, min(ranks))
 
 
 def _fingerprint_finding(kind: Kind, seq: int | None,
@@ -70,20 +88,23 @@ def _fingerprint_finding(kind: Kind, seq: int | None,
     majority = sorted(o.rank for o in expected)
     culprits = sorted(o.rank for side in rest for o in side)
     clear = len(expected) > len(rest[0])
+    source = ("TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprints" if expected[0].numbering == "detail"
+              else "the ranks' watchdog timeouts")
 
     def ran(side: list[Observation]) -> str:
         obs = side[0]
-        return f"{obs.op} {obs.shape} {obs.dtype}".strip()
+        numel = f" numel {obs.numel}" if obs.numel is not None else ""
+        return f"{obs.op} {obs.shape} {obs.dtype}{numel}".replace("  ", " ").strip()
 
+    at = f"sequence number {seq}" if seq is not None else "the same point (no sequence number)"
     found = "; ".join(f"{ranks_phrase([o.rank for o in side])} ran {ran(side)}" for side in rest)
-    summary = (f"{found} at DETAIL sequence number {seq}, where {ranks_phrase(majority)} "
-               f"ran {ran(expected)} (TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprints)")
+    summary = f"{found} at {at}, where {ranks_phrase(majority)} ran {ran(expected)} ({source})"
     if not clear:
-        summary += ("; with one rank on each side there is no majority: either may be the odd "
-                    "one (rank 0's side is taken as the reference)")
-    evidence = [EvidenceItem("log", side[0].rank, f"rank {side[0].rank} ran {ran(side)} at "
-                             f"sequence number {seq}", side[0].where) for side in sides]
+        summary += ("; with no majority either side may be the odd one: the side with rank 0 is "
+                    "named, as rank-0-only code (checkpoint, logging, eval) is the usual cause")
+    evidence = [EvidenceItem("log", side[0].rank, f"rank {side[0].rank} ran {ran(side)} at {at}",
+                             side[0].where) for side in sides]
     return Finding(kind=kind, culprit_ranks=culprits, waiting_ranks=majority,
                    confidence=0.85 if clear else 0.55, summary=summary, evidence=evidence,
                    collective=CollectiveRef(pg=sides[0][0].pg or None, seq=seq,
-                                            op=rest[0][0].op, numbering="detail"))
+                                            op=rest[0][0].op, numbering=expected[0].numbering))

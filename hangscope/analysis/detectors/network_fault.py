@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.log_causes import failures
+from hangscope.analysis.log_causes import describe, failures, unranked
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.ranges import ranks_phrase
 
@@ -24,7 +24,7 @@ def detect(ctx: Context) -> list[Finding]:
                  for rank, items in per_rank.items()}
     reporters = sorted(rank for rank, items in transport.items() if items)
     if not reporters:
-        return []
+        return _unranked(ctx)
     peers = Counter(str(f.event.fields.get("peer", "?")) for r in reporters for f in transport[r])
     other_causes = any(f.what in ("oom", "signal", "exception", "dead")
                        for items in per_rank.values() for f in items)
@@ -38,3 +38,20 @@ def detect(ctx: Context) -> list[Finding]:
     return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=reporters, waiting_ranks=[],
                     confidence=0.5 if other_causes else 0.75, summary=summary,
                     evidence=evidence)]
+
+
+def _unranked(ctx: Context) -> list[Finding]:
+    """Transport errors in lines that name no rank (a bare NCCL_DEBUG excerpt, one process's
+    stderr): the fault is known, the rank is not."""
+    events = unranked(ctx.evidence, frozenset({"transport"}))
+    if not events:
+        return []
+    peers = Counter(str(e.fields["peer"]) for e in events if e.fields.get("peer"))
+    blamed = (" naming peer(s) " + ", ".join(f"{peer} ({count}x)" for peer, count
+                                            in peers.most_common(4))) if peers else ""
+    summary = (f"NCCL reports a transport failure{blamed}: {describe(events[0], 200)}; a link, NIC "
+               "or host on that path is the first suspect (the lines name no rank: map the "
+               "host:pid or peer address to ranks with NCCL_DEBUG=INFO's 'Init COMPLETE' lines)")
+    evidence = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:4]]
+    return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=[],
+                    confidence=0.6, summary=summary, evidence=evidence)]

@@ -43,7 +43,9 @@ def detect(ctx: Context) -> list[Finding]:
                       if targets & set(dead) for r in sources} - set(dead))
     evidence: list[EvidenceItem] = []
     parts = []
-    confidence = 0.5
+    # a bare non-zero exit code is what every rank that raised an echo shows too: weakest
+    only_exits = not from_stacks and all(f.what == "exit" for v in logged.values() for f in v)
+    confidence = 0.5 if only_exits else 0.6
     died = False  # else only collective errors: the process may live on ("failed", not "died")
     for rank in dead[:8]:
         items = logged.get(rank, [])

@@ -46,6 +46,8 @@ _P_RANK_UPPER = re.compile(r"\[RANK (\d+)\]:? ?")
 _P_MPI = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr)>: ?")
 _P_ROLE = re.compile(r"\[([A-Za-z_][A-Za-z_\-]*?)(\d+)\]:")
 _P_BARE = re.compile(r"\[(\d{1,6})\] (?=\S)")
+# Ray's worker prefix: ``(RayWorkerWrapper pid=4009) `` or ``(RayTrainWorker pid=9, ip=10.0.0.1) ``
+_P_RAY = re.compile(r"\((?:[\w.\-]+ )?pid=\d+(?:, ip=[^)]*)?\) ")
 
 # timestamp / level prefixes
 _T_GLOG = re.compile(r"([IWEF])(\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +\d+ [^\]\s]+:\d+\] ?")
@@ -147,6 +149,9 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
     rank: int | None = None
     source = ""
     local: int | None = None
+    ray = _P_RAY.match(text)
+    if ray:
+        pos = ray.end()
     for _ in range(6):
         if not text.startswith("[", pos):
             break

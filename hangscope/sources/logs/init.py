@@ -19,8 +19,8 @@ timeout/10)::
 waited_s) and a client that cannot reach it: ``The client socket has timed out after 1800s while
 trying to connect to (10.0.0.1, 29500).`` (fields host, port, waited_s).
 
-``rendezvous_timeout`` -- torchelastic: ``RendezvousTimeoutError`` and ``The node 'x' has failed
-to ... rendezvous``.
+``rendezvous_timeout`` -- torchelastic: ``RendezvousTimeoutError``, ``RendezvousConnectionError: The
+connection to the C10d store has failed`` and ``The node 'x' has failed to ... rendezvous``.
 
 ``global_rank_init`` -- PyTorch Lightning's ``Initializing distributed: GLOBAL_RANK: 1, MEMBER:
 2/4`` (the same GLOBAL_RANK printed by two processes is a duplicate rank).
@@ -72,7 +72,7 @@ def store_timeout(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 
 def rendezvous(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
-    if "RendezvousTimeoutError" not in line.body and "rendezvous" not in line.body.lower():
+    if not any(word in line.body for word in ("Rendezvous", "rendezvous", "C10d store")):
         return []
     return [make_event("rendezvous_timeout", line, ctx, "error", {})]
 
@@ -92,5 +92,6 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"client socket has timed out", store_timeout),
     (b"RendezvousTimeoutError", rendezvous),
     (b"failed to join the rendezvous", rendezvous),
+    (b"RendezvousConnectionError", rendezvous),
     (b"GLOBAL_RANK: ", global_rank),
 ]
