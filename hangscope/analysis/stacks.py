@@ -190,9 +190,21 @@ _IO_NATIVE = re.compile(r"^(sock_\w+|_io_\w+|os_read\w*|select_\w+|read|readv|pr
                         r"__libc_recv|__libc_read|__poll)$")
 
 
+# Native waits for the GIL or a C mutex (gdb backtraces, py-spy --native): a thread here holds
+# nothing and waits for whoever holds the GIL or the mutex.
+_GIL_NATIVE = re.compile(r"^(take_gil|PyEval_AcquireThread|PyEval_RestoreThread|PyEval_AcquireLock"
+                         r"|PyGILState_Ensure|pybind11::gil_scoped_acquire::gil_scoped_acquire)$")
+_MUTEX_NATIVE = re.compile(r"^(__lll_lock_wait\w*|_?_?pthread_mutex_lock\w*|__kmp_\w*(lock|wait)\w*"
+                           r"|std::mutex::lock|__gthread_mutex_lock)$")
+
+
 def is_lock_wait(frame: Frame) -> str | None:
     """Python-level synchronisation: locks, conditions, events, queues, joins, futures, pipes."""
     if frame.native:
+        if _GIL_NATIVE.match(frame.name):
+            return "GIL"
+        if _MUTEX_NATIVE.match(frame.name):
+            return "mutex"
         return "lock.acquire" if frame.name in _LOCK_NATIVE else None
     names = _LOCK_FUNCS.get(module_path(frame.filename))
     if names and frame.name in names:

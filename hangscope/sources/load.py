@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from hangscope import bundle
 from hangscope.errors import BadInputError
-from hangscope.model import JobEvidence
+from hangscope.model import JobEvidence, StackSample
 from hangscope.options import LoadOptions
-from hangscope.sources import flight_recorder, pyspy
+from hangscope.sources import flight_recorder, pyspy, stack_pastes
 from hangscope.sources.logs import loader as log_loader
 from hangscope.sources.logs.scan import sniff_log
 
@@ -41,6 +41,7 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
     fr_files: list[str] = []
     stack_files: list[str] = []
     log_files: list[str] = []
+    paste_files: list[str] = []
     for path in paths:
         if not os.path.exists(path):
             raise BadInputError(path, "no such file or directory")
@@ -50,6 +51,10 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
             continue
         for file_path, explicit in _files_under(path):
             kind = _sniff(file_path)
+            if kind in ("log", None) and _is_paste(file_path):
+                paste_files.append(file_path)  # a log may hold a faulthandler dump too
+                if kind is None:
+                    continue
             if kind == "fr":
                 fr_files.append(file_path)
             elif kind == "pyspy":
@@ -62,6 +67,7 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
                 report.skipped.append(file_path)
     _load_fr(fr_files, options, evidence, report)
     _load_stacks(stack_files, evidence, report)
+    _load_pastes(paste_files, evidence, report)
     for path in log_files:
         before = len(report.problems)
         log_loader.load_log_file(path, None, evidence, report.problems)
@@ -150,24 +156,66 @@ def _load_stacks(files: list[str], evidence: JobEvidence, report: LoadReport) ->
         except BadInputError as exc:
             report.problems.append(str(exc))
             continue
-        name_rank = flight_recorder.rank_from_name(path)
-        is_worker = "worker" in os.path.basename(path)
-        placed = 0
-        for rank, sample in samples:
-            rank = rank if rank is not None else name_rank
-            if rank is None:
-                continue
-            rank_ev = evidence.rank(rank)
-            if is_worker:
-                rank_ev.worker_samples.setdefault(sample.pid, []).append(sample)
-                if sample.pid not in rank_ev.worker_pids:
-                    rank_ev.worker_pids.append(sample.pid)
-            else:
-                rank_ev.samples.append(sample)
-                rank_ev.pid = rank_ev.pid or sample.pid or None
-            placed += 1
-        if placed:
-            report.loaded.setdefault("py-spy", []).append(path)
+        _place_samples(path, samples, evidence, report)
+
+
+def _load_pastes(files: list[str], evidence: JobEvidence, report: LoadReport) -> None:
+    """gdb and faulthandler pastes (``stack_pastes``), placed like py-spy dumps."""
+    for path in files:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(stack_pastes.MAX_BYTES + 1)
+            samples = stack_pastes.parse_stack_paste(data.decode("utf-8", "replace"), path,
+                                                     os.path.getmtime(path))
+        except OSError as exc:
+            report.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
+            continue
+        except BadInputError as exc:
+            report.problems.append(str(exc))
+            continue
+        _place_samples(path, samples, evidence, report, "stacks")
+
+
+def _is_paste(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return stack_pastes.sniff_stack_paste(handle.read(SNIFF_BYTES))
+    except OSError:
+        return False
+
+
+def _place_samples(path: str, samples: list[tuple[int | None, StackSample]],
+                   evidence: JobEvidence, report: LoadReport, what: str = "py-spy") -> None:
+    """File each sample under its rank: from the file's content, else its name. Processes of no
+    known rank are analyzed anyway, each as the next rank number free, and the gap says so."""
+    name_rank = flight_recorder.rank_from_name(path)
+    is_worker = "worker" in os.path.basename(path)
+    placed = 0
+    unranked: dict[int, int] = {}  # pid -> the rank number it is analyzed under
+    for rank, sample in samples:
+        rank = rank if rank is not None else name_rank
+        if rank is None and not is_worker:
+            if sample.pid not in unranked:
+                unranked[sample.pid] = max(evidence.ranks, default=-1) + 1
+                evidence.rank(unranked[sample.pid])
+            rank = unranked[sample.pid]
+        if rank is None:
+            continue
+        rank_ev = evidence.rank(rank)
+        if is_worker:
+            rank_ev.worker_samples.setdefault(sample.pid, []).append(sample)
+            if sample.pid not in rank_ev.worker_pids:
+                rank_ev.worker_pids.append(sample.pid)
         else:
-            report.problems.append(f"{path}: cannot tell which rank these stacks belong to "
-                                   "(name the file rankN.json or prefix lines with [rankN]:)")
+            rank_ev.samples.append(sample)
+            rank_ev.pid = rank_ev.pid or sample.pid or None
+        placed += 1
+    if placed:
+        report.loaded.setdefault(what, []).append(path)
+    else:
+        report.problems.append(f"{path}: cannot tell which rank these stacks belong to "
+                               "(name the file rankN.json or prefix lines with [rankN]:)")
+    for pid, rank in unranked.items():
+        evidence.gaps.append(f"{path}: the stacks of {f'pid {pid}' if pid else 'one process'} "
+                             f"name no rank; analyzed as rank {rank} (rank numbers of unranked "
+                             "processes follow file order, not the job's ranks)")
