@@ -61,15 +61,15 @@ _TRIGGERS = re.compile(b"|".join(re.escape(t) for t in sorted(_HANDLERS, key=len
 # the lines they hit are searched for the real triggers. tests/test_logs_hostile.py checks, on every
 # fixture, that this gives exactly the events a full trigger search gives.
 _ANCHORS = re.compile(
-    rb"E(?:rror|xception \(either|xception in thread|RROR|nforceNotMet)|W(?:atchdog|ARN )"
-    rb"|T(?:imeout at|imed out|raceback \(most)|H(?:eartbeat monitor)|K(?:illed process)"
+    rb"E(?:rror|xception \(either|xception in thread|RROR|nforceNotMet)"
+    rb"|W(?:atchdog|ARN |aiting in store)"
+    rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node )|H(?:eartbeat monitor)"
+    rb"|K(?:illed process)"
     rb"|\((?:exitcode: |first observed failure\))|S(?:ending process)"
     rb"|F(?:ailures:|irst PG|inished writing NCCLPG|light Recorder)|R(?:eceived a dump)"
-    rb"|M(?:ISMATCH|issing communicator)|B(?:arrier in)|D(?:ataLoader|etected mismatch)"
+    rb"|M(?:ISMATCH|issing communicator|EMBER: )|B(?:arrier in)|D(?:ataLoader|etected mismatch)"
     rb"|C(?:OMPLETE|UDA out of memory|UDA error|onnection closed)|U(?:nexpected )"
-    rb"|w(?:atchdog|aiting for clients)|j(?:ob process)|k(?:ill:constraint)|p(?:reparing to dump)"
-    rb"|s(?:tore based barrier|igkill_handler)|G(?:LOBAL_RANK: )|c(?:lient socket has timed)"
-    rb"|r(?:endezvous)")
+    rb"|w(?:atchdog)|j(?:ob process)|k(?:ill:constraint)|p(?:reparing to dump)")
 _PREFILTER = _ANCHORS
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",
