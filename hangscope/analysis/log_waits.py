@@ -25,18 +25,19 @@ _ORDERED = ("watchdog", "work_status", "desync")
 
 
 def add_log_waits(graph: WaitGraph, picture: Picture) -> None:
-    groups: dict[tuple[str, str], list[Observation]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[Observation]] = defaultdict(list)
     for obs in picture.observations:
         if obs.rank in graph.class_of:
             groups[obs.group_key].append(obs)
-    for (numbering, pg), seen in groups.items():
+    for (numbering, pg, scope), seen in groups.items():
         if numbering in _ORDERED:
-            _ordered_waits(graph, numbering, pg, seen)
+            _ordered_waits(graph, numbering, pg, scope, seen)
         elif numbering == "barrier":
-            _barrier_waits(graph, pg, seen)
+            _barrier_waits(graph, pg, scope, seen)
 
 
-def _ordered_waits(graph: WaitGraph, numbering: str, pg: str, seen: list[Observation]) -> None:
+def _ordered_waits(graph: WaitGraph, numbering: str, pg: str, scope: str,
+                   seen: list[Observation]) -> None:
     inside: dict[int, Observation] = {}  # rank -> the lowest collective it is stuck in
     out_after: dict[int, int] = {}  # rank -> highest seq it finished, not inside anything
     never: dict[int, int] = {}  # rank -> a seq it never joined
@@ -61,12 +62,13 @@ def _ordered_waits(graph: WaitGraph, numbering: str, pg: str, seen: list[Observa
         behind |= {r for r, obs in inside.items() if (obs.seq or 0) < seq}
         behind -= set(waiting)
         op = next((inside[r].op for r in waiting if inside[r].op), "")
-        reason = WaitReason(f"log-{numbering}", pg, "", seq, op, numbering=numbering)
+        reason = WaitReason(f"log-{numbering}", pg, "", seq, op, numbering=numbering,
+                            scope=scope)
         graph.add_wait(reason, waiting, behind)
 
 
-def _barrier_waits(graph: WaitGraph, pg: str, seen: list[Observation]) -> None:
+def _barrier_waits(graph: WaitGraph, pg: str, scope: str, seen: list[Observation]) -> None:
     failed = {o.rank for o in seen if o.state == "never_joined"}
     callers = {o.rank for o in seen if o.state in WAITING_STATES} - failed
     graph.add_wait(WaitReason("log-barrier", pg, "", -1, "monitored_barrier",
-                              numbering="barrier"), callers, failed)
+                              numbering="barrier", scope=scope), callers, failed)

@@ -52,12 +52,13 @@ class Observation:
     detail: str = ""
 
     @property
-    def group_key(self) -> tuple[str, str]:
-        """Observations are compared only within one (numbering, group). Reports that name no
-        group are compared only with themselves: two ranks' desync reports may be of two groups."""
+    def group_key(self) -> tuple[str, str, str]:
+        """(numbering, group, scope): observations are compared only within one key. Reports
+        that name no group are compared only with themselves (scope: the report's own line):
+        two ranks' desync reports may be of two groups."""
         if not self.pg and self.numbering in ("desync", "barrier", "detail"):
-            return (self.numbering, f"?{self.where}")  # the report's own line
-        return (self.numbering, self.pg)
+            return (self.numbering, "", self.where)
+        return (self.numbering, self.pg, "")
 
     def describe(self) -> str:
         seq = f" #{self.seq}" if self.seq is not None else ""

@@ -53,6 +53,7 @@ class WaitReason:
     seq: int
     op: str
     numbering: str = "fr"  # whose sequence numbers ``seq`` counts in (see analysis.observations)
+    scope: str = ""  # the line of a report that names no group: keeps two reports' waits apart
 
 
 @dataclass(slots=True)

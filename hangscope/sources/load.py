@@ -50,9 +50,9 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
             report.loaded.setdefault("bundle", []).append(path)
             continue
         for file_path, explicit in _files_under(path):
-            kind = _sniff(file_path)
-            if kind in ("log", None) and _is_paste(file_path):
-                paste_files.append(file_path)  # a log may hold a faulthandler dump too
+            kind, paste = _sniff(file_path)
+            if paste:
+                paste_files.append(file_path)
                 if kind is None:
                     continue
             if kind == "fr":
@@ -96,19 +96,20 @@ def _files_under(path: str) -> list[tuple[str, bool]]:
     return found
 
 
-def _sniff(path: str) -> str | None:
+def _sniff(path: str) -> tuple[str | None, bool]:
+    """The file's kind from its first bytes, and whether it (also) holds a gdb or faulthandler
+    stack paste: a rank's log may carry a faulthandler dump beside its watchdog lines."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(SNIFF_BYTES)
     except OSError:
-        return None
+        return None, False
     if flight_recorder.looks_like_fr_dump(head):
-        return "fr"
+        return "fr", False
     if pyspy.sniff_pyspy(head):
-        return "pyspy"
-    if sniff_log(head, path):
-        return "log"
-    return None
+        return "pyspy", False
+    kind = "log" if sniff_log(head, path) else None
+    return kind, stack_pastes.sniff_stack_paste(head)
 
 
 def _load_fr(files: list[str], options: LoadOptions, evidence: JobEvidence,
@@ -174,14 +175,6 @@ def _load_pastes(files: list[str], evidence: JobEvidence, report: LoadReport) ->
             report.problems.append(str(exc))
             continue
         _place_samples(path, samples, evidence, report, "stacks")
-
-
-def _is_paste(path: str) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            return stack_pastes.sniff_stack_paste(handle.read(SNIFF_BYTES))
-    except OSError:
-        return False
 
 
 def _place_samples(path: str, samples: list[tuple[int | None, StackSample]],

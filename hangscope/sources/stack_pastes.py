@@ -82,10 +82,10 @@ def parse_stack_paste(text: str, path: str, taken_at: float = 0.0
     seen_ids: set[tuple[int | None, int]] = set()
     for raw in text.splitlines():
         line = raw.rstrip()
-        prefix_rank = _RANK.search(line[:120])
         gdb = _GDB_THREAD.search(line)
         fh = _FH_THREAD.search(line)
         if fh or gdb or _PYBT_HEAD.search(line):
+            prefix_rank = _RANK.search(line[:120])
             rank = int(prefix_rank.group(1)) if prefix_rank else rank
             if fh:
                 ident = int(fh.group(2), 16)

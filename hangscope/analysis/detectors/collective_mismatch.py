@@ -12,7 +12,7 @@ dumped a different group under the same name.
 from __future__ import annotations
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.detectors.mismatch_common import fingerprint_findings, mismatch_finding
+from hangscope.analysis.detectors.mismatch_common import log_mismatch_findings, mismatch_finding
 from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
 from hangscope.ranges import format_ranks, ranks_phrase
 
@@ -23,7 +23,7 @@ def detect(ctx: Context) -> list[Finding]:
         div = ctx.divergence(group)
         if div is not None and div.ops_differ:
             findings.append(mismatch_finding(ctx, div, Kind.COLLECTIVE_MISMATCH))
-    findings.extend(fingerprint_findings(ctx, Kind.COLLECTIVE_MISMATCH))
+    findings.extend(log_mismatch_findings(ctx, Kind.COLLECTIVE_MISMATCH))
     if not findings:
         findings.extend(_from_stacks(ctx))
     return findings

@@ -104,12 +104,13 @@ def _from_logs(ctx: Context) -> list[Finding]:
 
 def _duplicate_ranks(events: list[LogEvent]) -> dict[int, list[str]]:
     """GLOBAL_RANK values printed by more than one process (distinct line prefixes or files)."""
-    seen: dict[int, dict[tuple[str, int | None], str]] = {}
+    seen: dict[int, dict[tuple[str, int], str]] = {}
     for event in events:
         if event.kind != "global_rank_init":
             continue
         rank = int(event.fields["global_rank"])
-        who = (event.path, event.fields.get("local_rank") if isinstance(
-            event.fields.get("local_rank"), int) else event.line_no)
-        seen.setdefault(rank, {}).setdefault(who, event.where())  # type: ignore[arg-type]
+        local = event.fields.get("local_rank")
+        # one process: its local rank where a prefix gives it, else its own line
+        who = (event.path, local if isinstance(local, int) else event.line_no)
+        seen.setdefault(rank, {}).setdefault(who, event.where())
     return {rank: list(lines.values()) for rank, lines in seen.items() if len(lines) > 1}

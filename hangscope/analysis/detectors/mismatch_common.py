@@ -40,7 +40,7 @@ def mismatch_finding(ctx: Context, div: Divergence, kind: Kind) -> Finding:
                                  pg_desc=group.desc))
 
 
-def fingerprint_findings(ctx: Context, kind: Kind) -> list[Finding]:
+def log_mismatch_findings(ctx: Context, kind: Kind) -> list[Finding]:
     """Mismatches that logs show, per sequence number of one numbering and group, ranks grouped
     by what they ran; the largest side is what the group expected:
 
@@ -66,7 +66,7 @@ def fingerprint_findings(ctx: Context, kind: Kind) -> list[Finding]:
         found_kind = (Kind.COLLECTIVE_MISMATCH if len({side[0].op for side in ordered}) > 1
                       else Kind.SIZE_MISMATCH)
         if found_kind is kind and ordered[0][0].op not in UNEVEN_LOG_OPS:
-            findings.append(_fingerprint_finding(kind, seq, ordered))
+            findings.append(_log_mismatch_finding(kind, seq, ordered))
     return findings
 
 
@@ -82,7 +82,7 @@ def _rank0_last(side: list[Observation]) -> tuple[bool, int]:
     return (0 in ranks, min(ranks))
 
 
-def _fingerprint_finding(kind: Kind, seq: int | None,
+def _log_mismatch_finding(kind: Kind, seq: int | None,
                          sides: list[list[Observation]]) -> Finding:
     expected, rest = sides[0], sides[1:]
     majority = sorted(o.rank for o in expected)

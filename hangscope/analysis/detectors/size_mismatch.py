@@ -9,7 +9,7 @@ Cites: one FR entry per side. False positives: ops whose inputs legitimately dif
 from __future__ import annotations
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.detectors.mismatch_common import fingerprint_findings, mismatch_finding
+from hangscope.analysis.detectors.mismatch_common import log_mismatch_findings, mismatch_finding
 from hangscope.analysis.verdict import Finding, Kind
 
 # Ops whose per-rank inputs may legitimately differ.
@@ -24,4 +24,4 @@ def detect(ctx: Context) -> list[Finding]:
         if div is None or div.ops_differ or div.sides[0][0].op in UNEVEN_OPS:
             continue
         findings.append(mismatch_finding(ctx, div, Kind.SIZE_MISMATCH))
-    return findings + fingerprint_findings(ctx, Kind.SIZE_MISMATCH)
+    return findings + log_mismatch_findings(ctx, Kind.SIZE_MISMATCH)
