@@ -25,6 +25,7 @@ import pickle
 import signal
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -33,6 +34,10 @@ from hangscope.errors import HangscopeError
 if TYPE_CHECKING:
     from hangscope.analysis.verdict import Verdict
     from hangscope.options import LoadOptions, OutputOptions
+
+# Given by the caller, so that this module does not import the pipeline that uses it.
+Prepare = Callable[[], None]
+Analyze = Callable[[str, str, "LoadOptions", "OutputOptions"], "Answer"]
 
 
 @dataclass(slots=True)
@@ -72,8 +77,10 @@ class AnalyzerProcess:
         self._answer_fd: int | None = answer_fd
 
     @classmethod
-    def start(cls) -> AnalyzerProcess | None:
-        """Fork the child, or None where forking is not safe here (see the module docstring)."""
+    def start(cls, prepare: Prepare, analyze: Analyze) -> AnalyzerProcess | None:
+        """Fork the child, or None where forking is not safe here (see the module docstring).
+
+        The child runs ``prepare()`` now and ``analyze(bundle, out, load, output)`` on orders."""
         if not hasattr(os, "fork") or threading.active_count() > 1:
             return None
         orders_read, orders_write = os.pipe()
@@ -89,7 +96,7 @@ class AnalyzerProcess:
             try:
                 os.close(orders_write)
                 os.close(answer_read)
-                _serve(orders_read, answer_write)
+                _serve(orders_read, answer_write, prepare, analyze)
             except BaseException:  # noqa: BLE001 - the parent sees no answer and falls back
                 code = 1
             finally:
@@ -154,11 +161,9 @@ class AnalyzerProcess:
             pass
 
 
-def _serve(orders_fd: int, answer_fd: int) -> None:
+def _serve(orders_fd: int, answer_fd: int, prepare: Prepare, analyze: Analyze) -> None:
     """The child's whole life: get ready, wait for the parent's orders, analyze, answer."""
-    from hangscope import pipeline
-
-    pipeline.prepare_analysis(write_html=True)
+    prepare()
     gc.freeze()  # a short life: never scan the imported modules' objects in a collection
     data = _read_all(orders_fd)
     if not data:
@@ -166,8 +171,7 @@ def _serve(orders_fd: int, answer_fd: int) -> None:
     bundle_dir, out, load, output = pickle.loads(data)  # noqa: S301 - from our own parent
     outcome: Outcome
     try:
-        summary = pipeline.analyze_paths([bundle_dir], load, output, out).summary()
-        outcome = ("ok", Answer(summary.verdict, summary.files, summary.input_problems))
+        outcome = ("ok", analyze(bundle_dir, out, load, output))
     except HangscopeError as exc:
         outcome = ("error", (str(exc), int(exc.exit_code), exc.help_text))
     except Exception:  # noqa: BLE001 - a bug: the parent reports it as an internal error

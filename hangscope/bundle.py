@@ -21,7 +21,7 @@ Layout (schema ``hangscope.bundle/1``)::
 
 A bundle is untrusted input like any other: file paths in the manifest must stay inside the bundle
 and each file goes through the same loader as it would on its own. New sources add a file kind and
-register a loader in ``FILE_LOADERS``; the format itself does not change.
+add its loader to ``sources.registry.FILE_LOADERS``; the format itself does not change.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,20 +40,6 @@ from hangscope.model import JobEvidence
 SCHEMA = "hangscope.bundle/1"
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20
-
-# kind -> loader(path, rank, evidence, problems). Filled by the source modules that own the kind.
-# ``rank`` is None for job-level files (the launcher's log), which say their ranks themselves.
-FileLoader = Callable[[str, int | None, JobEvidence, list[str]], None]
-FILE_LOADERS: dict[str, FileLoader] = {}
-
-
-def register_loader(kind: str) -> Callable[[FileLoader], FileLoader]:
-    def wrap(func: FileLoader) -> FileLoader:
-        FILE_LOADERS[kind] = func
-        return func
-
-    return wrap
-
 
 @dataclass(slots=True)
 class CollectionRecord:
@@ -181,9 +166,6 @@ def read_manifest(root: str) -> dict[str, Any]:
 
 def load_bundle(root: str, evidence: JobEvidence, problems: list[str]) -> dict[str, Any]:
     """Load every file the manifest lists through its kind's loader; returns the manifest."""
-    # Importing the sources registers their loaders.
-    from hangscope.sources import registry  # noqa: F401
-
     manifest = read_manifest(root)
     world = manifest.get("world_size")
     if isinstance(world, int) and world > 0:
@@ -223,6 +205,8 @@ def _load_listed(root: str, real_root: str, item: Any, rank: int | None,
     if not full.startswith(real_root + os.sep):
         problems.append(f"{root}/{MANIFEST}: refused path {rel!r} outside the bundle")
         return
+    from hangscope.sources.registry import FILE_LOADERS
+
     loader = FILE_LOADERS.get(kind)
     if loader is None:
         problems.append(f"{full}: unknown evidence kind {kind!r} (newer hangscope?)")

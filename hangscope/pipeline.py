@@ -12,65 +12,18 @@ import gc
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hangscope.analysis.verdict import Status, Verdict
-from hangscope.errors import ExitCode, UsageError
+from hangscope.errors import UsageError
 from hangscope.options import AttachOptions, LoadOptions, OutputOptions
+from hangscope.result import Result, Summary
 
 if TYPE_CHECKING:
-    from hangscope.analysis.context import Context
+    from hangscope.analyzer_process import Answer
     from hangscope.model import JobEvidence
-    from hangscope.sources.load import LoadReport
 
 __all__ = ["OutputOptions", "Result", "Summary", "analyze_evidence", "analyze_paths",
            "prepare_analysis", "run_analyze", "run_attach", "run_report", "write_outputs"]
-
-
-@dataclass(slots=True)
-class Summary:
-    """What a command tells its user: the verdict, where the outputs went, how it went."""
-
-    verdict: Verdict
-    out_dir: str | None = None
-    files: list[str] = field(default_factory=list)
-    input_problems: list[str] = field(default_factory=list)  # inputs that could not be used
-    seconds: float = 0.0
-    collect_tally: str = ""
-
-    @property
-    def exit_code(self) -> int:
-        return exit_code_for(self.verdict.status)
-
-
-@dataclass(slots=True)
-class Result:
-    """An analysis done in this process: the verdict and what the report is drawn from."""
-
-    verdict: Verdict
-    context: Context
-    evidence: JobEvidence
-    out_dir: str | None = None
-    files: list[str] = field(default_factory=list)
-    load_report: LoadReport | None = None
-    seconds: float = 0.0
-
-    @property
-    def exit_code(self) -> int:
-        return exit_code_for(self.verdict.status)
-
-    def summary(self) -> Summary:
-        problems = self.load_report.problems if self.load_report is not None else []
-        return Summary(self.verdict, self.out_dir, self.files, problems, self.seconds)
-
-
-def exit_code_for(status: Status) -> int:
-    if status in (Status.HANG, Status.CRASHED):
-        return ExitCode.HANG_FOUND
-    if status is Status.INCONCLUSIVE:
-        return ExitCode.INCONCLUSIVE
-    return ExitCode.NO_HANG
 
 
 def default_out_dir() -> str:
@@ -104,7 +57,7 @@ def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) 
     out = prepare_out_dir(output)
     bundle_dir = os.path.join(out, "bundle")
     clear_old_bundle(bundle_dir)
-    analyzer = AnalyzerProcess.start()
+    analyzer = AnalyzerProcess.start(lambda: prepare_analysis(write_html=True), analyze_answer)
     try:
         from hangscope.collect.attach import collect
 
@@ -121,6 +74,14 @@ def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) 
     summary.collect_tally = collected.tally()
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def analyze_answer(bundle_dir: str, out: str, load: LoadOptions, output: OutputOptions) -> Answer:
+    """What the forked analyzer runs on its orders and sends back."""
+    from hangscope.analyzer_process import Answer
+
+    summary = analyze_paths([bundle_dir], load, output, out).summary()
+    return Answer(summary.verdict, summary.files, summary.input_problems)
 
 
 def analyze_paths(paths: list[str], load: LoadOptions, output: OutputOptions,

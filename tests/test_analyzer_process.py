@@ -29,8 +29,11 @@ from hangscope.options import LoadOptions, OutputOptions
 RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "recorded" / "missing_rank"
 
 
+_JOBS = (lambda: pipeline.prepare_analysis(write_html=True), pipeline.analyze_answer)
+
+
 def _start() -> AnalyzerProcess:
-    analyzer = AnalyzerProcess.start()
+    analyzer = AnalyzerProcess.start(*_JOBS)
     assert analyzer is not None, f"no fork: {threading.active_count()} threads in this process"
     return analyzer
 
@@ -117,7 +120,7 @@ def test_no_fork_while_other_threads_run(tmp_path) -> None:
     thread = threading.Thread(target=stop.wait, name="bystander")
     thread.start()
     try:
-        assert AnalyzerProcess.start() is None
+        assert AnalyzerProcess.start(*_JOBS) is None
     finally:
         stop.set()
         thread.join()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from procs.procutil import family_args, kill_groups, started
 
-from hangscope.bundle import FILE_LOADERS, BundleWriter, load_bundle
+from hangscope.bundle import BundleWriter, load_bundle
 from hangscope.collect.procstate import (
     from_json,
     load_proc_file,
@@ -23,6 +23,7 @@ from hangscope.collect.procstate import (
 )
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, ProcessState
+from hangscope.sources.registry import FILE_LOADERS
 
 
 def poll_status(pid: int, want: str, timeout: float = 5.0) -> ProcessState:

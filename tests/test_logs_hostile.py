@@ -168,7 +168,7 @@ def test_loader_attribution() -> None:
 
 
 def test_bundle_loader_registered(tmp_path: Path) -> None:
-    from hangscope.bundle import FILE_LOADERS
+    from hangscope.sources.registry import FILE_LOADERS
 
     assert "log" in FILE_LOADERS
     path = tmp_path / "x.log"

@@ -13,12 +13,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from hangscope.bundle import BundleWriter, load_bundle  # noqa: E402
-from hangscope.collect.pyspy import DumpResult  # noqa: E402
+from hangscope.collect.pyspy import DumpResult, bundle_name, bundle_record  # noqa: E402
 from hangscope.errors import BadInputError  # noqa: E402
 from hangscope.model import JobEvidence  # noqa: E402
 from hangscope.sources.pyspy import (  # noqa: E402
-    bundle_name,
-    bundle_record,
     load_pyspy_file,
     parse_pyspy_json,
     parse_pyspy_text,

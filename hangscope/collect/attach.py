@@ -20,7 +20,7 @@ from hangscope.collect import fr_trigger, logs, nccl_ras, permissions, procstate
 from hangscope.discover import JobProcesses, discover
 from hangscope.model import ProcessState
 from hangscope.options import AttachOptions
-from hangscope.sources import pyspy as pyspy_source
+from hangscope.sources.pyspy import RECORD_KIND
 
 log = logging.getLogger(__name__)
 
@@ -148,9 +148,8 @@ def _collect_stacks_and_state(pids: list[int], rank_of_pid: dict[int, int],
                 detail=(f"worker pid {pid}: " if is_worker else "") + result.detail,
                 started_at=result.taken_at, seconds=round(result.seconds, 4)))
             if result.ok:
-                writer.add_file(rank, pyspy_source.RECORD_KIND,
-                                pyspy_source.bundle_name(result, index),
-                                pyspy_source.bundle_record(result, worker=is_worker, rank=rank))
+                writer.add_file(rank, RECORD_KIND, pyspy.bundle_name(result, index),
+                                pyspy.bundle_record(result, worker=is_worker, rank=rank))
         good = [r for r in results if r.ok]
         if good and not is_worker:
             summary.ok.setdefault("py-spy", []).append(rank)

@@ -24,7 +24,6 @@ import time
 from collections.abc import Iterable
 from typing import Any, cast, get_args
 
-from hangscope.bundle import register_loader
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, ProcessState, ProcStatus
 
@@ -209,7 +208,6 @@ def _opt_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-@register_loader("proc")
 def load_proc_file(path: str, rank: int | None, evidence: JobEvidence, problems: list[str]
                    ) -> None:
     """Bundle loader: append the states to the rank (or to its worker's list)."""

@@ -15,6 +15,7 @@ py-spy's stderr text, in :func:`classify_stderr`.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import re
@@ -260,3 +261,25 @@ def _dump_guarded(pid: int, **options: Any) -> DumpResult:
         return dump_once(pid, **options)
     except Exception as exc:  # noqa: BLE001 - one pid must not stop the round
         return DumpResult(pid, time.time(), "failed", f"{type(exc).__name__}: {exc}"[:300])
+
+
+# The bundle record that ``sources.pyspy.load_pyspy_record`` reads back:
+# {"pid": N, "taken_at": T, "worker": bool, "worker_of": rank?, "dump": [...]}
+
+
+def bundle_name(result: DumpResult, index: int) -> str:
+    """The file name a record gets inside ``ranks/<rank>/``."""
+    return f"stacks-{result.pid}-{index}.json"
+
+
+def bundle_record(result: DumpResult, worker: bool = False, rank: int | None = None) -> bytes:
+    """One collected dump as a bundle file. py-spy's JSON goes in verbatim; a failed dump keeps
+    its status and detail (a timeout is evidence too) with ``"dump": null``."""
+    head: dict[str, Any] = {"pid": result.pid, "taken_at": result.taken_at,
+                            "status": result.status, "detail": result.detail,
+                            "worker": worker}
+    if rank is not None:
+        head["worker_of" if worker else "rank"] = rank
+    raw = result.raw.strip() if result.status == "ok" and result.raw.strip() else b"null"
+    body = json.dumps(head, sort_keys=True)[:-1].encode()
+    return body + b', "dump": ' + raw + b"}\n"

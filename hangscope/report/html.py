@@ -27,7 +27,7 @@ from hangscope.report.svg import wait_graph_svg
 from hangscope.report.timeline import timeline_svg
 
 if TYPE_CHECKING:
-    from hangscope.pipeline import Result
+    from hangscope.result import Result
 
 __all__ = ["build_payload", "environment", "prepare", "render_html", "write_report",
            "write_index"]

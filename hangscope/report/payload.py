@@ -33,10 +33,9 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from hangscope.analysis.correlate import GroupView, Picture
-from hangscope.analysis.frames import is_library_frame
 from hangscope.analysis.stacks import user_frame
 from hangscope.analysis.verdict import Finding
-from hangscope.model import Frame, FrEntry, LogEvent, ProcessState, RankEvidence, StackSample
+from hangscope.model import FrEntry, LogEvent, ProcessState, RankEvidence, StackSample
 from hangscope.ranges import format_ranks
 from hangscope.report import stacktree
 from hangscope.report.payload_types import (
@@ -44,7 +43,6 @@ from hangscope.report.payload_types import (
     Collective,
     EvidenceColumns,
     FindingData,
-    FrameColumns,
     FrData,
     FrEntryColumns,
     FrGroup,
@@ -59,9 +57,10 @@ from hangscope.report.payload_types import (
     WorkerData,
 )
 from hangscope.report.redact import redact
+from hangscope.report.tables import Frames, Strings
 
 if TYPE_CHECKING:
-    from hangscope.pipeline import Result
+    from hangscope.result import Result
 
 SCHEMA = "hangscope.report/1"
 MAX_DETAIL_RANKS = 64  # ranks with full detail (culprits first, then one per class)
@@ -73,42 +72,6 @@ MAX_THREADS = 64
 MAX_TREE_NODES = 1500
 MAX_LAST_GROUPS = 4  # groups listed in a class's "last completed" cell
 _SEVERITY_ORDER = {"fatal": 0, "error": 1, "warning": 2, "info": 3, "debug": 4}
-
-
-class Strings:
-    """The string table: each distinct string once; ``-1`` stands for None."""
-
-    def __init__(self) -> None:
-        self.items: list[str] = []
-        self._index: dict[str, int] = {}
-
-    def __call__(self, text: str | None) -> int:
-        if text is None:
-            return -1
-        found = self._index.get(text)
-        if found is None:
-            found = self._index[text] = len(self.items)
-            self.items.append(text)
-        return found
-
-
-class Frames:
-    """The frame table; frames are interned by value, their strings by the string table."""
-
-    def __init__(self, strings: Strings) -> None:
-        self.s = strings
-        self.cols: FrameColumns = {"name": [], "file": [], "line": [], "lib": []}
-        self._index: dict[Frame, int] = {}
-
-    def __call__(self, frame: Frame) -> int:
-        found = self._index.get(frame)
-        if found is None:
-            found = self._index[frame] = len(self.cols["name"])
-            self.cols["name"].append(self.s(frame.name))
-            self.cols["file"].append(self.s(frame.filename))
-            self.cols["line"].append(frame.line)
-            self.cols["lib"].append(int(is_library_frame(frame)))
-        return found
 
 
 def build_payload(result: Result, redact_secrets: bool = True) -> Payload:

@@ -12,7 +12,7 @@ import os
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from hangscope.pipeline import Result
+    from hangscope.result import Result
 
 Format = Literal["html", "text", "json"]
 FORMATS: tuple[Format, ...] = ("html", "text", "json")

@@ -18,9 +18,9 @@ from hangscope.analysis.stacktree import merge_stacks
 from hangscope.model import Frame
 
 if TYPE_CHECKING:
-    from hangscope.pipeline import Result
-    from hangscope.report.payload import Frames, Strings
     from hangscope.report.payload_types import TreeColumns
+    from hangscope.report.tables import Frames, Strings
+    from hangscope.result import Result
 
 
 def rank_stacks(result: Result) -> tuple[str, Iterator[tuple[int, tuple[Frame, ...]]]]:

@@ -17,7 +17,7 @@ from hangscope.model import FrEntry
 from hangscope.ranges import format_ranks
 
 if TYPE_CHECKING:
-    from hangscope.pipeline import Result
+    from hangscope.result import Result
 
 WIDTH, LABEL_W, ROW_H, HEAD_H = 960, 170, 18, 34
 MAX_GROUPS, MAX_ROWS, LAST = 6, 8, 20

@@ -40,14 +40,10 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hangscope.bundle import register_loader
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, JobEvidence, StackSample, ThreadStack
-
-if TYPE_CHECKING:
-    from hangscope.collect.pyspy import DumpResult
 
 MAX_BYTES = 64 << 20  # a dump with locals of 1000 threads is a few MB
 MAX_LINE = 64 << 10  # longer text lines are cut before matching
@@ -320,24 +316,6 @@ def load_pyspy_file(path: str) -> list[tuple[int | None, StackSample]]:
 # The bundle record: {"pid": N, "taken_at": T, "worker": bool, "worker_of": rank?, "dump": [...]}
 
 
-def bundle_name(result: DumpResult, index: int) -> str:
-    """The file name a record gets inside ``ranks/<rank>/``."""
-    return f"stacks-{result.pid}-{index}.json"
-
-
-def bundle_record(result: DumpResult, worker: bool = False, rank: int | None = None) -> bytes:
-    """One collected dump as a bundle file. py-spy's JSON goes in verbatim; a failed dump keeps
-    its status and detail (a timeout is evidence too) with ``"dump": null``."""
-    head: dict[str, Any] = {"pid": result.pid, "taken_at": result.taken_at,
-                            "status": result.status, "detail": result.detail,
-                            "worker": worker}
-    if rank is not None:
-        head["worker_of" if worker else "rank"] = rank
-    raw = result.raw.strip() if result.status == "ok" and result.raw.strip() else b"null"
-    body = json.dumps(head, sort_keys=True)[:-1].encode()
-    return body + b', "dump": ' + raw + b"}\n"
-
-
 def _record_sample(doc: dict[str, Any], path: str) -> tuple[int | None, bool, StackSample] | None:
     """(rank or None, is_worker, sample) of a record; None for a recorded failure."""
     pid = doc.get("pid")
@@ -355,7 +333,6 @@ def _record_sample(doc: dict[str, Any], path: str) -> tuple[int | None, bool, St
     return (rank if _is_int(rank) else None), worker, sample
 
 
-@register_loader(RECORD_KIND)
 def load_pyspy_record(path: str, rank: int | None, evidence: JobEvidence,
                       problems: list[str]) -> None:
     """Bundle loader: one record -> ``rank.samples`` or ``rank.worker_samples[pid]``. A job-level

@@ -1,22 +1,22 @@
 """Bundle file kinds -> the loader that reads them. One place, so a bundle and a bare file of the
-same format always go through the same code."""
+same format always go through the same code. A new source adds its kind here."""
 
 from __future__ import annotations
 
-from hangscope.bundle import register_loader
+from collections.abc import Callable
 
-# Each of these registers the bundle kinds it owns when imported.
-from hangscope.collect import procstate  # noqa: F401,E402  ("proc")
+from hangscope.collect.procstate import load_proc_file
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence
-from hangscope.sources import (
-    flight_recorder,
-    pyspy,  # noqa: F401,E402  ("pyspy")
-)
-from hangscope.sources.logs import loader  # noqa: F401,E402  ("log")
+from hangscope.sources import flight_recorder
+from hangscope.sources.logs.loader import load_log_file
+from hangscope.sources.pyspy import RECORD_KIND, load_pyspy_record
+
+# loader(path, rank, evidence, problems). ``rank`` is None for job-level files (the launcher's
+# log), which say their ranks themselves.
+FileLoader = Callable[[str, int | None, JobEvidence, list[str]], None]
 
 
-@register_loader("fr")
 def load_fr_file(path: str, rank: int | None, evidence: JobEvidence,
                  problems: list[str]) -> None:
     if rank is None:
@@ -29,3 +29,11 @@ def load_fr_file(path: str, rank: int | None, evidence: JobEvidence,
         return
     problems.extend(entry_problems[:20])
     evidence.rank(rank).fr = dump
+
+
+FILE_LOADERS: dict[str, FileLoader] = {
+    "fr": load_fr_file,
+    "proc": load_proc_file,
+    RECORD_KIND: load_pyspy_record,
+    "log": load_log_file,
+}

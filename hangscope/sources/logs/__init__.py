@@ -1,7 +1,7 @@
 """Log sources: rank stdout/stderr, torchrun launcher logs, NCCL_DEBUG output, NCCL RAS reports,
 kernel logs. ``scan_log`` turns one file into :class:`~hangscope.model.LogEvent` objects; one module
-per log family documents the raw formats it accepts. Importing this package registers the bundle
-loader for file kind ``"log"``.
+per log family documents the raw formats it accepts; ``loader`` is the bundle loader for file kind
+``"log"``.
 
 Event kinds (stable; ``fields`` always may hold ``rank_source`` -- prefix | message | pid | path |
 hint | content -- ``local_rank`` and ``uptime_s``):
@@ -48,5 +48,3 @@ from hangscope.sources.logs.common import infer_rank_from_path
 from hangscope.sources.logs.scan import scan_log, sniff_log
 
 __all__ = ["infer_rank_from_path", "scan_log", "sniff_log"]
-
-from hangscope.sources.logs import loader as _loader  # noqa: E402,F401  (registers "log")

@@ -10,7 +10,6 @@ a process-group log prefix) that disagrees with the bundle's rank go to
 
 from __future__ import annotations
 
-from hangscope.bundle import register_loader
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, LogEvent
 from hangscope.sources.logs.scan import scan_log
@@ -33,7 +32,6 @@ def attribute(events: list[LogEvent], rank: int | None, evidence: JobEvidence) -
             evidence.unattributed_logs.append(event)
 
 
-@register_loader("log")
 def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: list[str]) -> None:
     try:
         events = scan_log(path, rank_hint=rank)
