@@ -9,6 +9,7 @@ from hangscope.analysis import detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import build_picture
 from hangscope.analysis.log_waits import add_log_waits
+from hangscope.analysis.pg_order import stack_only_note
 from hangscope.analysis.rank_state import rank_states
 from hangscope.analysis.ras_facts import is_ras_evidence, ras_facts, ras_unmapped
 from hangscope.analysis.verdict import (
@@ -45,6 +46,8 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     seen = sorted(evidence.ranks)
     expected = set(range(world)) if world else set(seen)
     gaps = list(evidence.gaps) + ctx.picture.notes + ras_unmapped(evidence)
+    if not findings and (note := stack_only_note(ctx.picture, ctx.stacks)):
+        gaps.append(note)  # stacks cannot tell an ordering deadlock: say so
     missing_dumps = sorted(expected - set(ctx.picture.dumps))
     if ctx.picture.dumps and missing_dumps:
         gaps.append(f"no flight-recorder dump for rank{'s' if len(missing_dumps) > 1 else ''} "

@@ -3,16 +3,25 @@
 Signal: strongly connected components of the wait graph. A cycle made only of send/recv waits is a
 ``p2p_deadlock`` (e.g. both peers blocked in a send to the other); one that goes through collectives
 of different process groups is a ``pg_order_deadlock`` (rank 0 entered group A then B, rank 1 B then
-A). Cites: the pending FR entry of one rank per class in the cycle. False positives: p2p ops that
-NCCL would complete because both sides are in one ``batch_isend_irecv`` group (torch records them
-as separate entries); a snapshot taken between two legitimately overlapping async collectives.
+A). For the latter the culprits are the ranks whose order of the groups differs from the other
+members' (``analysis/pg_order.py``: majority of the members of both groups, from their FR history);
+on a tie both sides are named with lower confidence, and where no rank's order can be compared
+(stacks or logs only, or no rank in two of the groups) every rank of the cycle is. Cites: the
+pending FR entry of one rank per class in the cycle. False positives: p2p ops that NCCL would
+complete because both sides are in one ``batch_isend_irecv`` group (torch records them as separate
+entries); a snapshot taken between two legitimately overlapping async collectives.
 """
 
 from __future__ import annotations
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
+from hangscope.analysis.pg_order import order_verdict
+from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.ranges import format_ranks, ranks_phrase
+
+CONFIDENCE_FR = 0.85
+CONFIDENCE_TIE = 0.6  # one side of a tie is right, and nothing says which
+CONFIDENCE_STACKS = 0.75
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -23,38 +32,71 @@ def detect(ctx: Context) -> list[Finding]:
         reasons = graph.reasons_among(nodes)
         is_p2p = all(reason.kind in ("p2p", "stack-p2p") for reason in reasons)
         kind = Kind.P2P_DEADLOCK if is_p2p else Kind.PG_ORDER_DEADLOCK
-        culprits = graph.ranks_of(cycle)
+        in_cycle = graph.ranks_of(cycle)
         waiting = sorted({r for node in graph.waiting_on(nodes) for r in graph.members[node]})
-        evidence = []
-        steps = []
-        for node in cycle:
-            rank = graph.members[node][0]
-            pending = ctx.picture.pending_ops(rank)
-            if not pending:
-                item = ctx.stack_evidence(rank, "main thread: ")
-                if item is not None:
-                    evidence.append(item)
-                    who = graph.members[node]
-                    steps.append(f"{ranks_phrase(who)} "
-                                 f"{item.detail}")
-                continue
-            group, entry = pending[0]
-            evidence.append(ctx.fr_evidence(rank, entry, group, "blocked in"))
-            peer = ""
-            if entry.is_p2p and entry.peer is not None:
-                direction = "to" if entry.op == "send" else "from"
-                peer = f" {direction} rank {group.global_rank(entry.peer)}"
-            steps.append(f"{ranks_phrase(graph.members[node])} blocked in {entry.op}{peer} "
-                         f"seq {entry.seq} on pg {group.label}")
+        evidence, steps = _steps(ctx, cycle)
         what = "send/recv" if is_p2p else "collectives on different process groups"
-        summary = (f"ranks {format_ranks(culprits)} wait on each other through {what}: "
+        summary = (f"ranks {format_ranks(in_cycle)} wait on each other through {what}: "
                    + "; ".join(steps))
         first = next((r for r in reasons if r.kind in ("p2p", "collective")), None)
         collective = (CollectiveRef(first.pg, first.seq, first.op, first.pg_desc)
                       if first else None)
         from_fr = any(reason.kind in ("p2p", "collective") for reason in reasons)
+        confidence = CONFIDENCE_FR if from_fr else CONFIDENCE_STACKS
+        culprits = in_cycle
+        if kind is Kind.PG_ORDER_DEADLOCK and from_fr:
+            order = order_verdict(ctx.picture, in_cycle)
+            if order.tie:
+                culprits = order.culprits
+                confidence = CONFIDENCE_TIE
+                summary = (f"ranks {format_ranks(in_cycle)} wait on each other through {what}: "
+                           + order.sentence())
+            elif order.culprits:
+                culprits = order.culprits
+                collective = _odd_collective(ctx, culprits) or collective
+                summary = (f"{ranks_phrase(culprits)} issued collectives of different process "
+                           "groups in another order than the other members, and each side waits"
+                           " for the other: " + order.sentence())
+            else:
+                summary += ("; no rank is a member of two of these groups with a history that "
+                            "orders their collectives, so the odd order cannot be told and every "
+                            "rank of the cycle is named")
+        waiting = sorted((set(in_cycle) - set(culprits)) | set(waiting))
         findings.append(Finding(kind=kind, culprit_ranks=culprits, waiting_ranks=waiting,
-                                confidence=0.85 if from_fr else 0.75, summary=summary,
+                                confidence=confidence, summary=summary,
                                 evidence=evidence, collective=collective))
     return findings
 
+
+def _steps(ctx: Context, cycle: list[str]) -> tuple[list[EvidenceItem], list[str]]:
+    """Per class of the cycle: the cited op one of its ranks is blocked in, and a clause."""
+    graph = ctx.graph
+    evidence = []
+    steps = []
+    for node in cycle:
+        rank = graph.members[node][0]
+        pending = ctx.picture.pending_ops(rank)
+        if not pending:
+            item = ctx.stack_evidence(rank, "main thread: ")
+            if item is not None:
+                evidence.append(item)
+                steps.append(f"{ranks_phrase(graph.members[node])} {item.detail}")
+            continue
+        group, entry = pending[0]
+        evidence.append(ctx.fr_evidence(rank, entry, group, "blocked in"))
+        peer = ""
+        if entry.is_p2p and entry.peer is not None:
+            direction = "to" if entry.op == "send" else "from"
+            peer = f" {direction} rank {group.global_rank(entry.peer)}"
+        steps.append(f"{ranks_phrase(graph.members[node])} blocked in {entry.op}{peer} "
+                     f"seq {entry.seq} on pg {group.label}")
+    return evidence, steps
+
+
+def _odd_collective(ctx: Context, culprits: list[int]) -> CollectiveRef | None:
+    """The collective the first culprit entered out of order (its oldest pending one)."""
+    for rank in culprits:
+        for group, entry in ctx.picture.pending_ops(rank):
+            if not entry.is_p2p:
+                return CollectiveRef(group.name, entry.seq, entry.op, group.desc)
+    return None
