@@ -78,6 +78,12 @@ def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None,
               help="Stack samples per rank, to tell stuck from slow.")
 @click.option("--interval", type=click.FloatRange(0.05, 30), default=1.0, show_default=True,
               help="Seconds between samples.")
+@click.option("--max-samples", type=click.IntRange(1, 60), default=8, show_default=True,
+              help="While the first samples show ranks moving differently (one rank's stack "
+                   "changes while another's sits, or one burns several times the CPU of "
+                   "another), keep sampling up to this many, to tell a slow rank from stuck "
+                   "and healthy ones: at most MAX_SAMPLES x INTERVAL seconds of sampling. A job "
+                   "whose ranks all sit still, or all move alike, stops at --samples.")
 @click.option("--dump-timeout", type=click.FloatRange(0.5, 120), default=5.0, show_default=True,
               help="Seconds allowed for one py-spy dump or flight-recorder trigger.")
 @click.option("--native", is_flag=True, help="Include native (C/C++) frames in stacks.")
@@ -89,7 +95,7 @@ def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None,
               help="Do not query NCCL's RAS service (what ncclras shows) on this node.")
 @output_options
 def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samples: int,
-           interval: float, dump_timeout: float, native: bool, nonblocking: bool,
+           interval: float, max_samples: int, dump_timeout: float, native: bool, nonblocking: bool,
            no_fr_trigger: bool, no_ras: bool, out_dir: str | None, force: bool, as_json: bool,
            no_redact: bool, verbose: int) -> int:
     """Attach to a live job, collect stacks, state, logs and FR dumps, and analyze them.
@@ -101,7 +107,8 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
     if pid_group is None and not pids and not match:
         raise click.UsageError("give --pid-group PGID, --pid PID or --match PATTERN")
     options = AttachOptions(pid_group=pid_group, pids=pids, match=match, samples=samples,
-                            interval=interval, dump_timeout=dump_timeout, native=native,
+                            interval=interval, max_samples=max(samples, max_samples),
+                            dump_timeout=dump_timeout, native=native,
                             nonblocking=nonblocking, trigger_fr=not no_fr_trigger,
                             query_ras=not no_ras)
     result = run_attach(options, LoadOptions(),

@@ -15,6 +15,7 @@ class AttachOptions:
     match: str | None = None
     samples: int = 3
     interval: float = 1.0
+    max_samples: int = 8  # while the samples show some rank moving (see collect.attach)
     dump_timeout: float = 5.0
     native: bool = False
     nonblocking: bool = False

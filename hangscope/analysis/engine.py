@@ -41,7 +41,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     findings = []
     for detect in detectors.ALL:
         findings.extend(detect(ctx))
-    findings = order_findings(_ras_second(_drop_generic(findings)))
+    findings = order_findings(_ras_second(_drop_generic(_moving_not_hung(findings))))
     world = ctx.picture.world_size or None
     seen = sorted(evidence.ranks)
     expected = set(range(world)) if world else set(seen)
@@ -64,6 +64,20 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
         tool_version=__version__,
     )
     return verdict, ctx
+
+
+def _moving_not_hung(findings: list[Finding]) -> list[Finding]:
+    """A straggler finding says every rank moved over the samples. A hang read from the same
+    stacks alone (no group, no seq: one moment of a moving job where some ranks sat in a
+    collective) contradicts it and goes; hangs with FR or log evidence stay."""
+    if not any(f.kind is Kind.STRAGGLER for f in findings):
+        return findings
+    return [f for f in findings if f.kind is Kind.STRAGGLER or not _from_stacks_alone(f)]
+
+
+def _from_stacks_alone(finding: Finding) -> bool:
+    return finding.collective is not None and finding.collective.pg is None \
+        and all(item.source in ("py-spy", "proc") for item in finding.evidence)
 
 
 def _drop_generic(findings: list[Finding]) -> list[Finding]:

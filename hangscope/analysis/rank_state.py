@@ -38,6 +38,10 @@ class RankStackState:
     main_finished: bool = False  # the main module returned or raised; threads keep it alive
     sample_path: str | None = None
     kinds: list[str] = field(default_factory=list)  # main-thread kind in each Python sample
+    # where the main thread was in each Python sample: (the frame that decided its kind, the
+    # job's own frame), either None where unknown
+    frames_seen: list[tuple[Frame | None, Frame | None]] = field(default_factory=list)
+    window_s: float = 0.0  # wall seconds the /proc samples span
 
     @property
     def gone(self) -> bool:
@@ -87,13 +91,17 @@ def _state(rank_ev: RankEvidence) -> RankStackState:
     state.main_finished = main is not None and _is_shutdown(main.frames)
     for sample in samples:
         thread = main_thread(sample)
-        state.kinds.append(classify_thread(thread).kind if thread is not None else "none")
+        seen = classify_thread(thread) if thread is not None else None
+        state.kinds.append(seen.kind if seen is not None else "none")
+        state.frames_seen.append((seen.frame, seen.user_frame) if seen else (None, None))
     procs = sorted(rank_ev.proc, key=lambda p: p.sampled_at)
     if rank_ev.pid is not None:
         procs = [p for p in procs if p.pid == rank_ev.pid] or procs
     if procs:
         state.last_status = procs[-1].status
     state.cpu_share = _cpu_share(procs)
+    if len(procs) >= 2:
+        state.window_s = max(0.0, procs[-1].sampled_at - procs[0].sampled_at)
     state.progress = _progress(samples, state.cpu_share)
     return state
 

@@ -83,6 +83,9 @@ class Finding:
     summary: str
     evidence: list[EvidenceItem]
     collective: CollectiveRef | None = None
+    # Numbers a runbook may act on, by name (``slowdown``: a straggler's compute time over the
+    # fastest rank's). Only in the JSON when there are some.
+    measures: dict[str, float | str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         collective = None
@@ -101,7 +104,7 @@ class Finding:
             "confidence": round(self.confidence, 2),
             "summary": self.summary,
             "evidence": [asdict(item) for item in self.evidence],
-        }
+        } | ({"measures": dict(self.measures)} if self.measures else {})
 
 
 @dataclass(slots=True)

@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from hangscope.bundle import BundleWriter, CollectionRecord
-from hangscope.collect import fr_trigger, logs, nccl_ras, permissions, procstate, pyspy
+from hangscope.collect import (
+    fr_trigger,
+    logs,
+    nccl_ras,
+    permissions,
+    procstate,
+    pyspy,
+    sampling,
+)
 from hangscope.discover import JobProcesses, discover
 from hangscope.model import ProcessState
 from hangscope.options import AttachOptions
@@ -125,15 +134,21 @@ def _collect_stacks_and_state(pids: list[int], rank_of_pid: dict[int, int],
     """py-spy samples and /proc states at the same cadence, so CPU growth lines up with stacks."""
     states: dict[int, list[ProcessState]] = {pid: [] for pid in pids}
     began = time.time()
+    done = threading.Event()
+    rank_pids = [pid for pid in pids if pid in rank_of_pid]
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="procstate") as pool:
-        proc_future = pool.submit(_sample_states, pids, states, options)
+        proc_future = pool.submit(_sample_states, pids, states, options, done)
         try:
-            dumps = pyspy.sample_many(pids, samples=options.samples, interval=options.interval,
-                                      timeout=options.dump_timeout, native=options.native,
-                                      nonblocking=options.nonblocking)
+            dumps = pyspy.sample_many(
+                pids, samples=options.samples, interval=options.interval,
+                timeout=options.dump_timeout, native=options.native,
+                nonblocking=options.nonblocking, max_samples=options.max_samples,
+                more=lambda so_far: sampling.worth_more(so_far, states, rank_pids))
         except pyspy.PySpyMissing as exc:
             summary.gaps.append(f"no stacks: {exc}")
             dumps = {}
+        finally:
+            done.set()
         proc_future.result()
     if not options.native and not options.nonblocking:
         _native_followup(dumps, rank_of_pid, options)
@@ -209,14 +224,19 @@ def _native_followup(dumps: dict[int, list[pyspy.DumpResult]], rank_of_pid: dict
 
 
 def _sample_states(pids: list[int], states: dict[int, list[ProcessState]],
-                   options: AttachOptions) -> None:
+                   options: AttachOptions, done: threading.Event) -> None:
+    """/proc at the stacks' cadence for as long as py-spy samples, and once more when it stops,
+    so that the CPU time measured spans every stack sample."""
     start = time.monotonic()
-    for index in range(max(1, options.samples)):
-        delay = start + index * options.interval - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+    index = 0
+    while True:
         for pid, state in procstate.sample_many(pids).items():
             states[pid].append(state)
+        index += 1
+        if done.wait(max(0.0, start + index * options.interval - time.monotonic())):
+            break
+    for pid, state in procstate.sample_many(pids).items():
+        states[pid].append(state)
 
 
 def _collect_logs(job: JobProcesses, writer: BundleWriter, summary: CollectSummary) -> None:

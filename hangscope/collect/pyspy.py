@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -208,13 +208,15 @@ def summarize_stderr(stderr: str) -> str:
 
 def sample_many(pids: Iterable[int], *, samples: int = 3, interval: float = 1.0,
                 timeout: float = 5.0, native: bool = False, nonblocking: bool = False,
-                max_workers: int | None = None, pyspy: str | None = None
-                ) -> dict[int, list[DumpResult]]:
-    """``samples`` rounds about ``interval`` seconds apart; each round dumps every pid still worth
-    dumping, one py-spy per usable core at a time (a dump is CPU-bound: more at once only
-    time-slice, and starve the analysis that runs beside them). A pid that is gone or forbids
-    tracing is not tried again; a timeout is (a process in D state may come back). One pid's
-    failure never stops the others.
+                max_workers: int | None = None, pyspy: str | None = None,
+                more: Callable[[dict[int, list[DumpResult]]], bool] | None = None,
+                max_samples: int = 0) -> dict[int, list[DumpResult]]:
+    """``samples`` rounds about ``interval`` seconds apart, then more rounds, up to
+    ``max_samples``, while ``more(results so far)`` says they are worth it. Each round dumps
+    every pid still worth dumping, one py-spy per usable core at a time (a dump is CPU-bound:
+    more at once only time-slice, and starve the analysis that runs beside them). A pid that is
+    gone or forbids tracing is not tried again; a timeout is (a process in D state may come
+    back). One pid's failure never stops the others.
 
     Rounds are ``interval`` apart give or take ``SAMPLE_JITTER`` of it: a training loop whose step
     period divides the interval would otherwise be caught at the same point of its step every
@@ -230,7 +232,8 @@ def sample_many(pids: Iterable[int], *, samples: int = 3, interval: float = 1.0,
     rng = random.Random()
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="py-spy") as pool:
-        for index in range(samples):
+        index = 0
+        while index < samples or (more is not None and index < max_samples and more(results)):
             jitter = rng.uniform(-SAMPLE_JITTER, SAMPLE_JITTER) * interval if index else 0.0
             delay = start + index * interval + jitter - time.monotonic()
             if delay > 0:
@@ -244,6 +247,7 @@ def sample_many(pids: Iterable[int], *, samples: int = 3, interval: float = 1.0,
                       if r.status not in ("process_gone", "permission_denied")]
             if not active:
                 break
+            index += 1
     return results
 
 

@@ -1,64 +1,115 @@
 """straggler: the job still moves, but one rank (or a few) computes while the others wait for it.
 
-Signal: across the stack samples, the culprit's main thread is mostly computing (and burns CPU)
-while the other ranks are mostly inside collectives, waiting; every rank shows progress (stacks
-change or CPU grows) and at least one waiting rank gets past its collective between samples, so
-this is slow, not deadlocked. Says by how much: the share of samples
-the others spent waiting, and the CPU ratio. Cites: the straggler's stack. Needs at least 3
-samples per rank; more samples (``--samples 10``) sharpen it. Stacks alone can catch the
-straggler inside the collective it finally joins; a rank that burns several times the CPU of the
-others and computes clearly more often counts too. False positives: rank 0 doing
-legitimate extra work (logging, checkpointing) that the others wait for once.
+Two signals, either suffices:
+
+* CPU time. Over the sampling window every rank gains CPU only while it computes: ranks that wait
+  in a collective sleep in the backend. So a rank's CPU share is its compute time per step over
+  the (common) step time, and the ratio of two ranks' shares is the ratio of their compute times.
+  This is what finds a straggler inside DDP's ``backward()``, where the waiting ranks' Python
+  stacks look like the straggler's. The slowdown factor is scored the way NVIDIA Resiliency
+  Extension's straggler detector scores ranks: a rank's compute time against the fastest rank's.
+* Stacks. Across the samples the culprit's main thread mostly computes while the other ranks are
+  mostly inside collectives.
+
+Either way every rank must show progress (stacks that change, or CPU gained), else a rank that
+spins while the others sit in a collective is a hang, not a straggler. Needs at least 3 samples
+per rank (attach takes more by itself when ranks differ: see ``collect.sampling``). Cites the
+straggler's stack and its hot frame, and the CPU shares. False positives: rank 0 doing legitimate
+extra work (logging, checkpointing) that the others wait for each step.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from statistics import median
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.rank_state import RankStackState
-from hangscope.analysis.verdict import Finding, Kind
+from hangscope.analysis.rank_state import IDLE_CPU_SHARE, RankStackState
+from hangscope.analysis.stacks import short_where
+from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.ranges import format_ranks, ranks_phrase
 
 MIN_SAMPLES = 3
 WAIT_KINDS = ("collective", "p2p")
-CPU_RATIO = 2.5  # a straggler burns this many times the median CPU of the ranks waiting for it
+COMPUTE_KINDS = ("compute", "cuda_sync")
+SLOWDOWN = 2.0  # a straggler's CPU share over the median of the others'
+MIN_STRAGGLER_CPU = 0.3  # of one core (less on a crowded machine, where every share shrinks)
+CPU_RATIO = 2.5  # the stacks route: the straggler burns this many times the others' median CPU
 
 
 def detect(ctx: Context) -> list[Finding]:
     states = {r: s for r, s in ctx.stacks.items() if len(s.kinds) >= MIN_SAMPLES and not s.gone}
     if len(states) < 2:
         return []
-    busy = {r: sum(k in ("compute", "cuda_sync") for k in s.kinds) / len(s.kinds)
-            for r, s in states.items()}
-    waiting = {r: sum(k in WAIT_KINDS for k in s.kinds) / len(s.kinds) for r, s in states.items()}
+    busy = {r: _share(s, COMPUTE_KINDS) for r, s in states.items()}
+    waiting = {r: _share(s, WAIT_KINDS) for r, s in states.items()}
+    slow = _slow_by_cpu(states) or _slow_by_stacks(states, busy, waiting)
+    others = sorted(r for r in states if r not in slow)
+    if not slow or not others or len(slow) > max(1, len(states) // 4):
+        return []
+    still = [r for r in states if not _moves(states[r])]
+    if still and not _collectives_complete(states, others, still):
+        return []  # someone sits still: a hang (another detector), not a slow job
+    return [_finding(ctx, states, slow, others, busy, waiting)]
+
+
+def _share(state: RankStackState, kinds: tuple[str, ...]) -> float:
+    return sum(k in kinds for k in state.kinds) / len(state.kinds)
+
+
+def _moves(state: RankStackState) -> bool:
+    """Progress: CPU gained, or stacks that change between samples."""
+    if state.cpu_share is not None and state.cpu_share > IDLE_CPU_SHARE:
+        return True
+    return state.progress == "moving"
+
+
+def _collectives_complete(states: dict[int, RankStackState], others: list[int],
+                          still: list[int]) -> bool:
+    """Ranks that sit in one collective in every sample, on a crowded machine where they gain
+    almost no CPU, still move if another waiting rank is seen going in and out of that same
+    collective: it cannot complete for one rank and not for its peers."""
+    sitting = set()
+    for rank in still:
+        frames = set(states[rank].frames_seen)
+        if len(frames) != 1 or not set(states[rank].kinds) <= set(WAIT_KINDS):
+            return False
+        sitting |= frames
+    for rank in others:
+        if rank in still:
+            continue
+        state = states[rank]
+        kinds = set(state.kinds)
+        if kinds & set(WAIT_KINDS) and kinds - set(WAIT_KINDS) and \
+                sitting <= set(state.frames_seen):
+            return True
+    return False
+
+
+def _slow_by_cpu(states: dict[int, RankStackState]) -> list[int]:
+    shares = {r: c for r, s in states.items() if (c := s.cpu_share) is not None}
+    if len(shares) < 2 or len(shares) < len(states):
+        return []
+    slow = []
+    for rank, share in shares.items():
+        rest = [v for r, v in shares.items() if r != rank]
+        if share >= MIN_STRAGGLER_CPU and share >= SLOWDOWN * max(IDLE_CPU_SHARE, median(rest)):
+            slow.append(rank)
+    return sorted(slow)
+
+
+def _slow_by_stacks(states: dict[int, RankStackState], busy: dict[int, float],
+                    waiting: dict[int, float]) -> list[int]:
     slow = sorted(r for r in states if (busy[r] >= 0.6 and waiting[r] <= 0.34)
                   or _burns_for_the_rest(r, states, busy))
     others = [r for r in states if r not in slow]
-    if not slow or not others or len(slow) > max(1, len(states) // 4):
+    if not others or median(waiting[r] for r in others) < 0.5:
         return []
     # Waiting ranks that never move could be waiting forever on a rank stuck in a compute loop;
     # one of them getting past its collective between samples shows the job still moves.
     if not any(states[r].progress == "moving" for r in others):
         return []
-    others_wait = median(waiting[r] for r in others)
-    if others_wait < 0.5:
-        return []
-    cpu_slow = [c for r in slow if (c := states[r].cpu_share) is not None]
-    cpu_rest = [c for r in others if (c := states[r].cpu_share) is not None]
-    cpu_text = ""
-    if cpu_slow and cpu_rest:
-        cpu_text = (f"; CPU {median(cpu_slow):.0%} of a core on the straggler vs "
-                    f"{median(cpu_rest):.0%} on the others")
-    who = ranks_phrase(slow)
-    summary = (f"the job is moving but {who} {'lag' if len(slow) > 1 else 'lags'}: computing in "
-               f"{median(busy[r] for r in slow):.0%} of samples while ranks "
-               f"{format_ranks(others)} spent {others_wait:.0%} of theirs waiting in collectives "
-               f"for it{cpu_text}. Slow, not deadlocked.")
-    evidence = [item for rank in slow[:4]
-                if (item := ctx.stack_evidence(rank, "main thread: ")) is not None]
-    return [Finding(kind=Kind.STRAGGLER, culprit_ranks=slow, waiting_ranks=sorted(others),
-                    confidence=0.75, summary=summary, evidence=evidence)]
+    return slow
 
 
 def _burns_for_the_rest(rank: int, states: dict[int, RankStackState],
@@ -72,3 +123,72 @@ def _burns_for_the_rest(rank: int, states: dict[int, RankStackState],
         return False
     others_busy = median(busy[r] for r in states if r != rank)
     return busy[rank] >= 0.3 and busy[rank] >= others_busy + 0.2
+
+
+def _finding(ctx: Context, states: dict[int, RankStackState], slow: list[int],
+             others: list[int], busy: dict[int, float], waiting: dict[int, float]) -> Finding:
+    measures: dict[str, float | str] = {}
+    sentences = [f"the job is moving but {ranks_phrase(slow)} "
+                 f"{'lag' if len(slow) > 1 else 'lags'} behind the others"]
+    shares = {r: c for r, s in states.items() if (c := s.cpu_share) is not None}
+    if len(shares) == len(states):
+        fastest = min(shares, key=lambda r: shares[r])
+        factor = min(shares[r] for r in slow) / max(IDLE_CPU_SHARE, shares[fastest])
+        window = max(s.window_s for s in states.values())
+        measures.update(slowdown=round(factor, 2), fastest_rank=fastest,
+                        window_s=round(window, 1))
+        sentences.append(
+            f"over {window:.1f} s it computed {_pct(slow, shares)} of a core against "
+            f"{_pct(others, shares)} for ranks {format_ranks(others)}: {factor:.1f}x the compute "
+            f"time of the fastest rank ({fastest})")
+    hot = _hot_frame([states[r] for r in slow])
+    if hot is not None:
+        where, seen, total = hot
+        measures["hot_frame"] = where
+        sentences.append(f"its hot frame is {where} ({seen} of {total} samples)")
+    others_wait = median(waiting[r] for r in others)
+    if others_wait >= 0.5:
+        sentences.append(f"ranks {format_ranks(others)} spent {others_wait:.0%} of their samples "
+                         "waiting in collectives")
+    elif median(busy[r] for r in others) < median(busy[r] for r in slow):
+        sentences.append(f"ranks {format_ranks(others)} wait for it where their stacks do not "
+                         "show it (inside the backward pass or a C call)")
+    summary = "; ".join(sentences) + ". Slow, not deadlocked."
+    evidence = [item for rank in slow[:4]
+                if (item := ctx.stack_evidence(rank, "main thread: ")) is not None]
+    evidence += [EvidenceItem(source="proc", rank=r,
+                              detail=f"{shares[r]:.0%} of a core over the samples "
+                                     f"({states[r].samples} stack samples)")
+                 for r in sorted(shares)[:16]]
+    confidence = 0.8 if "slowdown" in measures and others_wait < 0.5 else 0.75
+    return Finding(kind=Kind.STRAGGLER, culprit_ranks=slow, waiting_ranks=others,
+                   confidence=confidence, summary=summary, evidence=evidence,
+                   measures=measures)
+
+
+def _pct(ranks: list[int], shares: dict[int, float]) -> str:
+    values = sorted(v for r in ranks if (v := shares.get(r)) is not None)
+    if not values:
+        return "?"
+    low, high = f"{values[0]:.0%}", f"{values[-1]:.0%}"
+    return low if low == high else f"{low}-{high}"
+
+
+def _hot_frame(states: list[RankStackState]) -> tuple[str, int, int] | None:
+    """The job frame the stragglers were seen in most often, and in how many samples."""
+    counts: Counter[str] = Counter()
+    total = 0
+    for state in states:
+        for frame, user in state.frames_seen:
+            total += 1
+            where = frame or user
+            if where is None:
+                continue
+            text = short_where(where)
+            if user is not None and user != where:
+                text += f" from {short_where(user)}"
+            counts[text] += 1
+    if not counts:
+        return None
+    hottest, seen = counts.most_common(1)[0]
+    return hottest, seen, total

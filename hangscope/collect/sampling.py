@@ -1,0 +1,57 @@
+"""When to take more stack samples than asked for: adaptive sampling for ``attach``.
+
+Three samples a second apart tell a stuck job (every rank's stack the same each time, no CPU
+gained) from one that moves. They do not tell a slow rank from its peers: in a DDP job the peers
+wait for it inside ``loss.backward()``, where their Python stacks look like its own, and three
+samples of a 30 ms step land anywhere in it. What does tell them apart is where each rank spends
+its time over a longer window: the CPU time it gains and how often its stack changes. So while
+the ranks differ in that way (one moves while another sits; one burns several times the CPU of
+another), ``attach`` keeps sampling, up to ``--max-samples``. A job whose ranks all sit still
+(a hang), or all move alike (healthy), stops at ``--samples``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hangscope.analysis.stacks import main_thread, stack_key
+from hangscope.collect.pyspy import DumpResult
+from hangscope.model import ProcessState
+
+MOVING_CPU_SHARE = 0.2  # of one core: a rank gaining this much computes
+STILL_CPU_SHARE = 0.05
+CPU_SPREAD = 2.0  # the busiest rank burns this many times the CPU of the least busy
+
+
+def worth_more(dumps: Mapping[int, Sequence[DumpResult]],
+               states: Mapping[int, Sequence[ProcessState]], rank_pids: Sequence[int]) -> bool:
+    """True while the ranks sampled so far differ in how they move (see the module docstring)."""
+    changed: list[bool] = []
+    shares: list[float] = []
+    for pid in rank_pids:
+        keys = {stack_key(main.frames) for result in dumps.get(pid, ())
+                if result.ok and result.sample is not None
+                and (main := main_thread(result.sample)) is not None}
+        share = cpu_share(list(states.get(pid, ())))
+        if share is not None:
+            shares.append(share)
+        changed.append(len(keys) > 1)
+    if len(changed) < 2:
+        return False
+    moving = any(changed) or any(share >= MOVING_CPU_SHARE for share in shares)
+    if not moving:
+        return False  # every rank sits still: a hang, and more samples will not change that
+    if any(changed) and not all(changed):
+        return True
+    busiest = max(shares, default=0.0)
+    return busiest >= MOVING_CPU_SHARE and \
+        busiest >= CPU_SPREAD * max(STILL_CPU_SHARE, min(shares, default=0.0))
+
+
+def cpu_share(states: Sequence[ProcessState]) -> float | None:
+    """CPU seconds gained per wall second between the first and the last state."""
+    timed = [s for s in states if s.cpu_time_s is not None and s.status != "gone"]
+    if len(timed) < 2 or timed[-1].sampled_at <= timed[0].sampled_at:
+        return None
+    gained = (timed[-1].cpu_time_s or 0.0) - (timed[0].cpu_time_s or 0.0)
+    return max(0.0, gained) / (timed[-1].sampled_at - timed[0].sampled_at)

@@ -1,0 +1,142 @@
+"""Slow vs stuck vs healthy from stacks and CPU time: adaptive sampling's rule
+(``collect.sampling``) and the straggler detector's CPU route, on built evidence. The live jobs
+are in tests/test_attach_live_causes.py."""
+
+from __future__ import annotations
+
+from hangscope.analysis.engine import analyze
+from hangscope.analysis.verdict import Kind, Status
+from hangscope.collect.pyspy import DumpResult
+from hangscope.collect.sampling import worth_more
+from hangscope.model import Frame, JobEvidence, ProcessState, StackSample, ThreadStack
+
+TRAIN = "/job/train.py"
+ENGINE = "/usr/lib/python3.11/site-packages/torch/autograd/graph.py"
+
+
+def _main(*frames: Frame) -> ThreadStack:
+    return ThreadStack(1, (*frames, Frame("<module>", TRAIN, 200)), name="MainThread",
+                       is_main=True, active=True)
+
+
+def in_backward(line: int = 68) -> ThreadStack:
+    """Where a DDP rank is while it computes its backward pass or waits in it for the others."""
+    return _main(Frame("_engine_run_backward", ENGINE, 979), Frame("train", TRAIN, line))
+
+
+def forward(line: int) -> ThreadStack:
+    return _main(Frame("forward", TRAIN, line), Frame("train", TRAIN, 66))
+
+
+def job(stacks: dict[int, list[ThreadStack]], cpu: dict[int, float],
+        interval: float = 1.0) -> JobEvidence:
+    """Ranks sampled ``interval`` apart; rank r gains ``cpu[r]`` CPU seconds per second."""
+    evidence = JobEvidence(world_size=len(stacks))
+    for rank, threads in stacks.items():
+        rank_ev = evidence.rank(rank)
+        rank_ev.host, rank_ev.pid = "node0", 1000 + rank
+        for index, thread in enumerate(threads):
+            at = 100.0 + index * interval
+            rank_ev.samples.append(StackSample(pid=rank_ev.pid, taken_at=at, threads=(thread,),
+                                               path=f"stacks/rank{rank}-{index}.json"))
+            rank_ev.proc.append(ProcessState(pid=rank_ev.pid, sampled_at=at, status="R",
+                                             cpu_time_s=10.0 + cpu[rank] * index * interval))
+    return evidence
+
+
+def test_a_straggler_in_backward_is_named_with_its_slowdown() -> None:
+    # GIVEN a DDP job: ranks 0-2 always seen on their backward line (waiting for rank 3 in the
+    # gradient all_reduce, or computing), rank 3 in forward and backward, burning 3x their CPU
+    samples = 8
+    waiting = [in_backward()] * samples
+    slow = [forward(40 + i % 3) if i % 2 else in_backward() for i in range(samples)]
+    evidence = job({0: waiting, 1: waiting, 2: waiting, 3: slow},
+                   cpu={0: 0.22, 1: 0.25, 2: 0.3, 3: 0.7})
+    # WHEN analyzed
+    verdict, _ = analyze(evidence)
+    # THEN slow, not hung: rank 3, 3.2x the fastest rank's compute, and where it spends its time
+    assert verdict.status is Status.SLOW
+    root = verdict.findings[0]
+    assert (root.kind, root.culprit_ranks, root.waiting_ranks) == (Kind.STRAGGLER, [3], [0, 1, 2])
+    assert root.measures["slowdown"] == 3.18 and root.measures["fastest_rank"] == 0
+    assert root.measures["hot_frame"] == f"_engine_run_backward (torch/autograd/graph.py:979) " \
+                                         f"from train ({TRAIN}:68)"
+    assert "70% of a core against 22%-30% for ranks 0-2" in root.summary
+    assert {(e.source, e.rank) for e in root.evidence} >= {("py-spy", 3), ("proc", 0), ("proc", 3)}
+
+
+C10D = "/usr/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+
+
+def test_a_moment_with_one_rank_in_all_reduce_is_not_a_hang_when_all_move() -> None:
+    # GIVEN rank 3 seen in the same all_reduce in every sample, gaining almost no CPU (a crowded
+    # machine); ranks 0 and 1 in and out of that all_reduce; rank 2 always computing, at 5x
+    # their CPU: the last sample alone reads "ranks 0-2 are not in any collective while rank 3
+    # waits"
+    in_all_reduce = _main(Frame("all_reduce", C10D, 3252), Frame("train", TRAIN, 43))
+    samples = 8
+    stepping = [forward(26) if i % 2 else in_all_reduce for i in range(samples)]
+    slow = [forward(26 + i % 2) for i in range(samples)]
+    evidence = job({0: stepping, 1: stepping, 2: slow, 3: [in_all_reduce] * samples},
+                   cpu={0: 0.12, 1: 0.1, 2: 0.55, 3: 0.02})
+    verdict, _ = analyze(evidence)
+    # THEN the job is slow (rank 2), and no stack-only hang is left over
+    assert verdict.status is Status.SLOW
+    assert [(f.kind, f.culprit_ranks) for f in verdict.findings] == [(Kind.STRAGGLER, [2])]
+
+
+def test_a_rank_spinning_while_the_others_sit_is_not_a_straggler() -> None:
+    # GIVEN rank 3 computing while ranks 0-2 sit in backward and gain no CPU at all: stuck
+    samples = 6
+    still = [in_backward()] * samples
+    spinning = [forward(40 + i % 3) for i in range(samples)]
+    evidence = job({0: still, 1: still, 2: still, 3: spinning},
+                   cpu={0: 0.0, 1: 0.0, 2: 0.01, 3: 0.95})
+    verdict, _ = analyze(evidence)
+    # THEN whatever else it says, it does not call the job slow
+    assert verdict.status is not Status.SLOW
+    assert not any(f.kind is Kind.STRAGGLER for f in verdict.findings)
+
+
+def test_ranks_that_compute_alike_are_healthy() -> None:
+    samples = 8
+    a = [forward(40 + i % 3) if i % 2 else in_backward() for i in range(samples)]
+    b = [in_backward() if i % 2 else forward(41) for i in range(samples)]
+    verdict, _ = analyze(job({0: a, 1: b}, cpu={0: 0.36, 1: 0.38}))
+    assert not any(f.kind is Kind.STRAGGLER for f in verdict.findings)
+
+
+# --- when attach takes more samples ------------------------------------------------------------
+
+
+def _dumps(stacks: dict[int, list[ThreadStack]]) -> dict[int, list[DumpResult]]:
+    return {pid: [DumpResult(pid, 100.0 + i, "ok", "", b"[]",
+                             StackSample(pid=pid, taken_at=100.0 + i, threads=(t,)))
+                  for i, t in enumerate(threads)]
+            for pid, threads in stacks.items()}
+
+
+def _states(cpu: dict[int, float], n: int = 3) -> dict[int, list[ProcessState]]:
+    return {pid: [ProcessState(pid=pid, sampled_at=100.0 + i, status="S",
+                               cpu_time_s=share * i) for i in range(n)]
+            for pid, share in cpu.items()}
+
+
+def test_more_samples_while_one_rank_moves_and_another_sits() -> None:
+    dumps = _dumps({1: [in_backward()] * 3, 2: [forward(40), in_backward(), forward(41)]})
+    assert worth_more(dumps, _states({1: 0.2, 2: 0.25}), [1, 2])
+
+
+def test_more_samples_while_one_rank_burns_several_times_the_cpu() -> None:
+    dumps = _dumps({1: [in_backward()] * 3, 2: [in_backward()] * 3})
+    assert worth_more(dumps, _states({1: 0.15, 2: 0.6}), [1, 2])
+
+
+def test_no_more_samples_for_a_job_that_sits_still_or_moves_alike() -> None:
+    still = _dumps({1: [in_backward()] * 3, 2: [forward(40)] * 3})
+    assert not worth_more(still, _states({1: 0.0, 2: 0.01}), [1, 2])
+    alike = _dumps({1: [forward(40), in_backward(), forward(41)],
+                    2: [in_backward(), forward(42), in_backward()]})
+    assert not worth_more(alike, _states({1: 0.35, 2: 0.4}), [1, 2])
+    # a worker process's stacks do not count: only ranks are compared
+    assert not worth_more(alike, _states({1: 0.35, 2: 0.4, 9: 0.0}), [1, 2])
