@@ -8,6 +8,7 @@ from hangscope import __version__
 from hangscope.analysis import detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import build_picture
+from hangscope.analysis.log_progress import log_states
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.pg_order import stack_only_note
 from hangscope.analysis.rank_state import rank_states
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 def build_context(evidence: JobEvidence) -> Context:
     picture = build_picture(evidence)
     stacks = rank_states(evidence)
-    graph = build_wait_graph(picture, stacks)
+    graph = build_wait_graph(picture, stacks, log_states(evidence))
     add_log_waits(graph, picture)
     return Context(evidence=evidence, picture=picture, graph=graph, stacks=stacks)
 
@@ -46,7 +47,8 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     seen = sorted(evidence.ranks)
     expected = set(range(world)) if world else set(seen)
     gaps = list(evidence.gaps) + ctx.picture.notes + ras_unmapped(evidence)
-    if not findings and (note := stack_only_note(ctx.picture, ctx.stacks)):
+    if not any(f.culprit_ranks for f in findings) and (
+            note := stack_only_note(ctx.picture, ctx.stacks)):
         gaps.append(note)  # stacks cannot tell an ordering deadlock: say so
     missing_dumps = sorted(expected - set(ctx.picture.dumps))
     if ctx.picture.dumps and missing_dumps:

@@ -174,11 +174,13 @@ class WaitGraph:
 
 
 def _rank_key(picture: Picture, stacks: dict[int, RankStackState], rank: int,
-              hung: dict[str, int | None]) -> tuple[object, ...]:
+              hung: dict[str, int | None], ends: dict[int, str]) -> tuple[object, ...]:
     if rank not in picture.dumps:
         state = stacks.get(rank)
         if state is None:
             seen = picture.observed(rank)
+            if not seen and rank in ends:
+                return ("log-end", ends[rank])
             return ("log", log_state(seen)) if seen else ("no-evidence",)
         main = state.main
         return ("stack", state.gone, state.main_finished, main.kind if main else None,
@@ -201,13 +203,14 @@ def _rank_key(picture: Picture, stacks: dict[int, RankStackState], rank: int,
     return tuple(sorted(parts, key=repr))
 
 
-def _describe(picture: Picture, stacks: dict[int, RankStackState], rank: int) -> str:
+def _describe(picture: Picture, stacks: dict[int, RankStackState], rank: int,
+              ends: dict[int, str]) -> str:
     if rank not in picture.dumps:
         state = stacks.get(rank)
         if state is not None:
             return state.describe()
         seen = picture.observed(rank)
-        return f"{log_state(seen)} [{seen[0].where}]" if seen else "no evidence"
+        return f"{log_state(seen)} [{seen[0].where}]" if seen else ends.get(rank, "no evidence")
     pending = picture.pending_ops(rank)
     if pending:
         group, entry = pending[0]
@@ -237,22 +240,25 @@ def hung_seqs(picture: Picture) -> dict[str, int | None]:
     return hung
 
 
-def build_wait_graph(picture: Picture, stacks: dict[int, RankStackState] | None = None
-                     ) -> WaitGraph:
+def build_wait_graph(picture: Picture, stacks: dict[int, RankStackState] | None = None,
+                     log_ends: dict[int, str] | None = None) -> WaitGraph:
+    """``log_ends``: for ranks known only from logs, how their logs end (a class each)."""
     stacks = stacks or {}
+    ends = log_ends or {}
     ranks = sorted(set(range(picture.world_size)) | set(picture.dumps) | set(stacks))
     hung = hung_seqs(picture)
     keys: dict[tuple[object, ...], str] = {}
     class_of: dict[int, str] = {}
     members: dict[str, list[int]] = defaultdict(list)
     for rank in ranks:
-        key = _rank_key(picture, stacks, rank, hung)
+        key = _rank_key(picture, stacks, rank, hung, ends)
         cid = keys.get(key)
         if cid is None:
             cid = keys[key] = f"c{len(keys)}"
         class_of[rank] = cid
         members[cid].append(rank)
-    states = {cid: _describe(picture, stacks, ranks_[0]) for cid, ranks_ in members.items()}
+    states = {cid: _describe(picture, stacks, ranks_[0], ends)
+              for cid, ranks_ in members.items()}
     graph = WaitGraph(class_of=class_of, members=dict(members), states=states)
     for cid, ranks_ in members.items():
         graph.graph.add_node(cid, ranks=format_ranks(ranks_), state=states[cid])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, LogEvent
+from hangscope.sources.logs.progress import scan_progress
 from hangscope.sources.logs.scan import scan_log
 
 _CERTAIN = ("prefix", "pid", "content")
@@ -38,4 +39,5 @@ def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: 
     except BadInputError as exc:
         problems.append(str(exc))
         return
+    events += scan_progress(path, rank_hint=rank)  # where each rank's log got to, and ends
     attribute(events, rank, evidence)

@@ -1,0 +1,203 @@
+"""How far each rank's own log got, and which rank's log went quiet while the others reported
+losing a peer.
+
+A rank killed from outside (SIGKILL, as the kernel's OOM killer sends) leaves no traceback: its log
+just stops. The others go on until they need it, and then report that they lost it: gloo's
+"Connection closed by peer" / "Connection reset by peer", a watchdog or gloo timeout. Without the
+launcher's log (which would give the exit signal), what points at the killed rank is that its log
+ends without any error while the others' end in such reports, and, where the logs print progress
+(``sources/logs/progress.py``), that its last step is behind theirs or its last line older.
+
+:func:`quiet_ranks` returns that reading with how much each part supports it; ``detectors/
+quiet_death.py`` turns it into a ``rank_died`` finding. Nothing here applies when some rank's log
+shows a failure of its own (an exception, an OOM, an exit signal): those detectors explain it.
+False positives: a rank whose own stderr was not collected (its error is elsewhere), a rank that
+is hung rather than dead (timeouts alone cannot tell the two apart: the reading says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from hangscope.analysis.log_causes import ECHO_KINDS, classify, failures
+from hangscope.model import JobEvidence, LogEvent
+from hangscope.sources.logs.progress import position
+
+# Echoes that say a peer went away or stopped answering (not teardown, not a dump notice).
+PEER_LOST_KINDS = frozenset({"gloo_connection_closed", "gloo_timeout", "nccl_watchdog_timeout",
+                             "nccl_heartbeat_stuck", "nccl_work_status", "nccl_desync",
+                             "monitored_barrier_failure"}) & ECHO_KINDS
+_CLOSED_WORDS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                 "remote process exited")
+
+
+@dataclass(slots=True)
+class RankLog:
+    """What one rank's logs say about its progress and its end."""
+
+    rank: int
+    progress: LogEvent | None = None  # its latest progress line
+    ends: list[LogEvent] = field(default_factory=list)  # the last line of each of its logs
+    lost_peer: list[LogEvent] = field(default_factory=list)  # its reports of a lost peer
+
+    @property
+    def last_time(self) -> float | None:
+        times = [e.time for e in [*self.ends, *([self.progress] if self.progress else [])]
+                 if e.time is not None]
+        return max(times) if times else None
+
+    @property
+    def peer_closed(self) -> bool:
+        """It says the peer's connection closed (a process gone), not only that it timed out."""
+        return any(e.kind == "gloo_connection_closed"
+                   or any(word in e.message for word in _CLOSED_WORDS) for e in self.lost_peer)
+
+
+@dataclass(slots=True)
+class QuietReading:
+    """Ranks whose logs end with no error while the others' end reporting a lost peer."""
+
+    quiet: list[int]  # the suspects, furthest behind first
+    reporters: list[int]  # ranks that reported losing a peer
+    logs: dict[int, RankLog]
+    behind: bool  # every suspect's last progress is behind every reporter's
+    earlier: bool  # every suspect's log ends before every reporter's report (timestamps)
+    closed: bool  # the reports say a connection closed (the peer process went away)
+    measured: list[str] = field(default_factory=list)  # what supports it, as clauses
+
+
+def rank_logs(evidence: JobEvidence) -> dict[int, RankLog]:
+    """Per rank: its latest progress line, the end of each log and its lost-peer reports."""
+    found: dict[int, RankLog] = {}
+    for rank, event in _ranked(evidence):
+        log = found.setdefault(rank, RankLog(rank))
+        if event.kind == "progress":
+            if log.progress is None or _later(event, log.progress):
+                log.progress = event
+        elif event.kind == "log_end":
+            log.ends.append(event)
+        elif event.kind in PEER_LOST_KINDS or (event.kind == "traceback" and classify(event) is None
+                                               and _says_lost(event)):
+            log.lost_peer.append(event)
+    for log in found.values():
+        log.lost_peer.sort(key=lambda e: (e.time is None, e.time or 0.0))
+    return found
+
+
+def quiet_ranks(evidence: JobEvidence) -> QuietReading | None:
+    """The ranks whose logs went quiet while others reported losing a peer; None when no rank
+    did, when every rank reported, or when some rank's own failure is in the logs."""
+    if failures(evidence):
+        return None
+    logs = rank_logs(evidence)
+    reporters = sorted(r for r, log in logs.items() if log.lost_peer)
+    quiet = [r for r, log in logs.items() if not log.lost_peer and (log.ends or log.progress)]
+    if not reporters or not quiet:
+        return None
+    behind = all(_behind(logs[q], logs[r]) for q in quiet for r in reporters)
+    if len(quiet) > len(reporters) and not behind:
+        return None  # most ranks quiet: one of them may only have reported where we cannot see
+    quiet.sort(key=lambda r: (_key(logs[r]), r))
+    earlier = all(_ended_before(logs[q], logs[r]) for q in quiet for r in reporters)
+    reading = QuietReading(quiet=quiet, reporters=reporters, logs=logs, behind=behind,
+                           earlier=earlier,
+                           closed=any(logs[r].peer_closed for r in reporters))
+    if behind:
+        reading.measured.append("its last progress line is behind theirs")
+    if earlier:
+        reading.measured.append("its log ends before their reports")
+    return reading
+
+
+def log_states(evidence: JobEvidence) -> dict[int, str]:
+    """One line per rank known from its logs' ends: ranks with the same line share a wait-graph
+    class (so a quiet rank is not lumped with the ranks that reported losing it)."""
+    states = {}
+    for rank, log in rank_logs(evidence).items():
+        after = f" after {describe_progress(log.progress)}" if log.progress else ""
+        if log.lost_peer:
+            what = ("lost the connection to a peer" if log.peer_closed
+                    else "timed out waiting for a peer")
+            states[rank] = f"its log says it {what}{after}"
+        elif log.ends or log.progress:
+            states[rank] = f"its log ends with no error{after}"
+    return states
+
+
+def lost_phrase(event: LogEvent) -> str:
+    """The words of a lost-peer report that say what happened (``Connection closed by peer``)."""
+    message = f"{event.fields.get('exc_message', '')} {event.message}"
+    for word in (*_CLOSED_WORDS, "timed out", "Timed out", "Timeout"):
+        if word in message:
+            return word
+    return event.kind.replace("_", " ")
+
+
+def describe_progress(event: LogEvent | None) -> str:
+    """``step 41/600 (epoch 3)`` for a progress event."""
+    if event is None:
+        return "no progress line"
+    epoch, step = position(event)
+    unit = str(event.fields.get("unit", "step"))
+    text = ""
+    if step is not None:
+        total = event.fields.get("total")
+        text = f"{'step' if unit in ('bar', 'sample') else unit} {step}" + \
+            (f"/{total}" if total else "")
+    if epoch is not None:
+        shown = int(epoch) if epoch == int(epoch) else epoch
+        text = f"{text} (epoch {shown})" if text else f"epoch {shown}"
+    return text
+
+
+def _ranked(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
+    for rank, rank_ev in evidence.ranks.items():
+        for event in rank_ev.logs:
+            yield (event.rank if event.rank is not None else rank), event
+    hosts = {ev.host for ev in evidence.ranks.values() if ev.host}
+    for event in evidence.unattributed_logs:
+        if event.rank is not None:
+            yield event.rank, event
+        elif isinstance(local := event.fields.get("local_rank"), int) and len(hosts) <= 1:
+            yield local, event  # one host: a launcher's local rank is the global rank
+
+
+def _says_lost(event: LogEvent) -> bool:
+    message = f"{event.fields.get('exc_message', '')} {event.message}"
+    return any(word in message for word in (*_CLOSED_WORDS, "timed out", "Timed out", "Timeout"))
+
+
+def _later(a: LogEvent, b: LogEvent) -> bool:
+    if a.time is not None and b.time is not None:
+        return a.time > b.time
+    return (a.path, a.line_no) > (b.path, b.line_no) if a.path == b.path else False
+
+
+def _key(log: RankLog) -> tuple[float, float, float]:
+    epoch, step = position(log.progress) if log.progress else (None, None)
+    when = log.last_time
+    return (epoch if epoch is not None else -1.0, float(step) if step is not None else -1.0,
+            when if when is not None else 0.0)
+
+
+def _behind(quiet: RankLog, reporter: RankLog) -> bool:
+    """The quiet rank's last progress is strictly behind the reporter's (same wording only)."""
+    if quiet.progress is None or reporter.progress is None:
+        return False
+    if quiet.progress.fields.get("unit") != reporter.progress.fields.get("unit"):
+        return False
+    (q_epoch, q_step), (r_epoch, r_step) = position(quiet.progress), position(reporter.progress)
+    if q_epoch is not None and r_epoch is not None and q_epoch != r_epoch:
+        return q_epoch < r_epoch
+    return q_step is not None and r_step is not None and q_step < r_step
+
+
+def _ended_before(quiet: RankLog, reporter: RankLog) -> bool:
+    """The quiet rank's last timestamped line is older than the reporter's first report (or,
+    where reports carry no time, than the progress line the reporter printed before it)."""
+    ended = quiet.last_time
+    reported = [e.time for e in reporter.lost_peer if e.time is not None]
+    if not reported and reporter.progress is not None and reporter.progress.time is not None:
+        reported = [reporter.progress.time]
+    return ended is not None and bool(reported) and ended < min(reported)
