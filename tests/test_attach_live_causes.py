@@ -60,6 +60,22 @@ def test_a_straggler_is_slow_not_hung_with_default_options(tmp_path, scenario) -
     assert root["measures"]["hot_frame"], root["summary"]
 
 
+def test_a_dead_helper_thread_is_the_cause_not_a_dead_rank(tmp_path) -> None:
+    # GIVEN rank 2's prefetch thread died (zlib.error) and its DataLoader starves
+    with running_job("prefetch_thread_died", ready_dir=tmp_path / "ready") as job:
+        time.sleep(1.0)
+        # WHEN attaching with default options, while the process lives on
+        code, verdict = attach(job, tmp_path / "out")
+    # THEN the DataLoader wait is the finding and the thread's death its cause, no rank_died
+    root = verdict["findings"][0]
+    assert code == ExitCode.HANG_FOUND
+    assert (root["kind"], root["culprit_ranks"]) == ("dataloader_stall", [2]), root["summary"]
+    assert "thread 'prefetch' of rank 2 died earlier (zlib.error" in root["summary"]
+    assert any(e["source"] == "log" and e["detail"].startswith("thread died")
+               for e in root["evidence"])
+    assert all(f["kind"] != "rank_died" for f in verdict["findings"])
+
+
 def test_healthy_training_is_healthy_with_default_options(tmp_path) -> None:
     with running_job("healthy_training", ready_dir=tmp_path / "ready") as job:
         time.sleep(1.0)

@@ -13,6 +13,7 @@ from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.pg_order import stack_only_note
 from hangscope.analysis.rank_state import rank_states
 from hangscope.analysis.ras_facts import is_ras_evidence, ras_facts, ras_unmapped
+from hangscope.analysis.thread_causes import cite_dead_threads
 from hangscope.analysis.verdict import (
     STATUS_OF_KIND,
     Finding,
@@ -43,6 +44,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     for detect in detectors.ALL:
         findings.extend(detect(ctx))
     findings = order_findings(_ras_second(_drop_generic(_moving_not_hung(findings))))
+    cite_dead_threads(ctx, findings)
     world = ctx.picture.world_size or None
     seen = sorted(evidence.ranks)
     expected = set(range(world)) if world else set(seen)

@@ -188,6 +188,36 @@ def unranked(evidence: JobEvidence, whats: frozenset[str]) -> list[LogEvent]:
             if id(event) not in ranked and classify(event) in whats]
 
 
+def dead_threads(evidence: JobEvidence, rank: int) -> list[Failure]:
+    """Threads of ``rank`` (not its main thread) that died of an uncaught exception, earliest
+    first: a staging or prefetch thread whose death leaves the main thread waiting for output
+    that never comes."""
+    found: dict[tuple[object, ...], Failure] = {}
+    for failure in failures(evidence).get(rank, []):
+        if failure.what == "thread_exception":
+            fields = failure.event.fields
+            # one death, however many logs copied it (the rank's stderr and the launcher's tee)
+            key = (fields.get("thread"), fields.get("exc_type"), fields.get("exc_message"))
+            found.setdefault(key, failure)
+    return list(found.values())
+
+
+def dead_thread_cause(evidence: JobEvidence, rank: int,
+                      consequence: str) -> tuple[str, list[LogEvent]]:
+    """A sentence naming the rank's dead threads as the likely cause of its ``consequence`` ("its
+    main thread blocks"), and the log events to cite; ("", []) when no thread died."""
+    dead = dead_threads(evidence, rank)
+    if not dead:
+        return "", []
+    named = ", ".join(f"'{f.event.fields.get('thread') or '?'}'" for f in dead[:3])
+    first = dead[0]
+    sentence = (f"the likely cause: thread{'s' if len(dead) > 1 else ''} {named} of rank {rank} "
+                f"died earlier ({first.describe(160)}) and the process lived on: {consequence}, "
+                f"waiting for what {'those threads' if len(dead) > 1 else 'that thread'} would "
+                "have produced or released")
+    return sentence, [f.event for f in dead[:3]]
+
+
 def first_failure_time(items: list[Failure]) -> float | None:
     times = [f.event.time for f in items if f.event.time is not None]
     return min(times) if times else None

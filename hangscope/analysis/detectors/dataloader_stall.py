@@ -4,7 +4,8 @@ Signal: a rank others wait on whose main thread sits in ``DataLoader`` (``_next_
 ``_try_get_data``) without progress. Cites: the main thread's stack and, for each DataLoader
 worker, where it is (its own stack: the dataset code it blocks in), its process state (D = stuck on
 I/O) or that it is gone. From logs: the DataLoader's own errors (worker killed, bus error,
-``DataLoader timed out``).
+``DataLoader timed out``). A helper thread of the rank that died of an exception, the usual reason
+workers wait for input that never comes, is added by ``analysis.thread_causes``.
 False positives: a slow but moving input pipeline sampled at a bad moment
 (progress ``moving`` is excluded), and workers legitimately idle because the prefetch queue is full.
 """

@@ -30,8 +30,10 @@ from hangscope.sources.logs.common import Context, Line, make_event
 
 MAX_BLOCK_LINES = 2000
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?$')
+# The last line's type: ``...Error`` and the like, or a module's lowercase ``error`` class
+# (``zlib.error``, ``struct.error``, ``socket.error``).
 _EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning|"
-                  r"Timeout|Fault|Signal|Abort|Iteration|[A-Z]\w*))(?::\s?(?P<msg>.*))?$")
+                  r"Timeout|Fault|Signal|Abort|Iteration|[A-Z]\w*|\.error))(?::\s?(?P<msg>.*))?$")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 
 
