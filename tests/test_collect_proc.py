@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,11 +27,15 @@ from hangscope.model import JobEvidence, ProcessState
 from hangscope.sources.registry import FILE_LOADERS
 
 
-def poll_status(pid: int, want: str, timeout: float = 5.0) -> ProcessState:
+def poll_status(pid: int, want: str, timeout: float = 10.0,
+                also: Callable[[ProcessState], bool] = lambda state: True) -> ProcessState:
+    """Sample until the process is in state ``want`` (and ``also`` holds), or the deadline: on a
+    busy machine one sample can catch it between states (status R, or wchan 0 while it is being
+    woken)."""
     deadline = time.monotonic() + timeout
     while True:
         state = sample_process(pid)
-        if state.status == want or time.monotonic() > deadline:
+        if (state.status == want and also(state)) or time.monotonic() > deadline:
             return state
         time.sleep(0.01)
 
@@ -40,7 +45,7 @@ class TestSample:
         ready = tmp_path / "ready"
         with started(family_args(ready, "fork", 2), ready) as proc:
             # just after writing its ready file it may still be running on a busy machine
-            state = poll_status(proc.pid, "S")
+            state = poll_status(proc.pid, "S", also=lambda state: bool(state.wchan))
             assert state.pid == proc.pid and state.status == "S"
             assert state.cpu_time_s is not None and state.cpu_time_s >= 0
             assert state.rss_bytes and state.rss_bytes > 1 << 20
