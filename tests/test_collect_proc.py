@@ -96,7 +96,11 @@ class TestSample:
         ready = tmp_path / "ready"
         with started(family_args(ready, "fork", 1), ready) as proc:
             worker = proc.ready["children"][0]
+            poll_status(worker, "S")  # a child just forked may still be running
             states = sample_many([proc.pid, worker, proc.pid])
+            deadline = time.monotonic() + 10
+            while states[worker].status != "S" and time.monotonic() < deadline:
+                states = sample_many([proc.pid, worker, proc.pid])
             assert list(states) == [proc.pid, worker]
             assert states[proc.pid].children == (worker,)
             assert states[worker].status == "S"
