@@ -13,6 +13,7 @@ from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.pg_order import stack_only_note
 from hangscope.analysis.rank_state import rank_states
 from hangscope.analysis.ras_facts import is_ras_evidence, ras_facts, ras_unmapped
+from hangscope.analysis.snapshot_gaps import single_sample_gap
 from hangscope.analysis.thread_causes import cite_dead_threads
 from hangscope.analysis.verdict import (
     STATUS_OF_KIND,
@@ -52,6 +53,8 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     if not any(f.culprit_ranks for f in findings) and (
             note := stack_only_note(ctx.picture, ctx.stacks)):
         gaps.append(note)  # stacks cannot tell an ordering deadlock: say so
+    if (not findings or _from_stacks_alone(findings[0])) and (note := single_sample_gap(ctx)):
+        gaps.append(note)  # one snapshot cannot tell slow from stuck: say so, with the logs
     missing_dumps = sorted(expected - set(ctx.picture.dumps))
     if ctx.picture.dumps and missing_dumps:
         gaps.append(f"no flight-recorder dump for rank{'s' if len(missing_dumps) > 1 else ''} "
@@ -160,7 +163,8 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
     if ctx.stacks and not ctx.picture.dumps:
         if any(s.progress == "moving" for s in ctx.stacks.values()):
             return Status.HEALTHY
-        gaps.append("no rank is blocked in torch.distributed and none makes progress")
+        gaps.append("no rank is blocked in torch.distributed, and the stacks show none making "
+                    "progress")
         return Status.INCONCLUSIVE
     if not ctx.picture.dumps:
         gaps.append(_why_nothing(ctx))
