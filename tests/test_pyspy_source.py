@@ -164,6 +164,43 @@ class TestText:
         (rank, sample), = parse_pyspy_text_by_rank(text, "sp")
         assert rank == 3 and sample.threads[0].frames[0].name == "all_reduce"
 
+    def test_hand_edited_text_without_thread_ids(self) -> None:
+        # GIVEN py-spy text as pasted into an issue: ids removed, frames elided and summarised
+        text = ('Thread (idle): "MainThread"\n'
+                "    get (queue.py:180)\n"
+                "    _try_get_data (torch/utils/data/dataloader.py:1310)\n"
+                "    ...\n"
+                'Thread (idle): "Thread-3 (_pin_memory_loop)"\n'
+                "    select (selectors.py:415)\n"
+                "    _poll \u2192 poll \u2192 get\n")
+        # WHEN
+        assert sniff_pyspy(text.encode()) == "pyspy-text"
+        (sample,) = parse_pyspy_text(text, "edited", taken_at=1.0)
+        # THEN both threads, numbered in order, the main one marked; the non-frames skipped
+        main, pin = sample.threads
+        assert (main.thread_id, main.is_main, main.active) == (1, True, False)
+        assert [f.name for f in main.frames] == ["get", "_try_get_data"]
+        assert (pin.thread_id, pin.is_main, [f.name for f in pin.frames]) == (2, False, ["select"])
+        assert sample.pid == 0  # no Process line and no OS id: the pid is unknown
+
+    def test_two_dumps_without_process_lines_are_two_processes(self) -> None:
+        # GIVEN two ranks' MainThreads pasted one after the other, the Process lines cut off
+        text = ('Thread 33550 (active): "MainThread"\n'
+                "    all_reduce (torch/distributed/distributed_c10d.py:2924)\n"
+                "    step (train.py:12)\n"
+                "```\n\n5 processes in:\n```\n"
+                'Thread 33549 (active): "MainThread"\n'
+                "    reduce_scatter_tensor (torch/distributed/distributed_c10d.py:4450)\n"
+                'Thread 33600 (idle): "Thread-1"\n'
+                "    wait (threading.py:320)\n")
+        # WHEN
+        first, second = parse_pyspy_text(text, "two", taken_at=1.0)
+        # THEN two processes, each with its main thread's OS id (= its pid on Linux) as pid
+        assert (first.pid, [t.name for t in first.threads]) == (33550, ["MainThread"])
+        assert (second.pid, [t.name for t in second.threads]) == (33549, ["MainThread",
+                                                                          "Thread-1"])
+        assert second.threads[0].is_main and not second.threads[1].is_main
+
     @pytest.mark.parametrize("text", ["", "garbage\n" * 10, "x" * 1_000_000,
                                       "\x00\x01\x02 Thread zz (idle)"])
     def test_hostile_text_is_one_line(self, text: str) -> None:

@@ -303,3 +303,79 @@ def test_prefix_tree_4096_ranks_is_compact_and_fast() -> None:
     assert branches[48].ranges == [[0, 16], [18, 4095]] and branches[52].ranges == [[17, 17]]
     assert branches[48].rank_text() == "0-16,18-4095"
     assert root.to_dict()["ranks"] == [(0, 4095)]
+
+
+# ------------------------------------------------------------------------------------------------
+# Native frames as gdb prints them (innermost first), and library wrappers of collectives
+
+LIBTORCH = "/opt/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so"
+
+
+def _native(*names: str) -> ThreadStack:
+    return ThreadStack(1, tuple(_f(name, LIBTORCH, None, True) for name in names))
+
+
+@pytest.mark.parametrize("names, kind, op", [
+    # communicator creation under a collective is an init wait, not the collective
+    (("pthread_tryjoin_np", "ncclGroupEnd", "c10d::ProcessGroupNCCL::getNCCLComm",
+      "c10d::ProcessGroupNCCL::collective"), "init", "nccl_comm_init"),
+    (("ncclCommInitRankConfig", "c10d::ProcessGroupNCCL::ProcessGroupNCCL"), "init",
+     "nccl_comm_init"),
+    (("__libc_recv", "c10d::tcputil::recvBytes<unsigned char>", "c10d::TCPStore::doGet",
+      "c10d::TCPStore::get"), "init", "store.get"),
+    # a grouped launch that never returns: p2p connection setup with a peer
+    (("usleep", "groupLaunch", "ncclGroupEndInternal", "pncclGroupEnd",
+      "c10d::ProcessGroupNCCL::groupEnd", "c10d::ProcessGroupNCCL::endCoalescing"), "p2p",
+     "coalesced"),
+    (("__lll_lock_wait", "__GI___pthread_mutex_lock", "std::mutex::lock"), "lock", "mutex"),
+    (("__futex_abstimed_wait_common64", "c10::SomeQueue::pop"), "lock", "mutex"),
+    (("__lll_lock_wait", "__GI___pthread_mutex_lock", "__kmp_lock_suspend_mx",
+      "__kmp_set_num_threads"), "lock", "mutex"),
+    (("pthread_cond_timedwait", "take_gil", "PyEval_RestoreThread"), "lock", "GIL"),
+    (("pthread_cond_wait", "drop_gil"), "lock", "GIL"),
+    (("__internal_atexit", "__GI___cxa_atexit"), "lock", "atexit lock"),
+])
+def test_native_waits(names: tuple[str, ...], kind: str, op: str) -> None:
+    activity = classify_thread(_native(*names))
+    assert (activity.kind, activity.op) == (kind, op)
+
+
+def test_sampler_iteration_is_a_dataloader_wait() -> None:
+    # GIVEN faulthandler's view of a DataLoader asking its (user-wrapped) sampler for an index
+    data = SITE + "torch/utils/data/"
+    thread = ThreadStack(1, (_f("__iter__", SITE + "model_hub/_data.py", 82),
+                             _f("__iter__", data + "sampler.py", 229),
+                             _f("_next_index", data + "dataloader.py", 512),
+                             _f("_try_put_index", data + "dataloader.py", 1209),
+                             _f("train", "/job/train.py", 30)))
+    activity = classify_thread(thread)
+    assert (activity.kind, activity.op) == ("dataloader", "Sampler.__iter__")
+    assert activity.user_frame is not None and activity.user_frame.name == "train"
+    alone = ThreadStack(1, (_f("_next_index", data + "dataloader.py", 512),))
+    assert classify_thread(alone).op == "_next_index"
+
+
+def test_library_wrappers_name_the_collective() -> None:
+    # GIVEN DeepSpeed's wrappers (py-spy short paths), once with and once without the c10d frame
+    c10d = "torch/distributed/distributed_c10d.py"
+    wrapped = ThreadStack(1, (_f("reduce_scatter_tensor", c10d, 4450),
+                              _f("reduce_scatter_tensor", "deepspeed/comm/comm.py", 302),
+                              _f("reduce_scatter_fn", "deepspeed/comm/comm.py", 270),
+                              _f("step", "train.py", 9)))
+    bare = ThreadStack(1, (_f("all_gather_coalesced",
+                              "deepspeed/runtime/zero/partition_parameters.py", 1254),
+                           _f("fetch_sub_module", "deepspeed/runtime/zero/x.py", 386)))
+    other = ThreadStack(1, (_f("save_checkpoint", "deepspeed/runtime/engine.py", 3000),))
+    assert (classify_thread(wrapped).kind, classify_thread(wrapped).op) == (
+        "collective", "reduce_scatter_tensor")
+    assert (classify_thread(bare).kind, classify_thread(bare).op) == (
+        "collective", "all_gather_coalesced")
+    assert classify_thread(other).kind != "collective"
+
+
+def test_ddp_constructor_is_init() -> None:
+    thread = ThreadStack(1, (_f("_sync_module_states", SITE + "torch/distributed/utils.py", 300),
+                             _f("__init__", SITE + "torch/nn/parallel/distributed.py", 800),
+                             _f("main", "/job/train.py", 20)))
+    activity = classify_thread(thread)
+    assert (activity.kind, activity.op) == ("init", "DistributedDataParallel.__init__")

@@ -18,7 +18,10 @@ that call unless the dump was taken with ``--native``; it then classifies as ``i
 job's own frame. With ``--native`` the native frames (``lock_PyThread_acquire_lock``,
 ``time_sleep``, ``sock_recv``, ``c10d::Work::wait``, ``c10d::TCPStore::waitForWorkers``) decide.
 Filenames may be full paths (JSON) or py-spy's shortened ones (``torch/distributed/...``,
-``threading.py``); predicates match both.
+``threading.py``); predicates match both. Stacks of native frames only (gdb) classify by name
+(``analysis.frames``): ``getNCCLComm``/``ncclCommInit*`` and ``TCPStore`` are init waits, a
+grouped NCCL launch that does not return (``ncclGroupEnd``, ``endCoalescing``) a p2p wait, and
+``take_gil``, ``pthread_mutex_lock``, futex and atexit-lock waits are lock waits.
 """
 
 from __future__ import annotations
@@ -30,7 +33,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from hangscope.analysis.frames import is_library_frame
+from hangscope.analysis.frames import (
+    is_library_frame,
+    is_nccl_comm_init,
+    is_nccl_group_launch,
+    native_lock,
+)
 from hangscope.model import Frame, StackSample, ThreadStack
 
 Kind = Literal["collective", "p2p", "init", "dataloader", "lock", "cuda_sync", "sleep", "io",
@@ -102,16 +110,27 @@ INIT_OPS = frozenset({"init_process_group", "new_group", "new_subgroups",
                       "new_subgroups_by_enumeration", "_new_group_with_tag", "_store_based_barrier",
                       "split_group", "init_device_mesh"})
 _DATALOADER_FUNCS = frozenset({"_next_data", "_get_data", "_try_get_data", "__next__",
-                               "_shutdown_workers", "_pin_memory_loop"})
+                               "_shutdown_workers", "_pin_memory_loop", "_next_index",
+                               "_try_put_index"})
+# Libraries that wrap torch.distributed under the same op names (deepspeed.comm.all_reduce,
+# ZeRO-3's all_gather_coalesced, Lightning's strategy.barrier, accelerate's gather): a frame of
+# theirs named like a collective is that collective, also when the c10d call under it is not
+# in the stack (py-spy shows no frame for the C call it blocks in).
+_WRAPPER_PACKAGES = ("deepspeed/", "megatron/", "fairscale/", "colossalai/", "apex/",
+                     "accelerate/", "lightning/", "pytorch_lightning/", "lightning_fabric/")
 _CUDA_SYNC_NATIVE = re.compile(r"cuda(Device|Stream|Event)Synchronize|cudaMemcpy(?!Async)|"
                                r"_local_scalar_dense|cuStreamSynchronize|cuEventSynchronize")
 
 
 def is_dataloader_wait(frame: Frame) -> str | None:
-    """The main process (or pin-memory thread) waiting for batches from DataLoader workers."""
+    """The main process (or pin-memory thread) waiting for batches from DataLoader workers, or
+    for the next index from its sampler (``_next_index``, a ``Sampler.__iter__``)."""
     if _in(frame, "torch/utils/data/dataloader.py", "torch/utils/data/_utils/pin_memory.py") \
             and _func(frame) in _DATALOADER_FUNCS:
         return _func(frame)
+    if _in(frame, "torch/utils/data/sampler.py", "torch/utils/data/distributed.py") \
+            and _func(frame) == "__iter__":
+        return "Sampler.__iter__"
     return None
 
 
@@ -125,9 +144,18 @@ def is_init_wait(frame: Frame) -> str | None:
         return "rendezvous"
     if _under(frame, "torch/distributed/elastic/agent/", "torch/distributed/launcher/"):
         return "elastic_agent"
-    if frame.native and re.search(r"c10d::(TCPStore|PrefixStore|FileStore|Store)\b", frame.name):
-        return "store." + _native_method(frame.name)
+    if _in(frame, "torch/nn/parallel/distributed.py") and _func(frame) == "__init__":
+        # DDP's constructor: verifies shapes and broadcasts rank 0's parameters to every rank
+        return "DistributedDataParallel.__init__"
+    if frame.native:
+        if re.search(r"c10d::(TCPStore|PrefixStore|FileStore|HashStore|Store)\b", frame.name):
+            return "store." + _native_method(frame.name)
+        if is_nccl_comm_init(frame.name):
+            # the communicator is created lazily by the first collective, and every rank of
+            # the group must take part
+            return "nccl_comm_init"
     return None
+
 
 
 def is_c10d_op(frame: Frame) -> tuple[Kind, str] | None:
@@ -140,12 +168,22 @@ def is_c10d_op(frame: Frame) -> tuple[Kind, str] | None:
         return None
     if _in(frame, "torch/distributed/_functional_collectives.py") and "wait" in frame.name:
         return "collective", "wait_tensor"
-    if frame.native and "c10d::" in frame.name:
-        if re.search(r"(Send|Recv)Work::wait", frame.name):
-            return "p2p", "wait"
-        if re.search(r"Work\w*::wait\b", frame.name):
-            return "collective", "wait"
+    if _under(frame, *_WRAPPER_PACKAGES):
+        if _func(frame) in COLLECTIVE_OPS:
+            return "collective", _func(frame)
+        if _func(frame) in P2P_OPS:
+            return "p2p", _func(frame)
+        return None
+    if frame.native:
+        if "c10d::" in frame.name:
+            if re.search(r"(Send|Recv)Work::wait", frame.name):
+                return "p2p", "wait"
+            if re.search(r"Work\w*::wait\b", frame.name):
+                return "collective", "wait"
+        if is_nccl_group_launch(frame.name):
+            return "p2p", "coalesced" if "Coalescing" in frame.name else "ncclGroupEnd"
     return None
+
 
 
 def is_cuda_sync(frame: Frame) -> str | None:
@@ -190,21 +228,13 @@ _IO_NATIVE = re.compile(r"^(sock_\w+|_io_\w+|os_read\w*|select_\w+|read|readv|pr
                         r"__libc_recv|__libc_read|__poll)$")
 
 
-# Native waits for the GIL or a C mutex (gdb backtraces, py-spy --native): a thread here holds
-# nothing and waits for whoever holds the GIL or the mutex.
-_GIL_NATIVE = re.compile(r"^(take_gil|PyEval_AcquireThread|PyEval_RestoreThread|PyEval_AcquireLock"
-                         r"|PyGILState_Ensure|pybind11::gil_scoped_acquire::gil_scoped_acquire)$")
-_MUTEX_NATIVE = re.compile(r"^(__lll_lock_wait\w*|_?_?pthread_mutex_lock\w*|__kmp_\w*(lock|wait)\w*"
-                           r"|std::mutex::lock|__gthread_mutex_lock)$")
-
 
 def is_lock_wait(frame: Frame) -> str | None:
     """Python-level synchronisation: locks, conditions, events, queues, joins, futures, pipes."""
     if frame.native:
-        if _GIL_NATIVE.match(frame.name):
-            return "GIL"
-        if _MUTEX_NATIVE.match(frame.name):
-            return "mutex"
+        lock = native_lock(frame.name)
+        if lock is not None:
+            return lock
         return "lock.acquire" if frame.name in _LOCK_NATIVE else None
     names = _LOCK_FUNCS.get(module_path(frame.filename))
     if names and frame.name in names:

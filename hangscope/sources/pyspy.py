@@ -32,6 +32,12 @@ py-spy's hex thread id when it has no OS id)::
 
 Files may hold several dumps one after another, and lines may carry a ``[rank3]:`` prefix when they
 went through a launcher's tee (the ranks' lines may then interleave).
+
+Pasted into an issue, the text is often trimmed or edited: the ``Process`` lines cut off (a
+second ``MainThread`` then starts the next process's dump: a process has one; with no ``Process``
+line the main thread's OS id, which on Linux is the pid, stands for the pid), thread ids removed
+(``Thread (idle): "MainThread"``: numbered in order), frames elided (``...``) or summarised
+(``_poll → poll → get``; lines that are not frames are skipped).
 """
 
 from __future__ import annotations
@@ -162,7 +168,7 @@ def iter_json_values(text: str) -> Iterator[Any]:
 
 _PREFIX = re.compile(r"^\[(?:rank)?(\d{1,7})\]:")
 _PROCESS = re.compile(r"^Process (\d+):")
-_THREAD = re.compile(r'^Thread (0x[0-9A-Fa-f]+|\d+) \(([a-z+]*)\)(?::\s*"(.*)")?\s*$')
+_THREAD = re.compile(r'^Thread (?:(0x[0-9A-Fa-f]+|\d+) )?\(([a-z+]*)\)(?::\s*"(.*)")?\s*$')
 _FRAME = re.compile(r"^(.+) \(([^()]*)\)$")
 _NATIVE_EXT = (".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu", ".rs", ".S", ".s")
 
@@ -227,9 +233,15 @@ def _parse_stream(lines: list[str], path: str, taken_at: float) -> list[StackSam
         thread = _THREAD.match(stripped)
         if thread and indent == 0:
             ident, status, name = thread.groups()
+            if name == "MainThread" and any(t[1] == "MainThread" for t in threads):
+                flush()  # a second process's dump whose "Process" line was not pasted
+                pid, threads = None, []
             words = set(status.split("+"))
             active = True if "active" in words else False if "idle" in words else None
-            threads.append((int(ident, 0), name, active, "gil" in words, []))
+            number = int(ident, 0) if ident else _unused_id(threads)
+            if pid is None and name == "MainThread" and ident and ident.isdigit():
+                pid = number  # no "Process" line: on Linux the main thread's OS id is the pid
+            threads.append((number, name, active, "gil" in words, []))
             continue
         if stripped in ("Arguments:", "Locals:"):
             locals_indent = indent
@@ -239,6 +251,16 @@ def _parse_stream(lines: list[str], path: str, taken_at: float) -> list[StackSam
             threads[-1][4].append(_text_frame(frame.group(1), frame.group(2)))
     flush()
     return samples
+
+
+def _unused_id(threads: list[tuple[int, str | None, bool | None, bool | None, list[Frame]]]
+               ) -> int:
+    """A number for a thread whose id was edited out: its place in the dump."""
+    taken = {t[0] for t in threads}
+    ident = len(threads) + 1
+    while ident in taken:
+        ident += 1
+    return ident
 
 
 def _text_frame(name: str, location: str) -> Frame:

@@ -9,6 +9,7 @@ from hangscope.analysis.detectors import (
     deadlock_cycle,
     init_hang,
     log_waits,
+    lone_waits,
     missing_rank,
     network_fault,
     python_deadlock,
@@ -32,5 +33,6 @@ ALL: tuple[Detector, ...] = (
     dataloader_stall.detect,
     python_deadlock.detect,
     init_hang.detect,
+    lone_waits.detect,
     straggler.detect,
 )

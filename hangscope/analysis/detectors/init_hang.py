@@ -11,6 +11,11 @@ used the key, a stale store or duplicate ranks), the TCPStore server's "M/N clie
 client that cannot reach the store, a rendezvous timeout, and one GLOBAL_RANK printed by two
 processes (Lightning). The rank that never joined prints nothing, so the culprit is named only
 where the lines show which ranks did arrive.
+
+Stacks of waiting ranks only (a gdb or py-spy paste of one process in ``TCPStore::get``, in NCCL
+communicator creation, in DDP's constructor), with nobody else in the evidence: ``init_hang`` with
+no culprit (0.4), what the wait needs from the others, and which ranks' stacks to fetch. False
+positive: a store wait of a rank that was sampled while init was merely slow.
 """
 
 from __future__ import annotations
@@ -43,7 +48,46 @@ def detect(ctx: Context) -> list[Finding]:
                                 waiting_ranks=sorted(waiting), confidence=0.85,
                                 summary=summary, evidence=evidence,
                                 collective=CollectiveRef(pg=None, seq=None, op=reason.op)))
-    return findings or _from_logs(ctx)
+    return findings or _from_logs(ctx) or _lone(ctx)
+
+
+# what each init wait needs from the other ranks (the op comes from analysis.stacks.is_init_wait)
+_NEEDS = (
+    ("store.", "a key of the c10d store that another rank (or the store's host, rank 0 at "
+               "MASTER_ADDR:MASTER_PORT) has not written: a rank that never started, or a store "
+               "that is unreachable or left over from an earlier run"),
+    ("nccl_comm_init", "every rank of the group to create the NCCL communicator with it (torch "
+                       "creates it at the group's first collective): a rank that never reaches "
+                       "that collective, or cannot connect (NCCL_SOCKET_IFNAME, firewall)"),
+    ("DistributedDataParallel", "every rank to construct DDP too (it checks parameter shapes and "
+                                "broadcasts rank 0's parameters)"),
+)
+
+
+def _lone(ctx: Context) -> list[Finding]:
+    """Ranks whose stacks sit in process-group setup, when no rank of the evidence is anywhere
+    else: the ones they wait for are not in the evidence, so the culprit is unknown."""
+    stuck = sorted(rank for rank, state in ctx.stacks.items()
+                   if state.main is not None and state.main.kind == "init"
+                   # torchrun's agent monitors its workers: it is no rank in setup
+                   and state.main.op != "elastic_agent" and state.progress != "moving")
+    if not stuck or set(stuck) != set(ctx.evidence.ranks) or ctx.evidence.world_size:
+        return []  # a rank elsewhere, or ranks known not to be seen: the stack-init waits say who
+    main = ctx.stacks[stuck[0]].main
+    assert main is not None
+    op = main.op or "init"
+    needs = next((text for prefix, text in _NEEDS if op.startswith(prefix)),
+                 "the other ranks of the group to join")
+    summary = (f"{ranks_phrase(stuck)} {'wait' if len(stuck) > 1 else 'waits'} in process-group "
+               f"setup ({main.describe()}), which needs {needs}. No other rank is in the "
+               "evidence, so which one it waits for is unknown: fetch the stacks or logs of "
+               "the other ranks (`hangscope attach` on every node, or their stderr with "
+               "TORCH_DISTRIBUTED_DEBUG=DETAIL and TORCH_CPP_LOG_LEVEL=INFO)")
+    evidence = [item for rank in stuck[:8]
+                if (item := ctx.stack_evidence(rank, "main thread: ")) is not None]
+    return [Finding(kind=Kind.INIT_HANG, culprit_ranks=[], waiting_ranks=stuck, confidence=0.4,
+                    summary=summary, evidence=evidence,
+                    collective=CollectiveRef(pg=None, seq=None, op=op))]
 
 
 _INIT_KINDS = ("store_barrier_wait", "store_timeout", "rendezvous_timeout")
