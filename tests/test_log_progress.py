@@ -74,6 +74,30 @@ def test_a_redrawn_bar_counts_by_its_last_drawing_and_keeps_its_prefix(tmp_path)
         (12, 1.0, 2)
 
 
+def test_continuations_and_launcher_lines_are_no_rank_stream(tmp_path) -> None:
+    # GIVEN a launcher's log: rank-prefixed lines, a report block continued on indented lines
+    # (which names "[7]"), and the launcher's own unprefixed lines
+    log = tmp_path / "launcher.log"
+    log.write_text("[rank0]:step 5 loss 0.1\n"
+                   "[rank0]:Timeout at collective: ALLREDUCE, #315\n"
+                   "             [7] finished ALLREDUCE\n"
+                   "[rank1]:step 5 loss 0.2\n"
+                   "torch.distributed.elastic.multiprocessing.api: failed (exitcode: 1)\n")
+    # WHEN scanning it
+    events = scan_progress(str(log))
+    # THEN only ranks 0 and 1 have streams, each ending at its own last line
+    assert sorted((e.kind, e.rank, e.line_no) for e in events) == [
+        ("log_end", 0, 2), ("log_end", 1, 4), ("progress", 0, 1), ("progress", 1, 4)]
+
+
+def test_a_rank_file_is_one_stream_with_or_without_prefixes(tmp_path) -> None:
+    log = tmp_path / "rank2.stderr.log"
+    log.write_text("[rank2]: warning: something\nstep 7 loss 0.3\n")
+    events = scan_progress(str(log))
+    assert sorted((e.kind, e.rank, e.line_no) for e in events) == [
+        ("log_end", 2, 2), ("progress", 2, 2)]
+
+
 def test_the_tail_keeps_the_files_line_numbers(tmp_path, monkeypatch) -> None:
     # GIVEN a log longer than the tail that is read
     monkeypatch.setattr(progress, "TAIL_BYTES", 4096)

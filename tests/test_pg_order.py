@@ -147,7 +147,7 @@ def test_stacks_alone_say_what_they_cannot_tell(scenario, odd) -> None:
     # GIVEN only the py-spy stacks: every rank sits in all_reduce, from two call sites
     verdict = _verdict([RECORDED / scenario / "stacks"])
     # THEN no culprit is invented, and a gap says what only FR dumps could tell
-    assert verdict.status is Status.INCONCLUSIVE and not verdict.findings
+    assert not any(f.culprit_ranks for f in verdict.findings)
     note = next(g for g in verdict.evidence_gaps if "names no process group" in g)
     assert "ordering deadlock" in note and "TORCH_FR_BUFFER_SIZE" in note
     assert (f"where {odd} would have the odd order" in note) == bool(odd)

@@ -40,6 +40,7 @@ class RankLog:
     progress: LogEvent | None = None  # its latest progress line
     ends: list[LogEvent] = field(default_factory=list)  # the last line of each of its logs
     lost_peer: list[LogEvent] = field(default_factory=list)  # its reports of a lost peer
+    echoed: bool = False  # it logged an echo of some other failure (a dump signal, ...)
 
     @property
     def last_time(self) -> float | None:
@@ -80,6 +81,8 @@ def rank_logs(evidence: JobEvidence) -> dict[int, RankLog]:
         elif event.kind in PEER_LOST_KINDS or (event.kind == "traceback" and classify(event) is None
                                                and _says_lost(event)):
             log.lost_peer.append(event)
+        elif event.kind in ECHO_KINDS or (event.kind == "traceback" and classify(event) is None):
+            log.echoed = True
     for log in found.values():
         log.lost_peer.sort(key=lambda e: (e.time is None, e.time or 0.0))
     return found
@@ -92,7 +95,8 @@ def quiet_ranks(evidence: JobEvidence) -> QuietReading | None:
         return None
     logs = rank_logs(evidence)
     reporters = sorted(r for r, log in logs.items() if log.lost_peer)
-    quiet = [r for r, log in logs.items() if not log.lost_peer and (log.ends or log.progress)]
+    quiet = [r for r, log in logs.items()
+             if not log.lost_peer and not log.echoed and (log.ends or log.progress)]
     if not reporters or not quiet:
         return None
     behind = all(_behind(logs[q], logs[r]) for q in quiet for r in reporters)

@@ -39,6 +39,10 @@ from hangscope.sources.logs.common import (
 TAIL_BYTES = 1 << 20
 COUNT_CHUNK = 8 << 20
 MAX_LINE = 64 << 10
+SETTLE_LINES = 2000  # lines read past the last new stream, or new end or progress of one
+
+# any of these (case-insensitive) must be in a line for it to be parsed as progress
+_CANDIDATE = re.compile(rb"(?i)step|iter|epoch|num_updates|batch|%\||\(\d+%\)")
 
 _NUM = r"(\d+)(?:\s*(?:/|of)\s*(\d+))?"
 _BEFORE = r"(?<![\w\-.])"  # not inside a word, an option name or a dotted name
@@ -84,32 +88,63 @@ def parse_progress(text: str) -> Progress | None:
 
 def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
     """The last progress line and the last line of each rank stream in the log's tail. An
-    unreadable file gives nothing (the event scan of the same file reports it)."""
+    unreadable file gives nothing (the event scan of the same file reports it).
+
+    Lines are read from the end: a stream is done once its last line and its last progress line
+    are found, and the scan stops ``SETTLE_LINES`` lines after the last stream that was not."""
     ctx = _context(path, rank_hint)
     try:
         first_line, data = _tail(path)
     except OSError:
         return []
+    lines = data.split(b"\n")
+    skip = _continuations(lines)
+    hinted = (ctx.rank_hint, ctx.local_hint)
     last: dict[tuple[int | None, int | None], tuple[Line, Progress]] = {}
     ends: dict[tuple[int | None, int | None], Line] = {}
-    for offset, raw in enumerate(data.split(b"\n")):
-        segments = [s for s in raw.split(b"\r") if s.strip()]
-        if not segments:
+    settled = 0  # lines since a stream last changed
+    for index in range(len(lines) - 1, -1, -1):
+        if settled > SETTLE_LINES and len(last) == len(ends):
+            break
+        raw = lines[index]
+        if index in skip or not raw.strip():
             continue
-        line_no = first_line + offset
-        head = parse_line(decode(segments[0], MAX_LINE), line_no, ctx)
-        key = (head.rank, head.local_rank)
-        # a bar redrawn with carriage returns: its prefix is on the first drawing only
-        drawings = (head if index == 0 else
-                    parse_line(head.key + decode(segments[index], MAX_LINE), line_no, ctx)
-                    for index in range(len(segments) - 1, -1, -1))
-        for nth, line in enumerate(drawings):
-            if nth == 0:  # the last drawing is what the line finally shows
+        settled += 1
+        segments = [s for s in raw.split(b"\r") if s.strip()]
+        line_no = first_line + index
+        head = None
+        key = hinted
+        if raw[:1] in (b"[", b"("):  # process prefixes ([rank3]:, [default3]:, Ray's) start so
+            head = parse_line(decode(segments[0], MAX_LINE), line_no, ctx)
+            key = (head.rank if head.rank is not None else ctx.rank_hint,
+                   head.local_rank if head.local_rank is not None else ctx.local_hint)
+        if key in last:
+            continue
+        prefix = head.key if head is not None else ""
+        for nth in range(len(segments) - 1, -1, -1):
+            need_end = key not in ends
+            candidate = _CANDIDATE.search(segments[nth]) is not None
+            if not need_end and not candidate:
+                if len(segments) - nth > 8:
+                    break  # only the last drawings of a long-redrawn line are worth reading
+                continue
+            # a bar redrawn with carriage returns: its prefix is on the first drawing only
+            line = (head if nth == 0 and head is not None else
+                    parse_line((prefix if nth else "") + decode(segments[nth], MAX_LINE),
+                               line_no, ctx))
+            if need_end:
                 ends[key] = line
-            found = parse_progress(line.body)
+                settled = 0
+            found = parse_progress(line.body) if candidate else None
             if found is not None:
                 last[key] = (line, found)
+                settled = 0
                 break
+    if len(ends) > 1:
+        # lines that name no rank in a log whose other lines do (and whose name names none):
+        # the launcher's own, not a rank's stream
+        ends.pop((None, None), None)
+        last.pop((None, None), None)
     events = []
     for line, found in last.values():
         fields: dict[str, str | int | float] = {"unit": found.unit}
@@ -122,6 +157,22 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
         events.append(make_event("progress", line, ctx, "info", fields))
     events.extend(make_event("log_end", line, ctx, "info", {}) for line in ends.values())
     return events
+
+
+def _continuations(lines: list[bytes]) -> set[int]:
+    """Indented lines that continue a rank-prefixed line's message (a report block): they are
+    no stream of their own. Prefixes start with ``[`` or ``(``: that is all this looks at."""
+    found = set()
+    prefixed = False
+    for index, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        if raw[:1] in (b" ", b"\t"):
+            if prefixed:
+                found.add(index)
+            continue
+        prefixed = raw[:1] in (b"[", b"(")
+    return found
 
 
 def position(event: LogEvent) -> tuple[float | None, int | None]:
