@@ -289,7 +289,10 @@ def test_stacks_match_ground_truth(scenario: str) -> None:
         if "worker" in where:
             n = e["worker_stacks"][str(r)]
             workers = [main_thread(stacks(scenario, f"rank{r}.worker{k}")) for k in range(n)]
-            assert any(w[0] == where["worker"] for w in workers), workers
+            # the worker blocks in the dataset code named (the frames below it vary with the
+            # moment: a lock's __enter__, a pipe's _recv)
+            name = where["worker"].rsplit(".", 1)[-1]
+            assert any(name in w[:8] for w in workers), workers
 
 
 # --- what the logs say ------------------------------------------------------------------------
