@@ -18,6 +18,7 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from hangscope.analysis.fr_match import match_key
 from hangscope.analysis.observations import (
     WAITING_STATES,
     Observation,
@@ -38,6 +39,7 @@ class RankInGroup:
     entries: list[FrEntry]  # same order as seqs
     pending: FrEntry | None  # first op not completed: what the rank is blocked in on this group
     p2p_pending: list[FrEntry] = field(default_factory=list)
+    p2p: list[FrEntry] = field(default_factory=list)  # every send/recv, in record order
 
     @property
     def last_seq(self) -> int:
@@ -52,6 +54,19 @@ class RankInGroup:
         if index < len(self.seqs) and self.seqs[index] == seq:
             return self.entries[index]
         return None
+
+    def block_at(self, seq: int) -> list[FrEntry]:
+        """Every entry at ``seq``: one op, or the ops of a coalesced block (they share its seq,
+        its ``*coalesced`` end entry last), in the order the rank issued them."""
+        start = bisect.bisect_left(self.seqs, seq)
+        return self.entries[start:bisect.bisect_right(self.seqs, seq, lo=start)]
+
+    @property
+    def entered(self) -> int:
+        """The highest seq this rank can be said to have reached: the first one it is blocked
+        in, else the last one it recorded. An NCCL rank whose stream is stuck in seq N may have
+        enqueued (recorded) seqs past N that it cannot start."""
+        return self.pending.collective_seq_id if self.pending is not None else self.last_seq
 
     def last_completed(self) -> FrEntry | None:
         for entry in reversed(self.entries):
@@ -69,6 +84,18 @@ class GroupView:
     members: tuple[int, ...]
     members_known: bool
     ranks: dict[int, RankInGroup]  # members that have a dump
+    members_declared: bool = False  # a dump's pg_config lists them (not the world, not usage)
+    _history: dict[tuple[object, ...], list[int]] | None = None  # history_classes, once
+    _history_index: dict[int, int] | None = None
+
+    def history_of(self, rank: int) -> int:
+        """Which history class (see :func:`history_classes`) the rank is in; 0 when the group
+        has one class (or the rank holds nothing in it)."""
+        if self._history_index is None:
+            classes = history_classes(self)
+            self._history_index = {} if len(classes) < 2 else {
+                r: i for i, ranks in enumerate(classes.values()) for r in ranks}
+        return self._history_index.get(rank, 0)
 
     @property
     def label(self) -> str:
@@ -115,6 +142,12 @@ class Picture:
         return self._pending.get(rank, [])
 
 
+def finished(entry: FrEntry) -> bool:
+    """The rank's side of this op completed, and the dump says so by its state: NCCL marks an op
+    ``completed`` when its work ends. An op that is only ``retired`` (gloo) may have failed."""
+    return entry.completed is True and entry.state == "completed"
+
+
 def _pending_by_rank(groups: dict[str, GroupView]) -> dict[int, list[tuple[GroupView, FrEntry]]]:
     """One pass over the groups for every rank: asking per rank would scan every group again."""
     found: dict[int, list[tuple[GroupView, FrEntry]]] = {}
@@ -131,8 +164,9 @@ def _pending_by_rank(groups: dict[str, GroupView]) -> dict[int, list[tuple[Group
 
 def build_picture(evidence: JobEvidence) -> Picture:
     dumps = evidence.fr_dumps()
-    world_size = evidence.expected_world_size() or 0
     notes: list[str] = []
+    declared = _declared_groups(dumps, notes)
+    world_size = _world_size(evidence, declared.get(DEFAULT_PG), notes)
     per_group: dict[str, dict[int, list[FrEntry]]] = defaultdict(lambda: defaultdict(list))
     descs: dict[str, str] = {}
     backends: set[str] = set()
@@ -143,7 +177,6 @@ def build_picture(evidence: JobEvidence) -> Picture:
             per_group[entry.pg_name][rank].append(entry)
             if entry.pg_desc and entry.pg_name not in descs:
                 descs[entry.pg_name] = entry.pg_desc
-    declared = _declared_groups(dumps)
     groups: dict[str, GroupView] = {}
     for name in sorted(set(per_group) | set(declared), key=_group_sort_key):
         by_rank = per_group.get(name, {})
@@ -157,7 +190,8 @@ def build_picture(evidence: JobEvidence) -> Picture:
             if rank in dumps and rank not in views:
                 views[rank] = RankInGroup(rank=rank, seqs=[], entries=[], pending=None)
         groups[name] = GroupView(name=name, desc=descs.get(name, ""), members=members,
-                                 members_known=known, ranks=views)
+                                 members_known=known, ranks=views,
+                                 members_declared=bool(declared.get(name)))
     if "gloo" in backends:
         notes.append("gloo's flight recorder does not record send/recv: point-to-point waits are "
                      "invisible in these dumps (stacks show them)")
@@ -178,13 +212,47 @@ def _group_sort_key(name: str) -> tuple[int, str]:
     return (0, f"{int(name):012d}") if name.isdigit() else (1, name)
 
 
-def _declared_groups(dumps: dict[int, FrDump]) -> dict[str, tuple[int, ...]]:
+def _declared_groups(dumps: dict[int, FrDump], notes: list[str]) -> dict[str, tuple[int, ...]]:
+    """Members of each group as the dumps' ``pg_config`` lists them. gloo's one ``''`` slot is
+    the default group's while a dump records nothing but the default group (torch 2.13 empties it
+    once a sub-group exists). Where dumps list one group with different members (torch's analyzer
+    then treats them as different groups), the first listing is kept and the conflict noted."""
     declared: dict[str, tuple[int, ...]] = {}
-    for dump in dumps.values():
+    conflicts: dict[str, set[tuple[int, ...]]] = {}
+    for rank in sorted(dumps):
+        dump = dumps[rank]
         for name, info in dump.process_groups.items():
-            if info.ranks and name not in declared:
-                declared[name] = info.ranks
+            if not info.ranks:
+                continue
+            if not name:
+                if any(entry.pg_name != DEFAULT_PG for entry in dump.entries):
+                    continue
+                name = DEFAULT_PG
+            have = declared.setdefault(name, info.ranks)
+            if have != info.ranks:
+                conflicts.setdefault(name, {have}).add(info.ranks)
+    for name, listings in sorted(conflicts.items()):
+        shown = "; ".join(_fmt(ranks) for ranks in sorted(listings))
+        notes.append(f"the dumps list process group {name} with different members ({shown}): "
+                     f"compared as one group of ranks {_fmt(declared[name])}")
     return declared
+
+
+def _world_size(evidence: JobEvidence, default_members: tuple[int, ...] | None,
+                notes: list[str]) -> int:
+    """The job's size: as given (``--world-size``, a bundle's manifest), else the default group's
+    members as the dumps list them, else the largest the evidence implies (file names, other
+    groups). File names number ranks only by convention; the default group is the job."""
+    if evidence.world_size:
+        return evidence.world_size
+    if default_members:
+        outside = sorted(r for r in evidence.fr_dumps() if r not in default_members)
+        if outside:
+            notes.append(f"dumps named for ranks {_fmt(tuple(outside))} are not members of the "
+                         f"default group (ranks {_fmt(default_members)}) that the dumps list")
+            return max(max(default_members), *outside) + 1
+        return max(default_members) + 1
+    return evidence.expected_world_size() or 0
 
 
 def _members(
@@ -206,17 +274,27 @@ def _rank_view(rank: int, entries: list[FrEntry]) -> RankInGroup:
     pending = next((e for e in collectives if e.completed is False), None)
     if pending is None and collectives and collectives[-1].completed is None:
         pending = collectives[-1]  # no completion info: the newest op is where it stands
-    p2p_pending = [e for e in entries if e.is_p2p and e.completed is False]
+    p2p = sorted((e for e in entries if e.is_p2p), key=lambda e: e.record_id)
+    p2p_pending = [e for e in p2p if e.completed is False]
     return RankInGroup(rank=rank, seqs=[e.collective_seq_id for e in collectives],
-                       entries=collectives, pending=pending, p2p_pending=p2p_pending)
+                       entries=collectives, pending=pending, p2p_pending=p2p_pending, p2p=p2p)
 
 
 def history_classes(group: GroupView) -> dict[tuple[object, ...], list[int]]:
-    """Ranks of ``group`` grouped by identical op signatures on the seqs all of them still hold.
+    """Ranks of ``group`` grouped by identical histories on the seqs all of them still hold: what
+    must match across ranks (``fr_match.match_key``) and where each op was left (completed or
+    not, so that a rank still inside a collective its peers completed is a class of its own).
 
     Two ranks in one class agree on every collective they both recorded; a group with more than one
-    class has a mismatch somewhere in the shared window.
+    class differs somewhere in the shared window.
     """
+    if group._history is not None:
+        return group._history
+    group._history = _history_classes(group)
+    return group._history
+
+
+def _history_classes(group: GroupView) -> dict[tuple[object, ...], list[int]]:
     views = [v for v in group.ranks.values() if v.seqs]
     if not views:
         return {}
@@ -227,7 +305,8 @@ def history_classes(group: GroupView) -> dict[tuple[object, ...], list[int]]:
     for view in views:
         start = bisect.bisect_left(view.seqs, low)
         stop = bisect.bisect_right(view.seqs, high)
-        key = tuple(sig_ids.setdefault(entry.signature(), len(sig_ids))
+        key = tuple(sig_ids.setdefault((entry.collective_seq_id, match_key(entry),
+                                        entry.completed), len(sig_ids))
                     for entry in view.entries[start:stop])
         classes[key].append(view.rank)
     return classes

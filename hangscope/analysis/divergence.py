@@ -1,55 +1,126 @@
 """Where the ranks of one group first disagree about a collective: shared by the two mismatch
-detectors, which differ only in what disagrees (the op, or its sizes and dtypes)."""
+detectors, which differ only in what disagrees (the op, or its sizes and dtypes).
+
+Every seq that every rank of the group still holds is compared, pending or not: a collective that
+failed (gloo raises on a size mismatch, and retires the entry) or that completed with wrong
+arguments is as much a mismatch as one the ranks hang in. A coalesced block (several ops at one
+seq) is compared op by op, in the order each rank issued them. What must agree is
+``fr_match.match_key``; with no majority, a side whose record contradicts its own op
+(``fr_match.invalid``) is the odd one.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-from hangscope.analysis.correlate import GroupView, history_classes
+from hangscope.analysis.correlate import GroupView, RankInGroup, history_classes
+from hangscope.analysis.fr_match import differs_in, invalid, match_key
 from hangscope.model import FrEntry
+
+# What became of the collective: ranks still in it; every rank retired it and recorded nothing
+# after it (gloo raised, the ranks exited); every rank completed it (and went on past it).
+Outcome = Literal["pending", "failed", "completed", "went_on"]
 
 
 @dataclass(slots=True)
 class Divergence:
     group: GroupView
     seq: int
-    sides: list[tuple[FrEntry, list[int]]]  # (representative entry, ranks), largest side first
+    # (representative entry, ranks), the expected side first (for "syntax": the ranks whose
+    # record is sound, possibly none, then those whose record contradicts its op)
+    sides: list[tuple[FrEntry, list[int]]]
+    outcome: Outcome = "pending"
+    what: str = "op"  # what differs first: see fr_match.differs_in
+    position: int = 0  # index of the differing op inside a coalesced block
+    invalid: str = ""  # why the odd side's own record contradicts its op, when that decided
 
     @property
     def ops_differ(self) -> bool:
-        return len({entry.op for entry, _ in self.sides}) > 1
+        return self.what == "op"
 
     @property
     def majority_is_clear(self) -> bool:
-        return len(self.sides) > 1 and len(self.sides[0][1]) > len(self.sides[1][1])
+        return bool(self.invalid) or (len(self.sides) > 1
+                                      and len(self.sides[0][1]) > len(self.sides[1][1]))
 
 
 def first_divergence(group: GroupView) -> Divergence | None:
-    """The lowest seq, among those every member still holds, where signatures differ.
+    """The lowest seq, among those every member with a dump still holds, where what must match
+    differs; or the first record that contradicts its own op.
 
     Compares one representative per history class, so cost is in classes, not ranks.
     """
     classes = list(history_classes(group).values())
-    if len(classes) < 2:
-        return None
     reps = [group.ranks[ranks[0]] for ranks in classes]
-    low = max(v.first_seq for v in group.ranks.values() if v.seqs)
-    high = min(v.last_seq for v in group.ranks.values() if v.seqs)
-    for seq in range(low, high + 1):
-        entries = [rep.entry_at(seq) for rep in reps]
-        signatures = {e.signature() if e is not None else None for e in entries}
-        if len(signatures) > 1:
-            return _sides(group, seq, classes, entries)
+    if not reps:
+        return None
+    size = len(group.members) if group.members_declared else None
+    low = max(v.first_seq for v in reps)
+    high = min(v.last_seq for v in reps)
+    seqs = sorted({seq for rep in reps for seq in rep.seqs if low <= seq <= high})
+    for seq in seqs:
+        blocks = [rep.block_at(seq) for rep in reps]
+        if any(not block for block in blocks):
+            continue  # a rank holds nothing at this seq (an empty coalesced block): no evidence
+        if len(reps) > 1 and len({tuple(map(match_key, b)) for b in blocks}) > 1:
+            return _sides(group, seq, classes, blocks, reps, size)
+        bad = [(ranks, e, why) for ranks, block in zip(classes, blocks) for e in block
+               if (why := invalid(e, size))]
+        if bad:
+            return _invalid_only(group, seq, classes, blocks, reps, bad)
     return None
 
 
-def _sides(group: GroupView, seq: int, classes: list[list[int]],
-           entries: list[FrEntry | None]) -> Divergence:
-    by_sig: dict[object, tuple[FrEntry, list[int]]] = {}
-    for ranks, entry in zip(classes, entries):
-        if entry is None:
-            continue
-        side = by_sig.setdefault(entry.signature(), (entry, []))
-        side[1].extend(ranks)
-    sides = sorted(by_sig.values(), key=lambda side: (-len(side[1]), min(side[1])))
-    return Divergence(group=group, seq=seq, sides=sides)
+def _sides(group: GroupView, seq: int, classes: list[list[int]], blocks: list[list[FrEntry]],
+           reps: list[RankInGroup], size: int | None) -> Divergence:
+    position = next(i for i in range(max(map(len, blocks)))
+                    if len({match_key(b[i]) if i < len(b) else None for b in blocks}) > 1)
+    by_key: dict[object, tuple[FrEntry, list[int]]] = {}
+    for ranks, block in zip(classes, blocks):
+        entry = block[min(position, len(block) - 1)]
+        key = tuple(map(match_key, block[position:position + 1])) or ("<none>",)
+        by_key.setdefault(key, (entry, []))[1].extend(ranks)
+    sides = sorted(by_key.values(), key=lambda side: (-len(side[1]), min(side[1])))
+    why = ""
+    if len(sides) > 1 and len(sides[0][1]) == len(sides[1][1]):
+        # no majority: a side whose own record contradicts its op is the odd one
+        reasons = [invalid(entry, size) for entry, _ in sides]
+        flagged = [i for i, reason in enumerate(reasons) if reason]
+        if len(flagged) == 1:
+            why = reasons[flagged[0]]
+            sides = [side for i, side in enumerate(sides) if i != flagged[0]] + \
+                [sides[flagged[0]]]
+    what = differs_in(sides[0][0], sides[-1][0]) or "op"
+    if position >= min(map(len, blocks)):
+        what = "op"  # one rank's coalesced block has more ops than another's
+    return Divergence(group=group, seq=seq, sides=sides, outcome=_outcome(reps, seq),
+                      what=what, position=position, invalid=why)
+
+
+def _invalid_only(group: GroupView, seq: int, classes: list[list[int]],
+                  blocks: list[list[FrEntry]], reps: list[RankInGroup],
+                  bad: list[tuple[list[int], FrEntry, str]]) -> Divergence:
+    """Every rank agrees, but what some recorded contradicts the op itself (torch: "syntax").
+    The sides are the ranks with a sound record (possibly none) and those without."""
+    _, entry, why = bad[0]
+    culprits = sorted({r for ranks, _, _ in bad for r in ranks})
+    others = sorted({r for ranks in classes for r in ranks} - set(culprits))
+    position = next(block.index(entry) for block in blocks if entry in block)
+    sound = next((block for ranks, block in zip(classes, blocks) if ranks[0] in others), None)
+    sides = [(sound[position] if sound else entry, others), (entry, culprits)]
+    return Divergence(group=group, seq=seq, sides=sides, outcome=_outcome(reps, seq),
+                      what="syntax", position=position, invalid=why)
+
+
+def _outcome(reps: list[RankInGroup], seq: int) -> Outcome:
+    """Pending while any rank is still in the collective. Failed when every rank retired it,
+    none recorded it ``completed`` (the backend marks an op that raised retired too, as gloo
+    does) and none recorded anything after it on the group. Else it completed (and the ranks
+    went on, where they recorded later seqs): with mismatched arguments, a wrong result."""
+    block = [e for rep in reps for e in rep.block_at(seq)]
+    if any(e.completed is not True for e in block):
+        return "pending"
+    if all(rep.last_seq == seq for rep in reps):
+        return "failed" if all(e.state != "completed" for e in block) else "completed"
+    return "went_on"

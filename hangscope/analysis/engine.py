@@ -7,7 +7,7 @@ import logging
 from hangscope import __version__
 from hangscope.analysis import detectors
 from hangscope.analysis.context import Context
-from hangscope.analysis.correlate import build_picture
+from hangscope.analysis.correlate import GroupView, build_picture, finished
 from hangscope.analysis.log_progress import log_states
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.pg_order import stack_only_note
@@ -25,7 +25,7 @@ from hangscope.analysis.verdict import (
     order_findings,
 )
 from hangscope.analysis.waitgraph import build_wait_graph
-from hangscope.model import JobEvidence
+from hangscope.model import FrEntry, JobEvidence
 from hangscope.ranges import format_ranks, ranks_phrase
 
 log = logging.getLogger(__name__)
@@ -150,6 +150,8 @@ def _why_nothing(ctx: Context) -> str:
 
 def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
     if findings:
+        if _failed_mismatch(ctx, findings[0]):
+            return Status.CRASHED
         return STATUS_OF_KIND.get(findings[0].kind, Status.HANG)
     anyone_waits = any(ctx.picture.pending_ops(rank) for rank in ctx.picture.dumps)
     stuck_in_collective = sorted(r for r, s in ctx.stacks.items() if s.main is not None
@@ -170,9 +172,9 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
         gaps.append(_why_nothing(ctx))
         return Status.INCONCLUSIVE
     if anyone_waits:
-        gaps.append("every rank that waits is inside the same collective with matching arguments:"
-                    " the flight recorder cannot tell a slow collective from a stuck transport "
-                    "(check NCCL logs, or attach to the live job for stacks)")
+        gaps.append(_waiting_gap(ctx) + ": the flight recorder cannot tell a slow collective "
+                    "from a stuck transport (check NCCL logs, or attach to the live job for "
+                    "stacks)")
         return Status.INCONCLUSIVE
     if "gloo" in ctx.picture.backends:
         gaps.append("no collective is pending in any dump; gloo records no send/recv, so ranks "
@@ -181,9 +183,51 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
     return Status.HEALTHY
 
 
+def _failed_mismatch(ctx: Context, root: Finding) -> bool:
+    """The root is an FR mismatch at a collective that failed (every rank retired it and went no
+    further) rather than one the ranks hang in."""
+    ref = root.collective
+    if root.kind not in (Kind.SIZE_MISMATCH, Kind.COLLECTIVE_MISMATCH) or ref is None:
+        return False
+    group = ctx.picture.groups.get(ref.pg) if ref.pg is not None else None
+    div = ctx.divergence(group) if group is not None else None
+    return div is not None and div.seq == ref.seq and div.outcome == "failed"
+
+
+def _waiting_gap(ctx: Context) -> str:
+    """What the dumps show of the ranks that wait, where no finding explains them."""
+    spots: dict[tuple[str, int, bool], tuple[GroupView, FrEntry, list[int]]] = {}
+    for rank in sorted(ctx.picture.dumps):
+        for group, entry in ctx.picture.pending_ops(rank):
+            spots.setdefault((group.name, entry.seq, entry.is_p2p), (group, entry, []))[2] \
+                .append(rank)
+    parts = []
+    whole = len(spots) == 1
+    for group, entry, ranks in spots.values():
+        done = sorted(r for r, view in group.ranks.items() if not entry.is_p2p
+                      and any(finished(e) for e in view.block_at(entry.seq)))
+        elsewhere = sorted(set(group.members) - set(ranks) - set(done))
+        whole = whole and not done and not elsewhere and not entry.is_p2p
+        text = (f"ranks {format_ranks(ranks)} wait in {entry.op} {'p2p ' if entry.is_p2p else ''}"
+                f"seq {entry.seq} on pg {group.label}")
+        if done:
+            text += f", which ranks {format_ranks(done)} completed"
+        if elsewhere:
+            text += f" (ranks {format_ranks(elsewhere)} are not in it)"
+        parts.append(text)
+    if whole:
+        return ("every rank that waits is inside the same collective with matching arguments, "
+                "and no rank has completed it")
+    return "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
+
+
 def _classes(ctx: Context, findings: list[Finding]) -> list[RankClass]:
-    culprits = {r for f in findings[:1] for r in f.culprit_ranks}
-    waiting = {r for f in findings[:1] for r in f.waiting_ranks}
+    """Roles: the root's culprits, and the culprits of findings about as believed as the root
+    (a second, independent fault), are culprits; every rank a finding names as waiting waits."""
+    top = findings[0].confidence if findings else 0.0
+    culprits = {r for f in findings if f is findings[0] or f.confidence >= top - 0.05
+                for r in f.culprit_ranks}
+    waiting = {r for f in findings for r in f.waiting_ranks} - culprits
     out = []
     for cid, ranks in sorted(ctx.graph.members.items(), key=lambda kv: kv[1][0]):
         role = ("culprit" if culprits & set(ranks) else "waiting" if waiting & set(ranks)

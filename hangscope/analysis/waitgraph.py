@@ -6,7 +6,8 @@ stays readable. Every edge keeps the reasons behind it (group, seq, op), which f
 
 Edges come from:
 - collectives: a rank blocked in seq N of group P waits on every member of P that has not
-  entered N (a member without a dump counts as not entered: absent evidence is not progress);
+  entered N, or is blocked in an earlier seq of P (a member without a dump counts as not entered:
+  absent evidence is not progress);
 - p2p (NCCL dumps; gloo records none): a rank blocked in send/recv waits on its peer unless the
   peer is blocked in the matching recv/send towards it;
 - stacks (:func:`add_stack_waits`) and log observations (``analysis/log_waits.py``), added
@@ -200,6 +201,8 @@ def _rank_key(picture: Picture, stacks: dict[int, RankStackState], rank: int,
         elif hung[name] is not None and view.last_seq < (hung[name] or 0):
             parts.append((tag, "behind", view.last_seq))
         parts.extend((tag, "p2p", e.op, e.peer, e.p2p_seq_id) for e in view.p2p_pending)
+        if group.history_of(rank):  # its history differs from other members' (a mismatch)
+            parts.append((tag, "history", group.history_of(rank)))
     return tuple(sorted(parts, key=repr))
 
 
@@ -281,8 +284,10 @@ def _add_collective_waits(graph: WaitGraph, group: GroupView, picture: Picture) 
             ops.setdefault(seq, view.pending.op)
     if not waiting_at:
         return
-    views = sorted(group.ranks.values(), key=lambda v: v.last_seq)
-    lasts = [v.last_seq for v in views]
+    # how far each member got: a member stuck in an earlier seq cannot join a later one, even
+    # if (NCCL) it enqueued it already
+    views = sorted(group.ranks.values(), key=lambda v: v.entered)
+    lasts = [v.entered for v in views]
     by_last = [v.rank for v in views]
     no_dump = [r for r in group.members if r not in picture.dumps]
     stand_in = _stand_ins(group, waiting_at)
@@ -306,7 +311,7 @@ def _stand_ins(group: GroupView, waiting_at: dict[int, list[int]]) -> dict[int, 
     out the most, as the ranks behind M only grow with M. One pass in seq order: a heap keyed
     on the highest seq M's ranks entered lets M out once N is past it.
     """
-    reach = {seq: max(group.ranks[r].last_seq for r in ranks) for seq, ranks in waiting_at.items()}
+    reach = {seq: max(group.ranks[r].entered for r in ranks) for seq, ranks in waiting_at.items()}
     entered: list[tuple[int, int]] = []  # (highest seq its ranks entered, blocked seq), a heap
     best: int | None = None
     found: dict[int, int] = {}
@@ -332,7 +337,8 @@ def _add_p2p_waits(graph: WaitGraph, group: GroupView) -> None:
             continue
         wanted = "recv" if entry.op == "send" else "send"
         peer_entries = blocked.get(peer, [])
-        if any(e.op == wanted and group.global_rank(e.peer or -1) == rank for e in peer_entries):
+        if any(e.op == wanted and (e.peer is None or group.global_rank(e.peer) == rank)
+               for e in peer_entries):  # a recv from any source (peer None) takes any send
             continue  # matched pair in flight: not a wait on the peer's behaviour
         reason = WaitReason("p2p", group.name, group.desc, entry.p2p_seq_id, entry.op)
         graph.add_wait(reason, [rank], [peer])

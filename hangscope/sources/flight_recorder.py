@@ -21,8 +21,11 @@ prefix ``/tmp/nccl_trace_rank_``), or JSON from ``_dump_fr_trace_json``::
                   "thread_id": "140..", "thread_name": "pt_main_thread"}, ...]}
 
 gloo in torch 2.13 differs (see ``shared/TORCH-FACTS.md``): every entry is ``scheduled``, a finished
-op is ``retired``; ``pg_config`` is keyed ``''`` with empty ranks, so membership must be inferred;
-send/recv are not recorded at all. Older versions lack ``pg_status``, ``is_p2p``, ``p2p_seq_id``,
+op is ``retired`` (so is one that failed: gloo raised, and ``pg_status`` counts it completed);
+``pg_config`` has one slot keyed ``''``: the default group's ranks (``"[0, 1, 2, 3]"``) while no
+sub-group exists, ``"[]"`` after, so sub-group membership must be inferred (a ``''`` group with
+ranks is kept under the name ``''``: ``analysis.correlate`` decides what it describes); send/recv
+are not recorded at all. Older versions lack ``pg_status``, ``is_p2p``, ``p2p_seq_id``,
 ``thread_*``, ``timeout_ms``: missing optional fields default, missing required ones reject the
 entry (the rest of the file and the other ranks are still used).
 
@@ -162,8 +165,6 @@ def _process_groups(pg_config: Any) -> dict[str, ProcessGroupInfo]:
         if not isinstance(cfg, dict):
             continue
         name = str(cfg.get("name", key))
-        if not name:  # gloo's default group: keyed '' with no ranks; entries say ('0', ...)
-            continue
         ranks_field = cfg.get("ranks")
         if isinstance(ranks_field, str):
             ranks = _parse_ranks(ranks_field)
@@ -171,6 +172,8 @@ def _process_groups(pg_config: Any) -> dict[str, ProcessGroupInfo]:
             ranks = tuple(sorted(ranks_field)) or None
         else:
             ranks = None
+        if not name and not ranks:
+            continue  # gloo once a sub-group exists: '' with no ranks says nothing
         groups[name] = ProcessGroupInfo(name=name, desc=str(cfg.get("desc", "")), ranks=ranks)
     return groups
 
@@ -204,6 +207,8 @@ def _shape_list(value: Any) -> tuple[tuple[int, ...], ...]:
 
 
 def _str_list(value: Any) -> tuple[str, ...]:
+    if type(value) is str:  # one dtype as a bare string (torch's own analyzer tests write it)
+        return (value,) if value else ()
     if type(value) is not list:
         return ()
     return tuple(map(str, value))

@@ -1,43 +1,127 @@
-"""Turn a :class:`Divergence` (FR) or DETAIL fingerprints (logs) into a finding that states both
-sides (expected vs found)."""
+"""Turn a :class:`Divergence` (FR), a send/recv pair that disagrees (FR) or DETAIL fingerprints
+(logs) into a finding that states both sides (expected vs found), and what became of the
+collective: still pending (a hang), failed (the ranks raised and exited: the first rank to die is a
+symptom), or completed with a wrong result."""
 
 from __future__ import annotations
 
 from hangscope.analysis.context import Context
 from hangscope.analysis.divergence import Divergence
 from hangscope.analysis.observations import Observation
+from hangscope.analysis.p2p_match import P2pMismatch, received
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.model import FrEntry
 from hangscope.ranges import ranks_phrase
 
 
-def describe(entry: FrEntry) -> str:
-    sizes = [list(shape) for shape in entry.input_sizes]
-    dtypes = ",".join(entry.input_dtypes)
-    return f"{entry.op} with {sizes}{' ' + dtypes if dtypes else ''}"
+def _sizes(sizes: tuple[tuple[int, ...], ...]) -> str:
+    return str([list(shape) for shape in sizes])
 
+
+def _tensor(sizes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]) -> str:
+    return f"{_sizes(sizes)}{' ' + ','.join(dtypes) if dtypes else ''}"
+
+
+def describe(entry: FrEntry, what: str = "") -> str:
+    """``all_reduce with [[4, 4]] Float``; outputs too where they differ from the inputs or are
+    what differs (``-> [[5, 4]] Half``)."""
+    dtypes = ",".join(entry.input_dtypes)
+    text = f"{entry.op} with {_sizes(entry.input_sizes)}{' ' + dtypes if dtypes else ''}"
+    out_dtypes = ",".join(entry.output_dtypes)
+    if what.startswith("output") or entry.output_sizes != entry.input_sizes \
+            or (out_dtypes and out_dtypes != dtypes):
+        text += f" -> {_sizes(entry.output_sizes)}{' ' + out_dtypes if out_dtypes else ''}"
+    return text
+
+
+# What the collective became, said after the mismatch (see divergence.Outcome).
+_OUTCOME_TEXT = {
+    "failed": ("; the collective failed rather than hung: every rank that holds it retired it and "
+               "recorded nothing after it (gloo raises on such a mismatch and the ranks exit), so "
+               "the rank that raised or exited first is a symptom, not the cause"),
+    "completed": "; every rank completed it: its result is wrong",
+    "went_on": "; every rank completed it and went on: its result, and what followed, is wrong",
+}
 
 
 def mismatch_finding(ctx: Context, div: Divergence, kind: Kind) -> Finding:
+    if div.what == "syntax":
+        return _syntax_finding(ctx, div, kind)
     expected_entry, majority = div.sides[0]
     culprits = sorted(r for _, ranks in div.sides[1:] for r in ranks)
     group = div.group
-    found = "; ".join(f"{ranks_phrase(ranks)} entered {describe(entry)}"
+    at = f"seq {div.seq}" + (f" (op {div.position + 1} of its coalesced block)"
+                             if div.position else "")
+    found = "; ".join(f"{ranks_phrase(ranks)} entered {describe(entry, div.what)}"
                       for entry, ranks in div.sides[1:])
     verb = "expect" if len(majority) > 1 else "expects"
-    summary = (f"{found} at seq {div.seq} of pg {group.label}; {ranks_phrase(majority)} {verb} "
-               f"{describe(expected_entry)}")
+    summary = (f"{found} at {at} of pg {group.label}; {ranks_phrase(majority)} {verb} "
+               f"{describe(expected_entry, div.what)}")
     confidence = 0.9
-    if not div.majority_is_clear:
+    if div.invalid:
+        confidence = 0.75
+        summary += (f" (no majority; {ranks_phrase(culprits)}'s own record contradicts its op: "
+                    f"{div.invalid})")
+    elif not div.majority_is_clear:
         confidence = 0.55
         summary += " (no majority: either side may be the wrong one)"
+    summary += _OUTCOME_TEXT.get(div.outcome, "")
+    if div.outcome == "failed" and div.majority_is_clear:
+        # the mismatch explains the failure: it outranks the first rank that raised or died
+        confidence = 0.95
     evidence = [ctx.fr_evidence(ranks[0], entry, group, "entered")
-                for entry, ranks in div.sides]
+                for entry, ranks in div.sides if ranks]
     return Finding(
         kind=kind, culprit_ranks=culprits, waiting_ranks=sorted(majority),
         confidence=confidence, summary=summary, evidence=evidence,
         collective=CollectiveRef(pg=group.name, seq=div.seq, op=div.sides[-1][0].op,
                                  pg_desc=group.desc))
+
+
+def _syntax_finding(ctx: Context, div: Divergence, kind: Kind) -> Finding:
+    """Records that contradict their own op (torch's "syntax" mismatch)."""
+    (sound, others), (entry, culprits) = div.sides
+    group = div.group
+    who = "every rank" if not others else ranks_phrase(culprits)
+    summary = (f"{who} recorded {describe(entry)} at seq {div.seq} of pg {group.label}: "
+               f"{div.invalid}")
+    if others:
+        summary += f"; {ranks_phrase(others)} recorded {describe(sound)}"
+    summary += _OUTCOME_TEXT.get(div.outcome, "")
+    evidence = [ctx.fr_evidence(culprits[0], entry, group, "recorded")]
+    if others:
+        evidence.append(ctx.fr_evidence(others[0], sound, group, "recorded"))
+    return Finding(kind=kind, culprit_ranks=culprits, waiting_ranks=others,
+                   confidence=0.7 if others else 0.5, summary=summary, evidence=evidence,
+                   collective=CollectiveRef(pg=group.name, seq=div.seq, op=entry.op,
+                                            pg_desc=group.desc))
+
+
+def p2p_finding(ctx: Context, found: list[P2pMismatch]) -> Finding:
+    """A send and the recv it feeds disagree. One pair cannot say which side is wrong: both ranks
+    are named, unless one rank is in every mismatched pair of the group."""
+    first = found[0]
+    group = first.group
+    shared = set.intersection(*({m.sender, m.receiver} for m in found)) if len(found) > 1 \
+        else set()
+    culprits = sorted(shared) if len(shared) == 1 else sorted({first.sender, first.receiver})
+    sent = _tensor(first.send.input_sizes, first.send.input_dtypes)
+    summary = (f"rank {first.sender} sent {sent} to rank {first.receiver} (send p2p seq "
+               f"{first.send.p2p_seq_id}), which received "
+               f"into {_tensor(*received(first.recv))} (recv p2p seq {first.recv.p2p_seq_id}) on "
+               f"pg {group.label}")
+    if len(found) > 1:
+        summary += f"; {len(found) - 1} more send/recv pair(s) of the group differ"
+    summary += (f": rank {culprits[0]} is in every mismatched pair" if len(culprits) == 1
+                else ": one pair cannot say which side is wrong")
+    evidence = [ctx.fr_evidence(first.sender, first.send, group, "posted"),
+                ctx.fr_evidence(first.receiver, first.recv, group, "posted")]
+    return Finding(kind=Kind.SIZE_MISMATCH, culprit_ranks=culprits,
+                   waiting_ranks=sorted({first.sender, first.receiver} - set(culprits)),
+                   confidence=0.75 if len(culprits) == 1 else 0.55, summary=summary,
+                   evidence=evidence,
+                   collective=CollectiveRef(pg=group.name, seq=first.send.p2p_seq_id, op="send",
+                                            pg_desc=group.desc))
 
 
 def log_mismatch_findings(ctx: Context, kind: Kind) -> list[Finding]:

@@ -5,7 +5,11 @@ nobody themselves (a rank that is behind because it waits elsewhere is a link in
 cause; following the chain to its end finds the rank to look at). Cites: the waiting ranks'
 pending FR entry and the culprit's last entry on that group. A culprit without a dump is named with
 lower confidence: absent evidence is consistent with a dead or wedged rank, but proves neither.
-False positives: a dump taken while a healthy job was between collectives on one rank.
+A rank blocked in an earlier collective of the group is named the same way, as still in it
+(NCCL ranks enqueue ahead: such a rank may have recorded the later seq without entering it), and
+so is a rank still inside a collective that others completed, where nobody waits for it yet
+(:func:`_still_inside`). False positives: a dump taken while a healthy job was between
+collectives on one rank.
 
 NCCL RAS (``ras_facts.ras_facts``) adds NCCL's own view. A rank that does not answer RAS
 (INCOMPLETE; or "dead" while its stacks show it alive: cut off from the RAS network) cannot be in
@@ -24,6 +28,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hangscope.analysis.context import Context
+from hangscope.analysis.correlate import GroupView, finished
 from hangscope.analysis.ras_facts import RAS_MARK, RasFact, ras_facts, seen_alive
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.analysis.waitgraph import WaitReason
@@ -31,7 +36,57 @@ from hangscope.ranges import format_ranks, ranks_phrase
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return _with_ras(ctx, _from_waits(ctx))
+    found = _from_waits(ctx)
+    found += _still_inside(ctx, {r for f in found for r in f.culprit_ranks})
+    return _with_ras(ctx, found)
+
+
+def _still_inside(ctx: Context, named: set[int]) -> list[Finding]:
+    """Ranks still inside a collective that other members of its group completed (torch's
+    ``COLLECTIVE_STATE_MISMATCH``), not named already: their side of it never finished.
+
+    A collective cannot complete on one rank while another has not entered it, so the rank that
+    did not finish is the one to look at (its transport, its GPU stream, its progress thread),
+    whatever its position in the group. Where others wait for it in a later collective the wait
+    graph names it (:func:`_finding`); this covers the case where nobody waits for it yet.
+    One dump taken at the instant a collective ends can catch it finished on some ranks and not
+    yet on others: lower confidence when nothing waits on the rank."""
+    findings = []
+    for group in ctx.picture.groups.values():
+        pending: dict[int, list[int]] = defaultdict(list)
+        for rank, view in group.ranks.items():
+            if view.pending is not None and rank not in named:
+                pending[view.pending.collective_seq_id].append(rank)
+        for seq, stuck in sorted(pending.items()):
+            done = sorted(r for r, view in group.ranks.items()
+                          if any(finished(e) for e in view.block_at(seq)))
+            if done:
+                findings.append(_inside_finding(ctx, group, seq, sorted(stuck), done))
+    return findings
+
+
+def _inside_finding(ctx: Context, group: GroupView, seq: int, stuck: list[int],
+                    done: list[int]) -> Finding:
+    entry = group.ranks[stuck[0]].pending
+    assert entry is not None
+    finished = group.ranks[done[0]].block_at(seq)[0]
+    waiting = sorted({r for _, (sources, targets) in ctx.graph.waits.items()
+                      if targets & set(stuck) for r in sources} - set(stuck))
+    verb = "are" if len(stuck) > 1 else "is"
+    summary = (f"{ranks_phrase(stuck)} {verb} still in {entry.op} seq {seq} of pg {group.label} "
+               f"({entry.state}), which {ranks_phrase(done)} completed: "
+               f"{'their' if len(stuck) > 1 else 'its'} side of the collective never finished "
+               "(look at that rank's transport, GPU stream or progress thread)")
+    if waiting:
+        summary += f"; {ranks_phrase(waiting)} wait for {'them' if len(stuck) > 1 else 'it'}"
+    evidence = [ctx.fr_evidence(stuck[0], entry, group, "still in"),
+                ctx.fr_evidence(done[0], finished, group, "completed")]
+    evidence += [item for rank in stuck[:8]
+                 if (item := ctx.stack_evidence(rank, "main thread: ")) is not None]
+    return Finding(kind=Kind.MISSING_RANK, culprit_ranks=stuck, waiting_ranks=waiting,
+                   confidence=0.85 if waiting else 0.6, summary=summary, evidence=evidence,
+                   collective=CollectiveRef(pg=group.name, seq=seq, op=entry.op,
+                                            pg_desc=group.desc))
 
 
 def _from_waits(ctx: Context) -> list[Finding]:
@@ -92,6 +147,20 @@ def _finding(ctx: Context, culprits: list[int],
         evidence.append(ctx.fr_evidence(rep_waiter, pending, group,
                                         f"ranks {format_ranks(waiting)} wait in"))
     parts = []
+    stuck = [r for r in with_dump if (view_ := group.ranks.get(r)) is not None
+             and view_.pending is not None and view_.pending.collective_seq_id < reason.seq]
+    if stuck:
+        # blocked in an earlier collective of the group (NCCL may have enqueued this one already)
+        for rank in stuck[:8]:
+            earlier = group.ranks[rank].pending
+            assert earlier is not None
+            evidence.append(ctx.fr_evidence(rank, earlier, group, "still in"))
+            done = [r for r, v in group.ranks.items()
+                    if any(finished(e) for e in v.block_at(earlier.collective_seq_id))]
+            by = f", which {ranks_phrase(done[:8])} completed" if done else ""
+            parts.append(f"rank {rank} is still in {earlier.op} seq {earlier.collective_seq_id}"
+                         f"{by}, and so never reached {where}")
+        with_dump = [r for r in with_dump if r not in stuck]
     if with_dump:
         last_parts = []
         for rank in with_dump[:8]:
@@ -103,7 +172,9 @@ def _finding(ctx: Context, culprits: list[int],
             elif view is not None and view.entries:
                 evidence.append(ctx.fr_evidence(rank, view.entries[-1], group, "last entered"))
             state = ctx.graph.states[ctx.graph.class_of[rank]]
-            evidence.append(EvidenceItem("flight_recorder", rank, f"rank {rank} is {state}",
+            said = f"rank {rank} is {state}" if ctx.picture.dumps[rank].entries \
+                else f"rank {rank} recorded no collective"
+            evidence.append(EvidenceItem("flight_recorder", rank, said,
                                          ctx.picture.dumps[rank].path))
         last_text = f" (last completed there: {'; '.join(last_parts)})" if last_parts else ""
         parts.append(f"{ranks_phrase(with_dump)} never entered {where}{last_text}")
@@ -126,7 +197,8 @@ def _finding(ctx: Context, culprits: list[int],
         if item is not None:
             evidence.append(item)
     # Absence of a dump is weak evidence: a mismatch or a cycle seen in the dumps beats it.
-    confidence = 0.9 if with_dump and not without else 0.7 if with_dump else 0.5
+    dumped = bool(stuck or with_dump)
+    confidence = 0.9 if dumped and not without else 0.7 if dumped else 0.5
     return Finding(kind=Kind.MISSING_RANK, culprit_ranks=culprits, waiting_ranks=all_waiting,
                    confidence=confidence, summary=summary, evidence=evidence,
                    collective=CollectiveRef(pg=reason.pg, seq=reason.seq, op=reason.op,

@@ -1,27 +1,38 @@
-"""size_mismatch: same op at the same seq, but different input sizes or dtypes across ranks.
+"""size_mismatch: same op at the same seq, but sizes or dtypes that must agree do not.
 
-Signal: as collective_mismatch, where the ops agree and ``input_sizes``/``input_dtypes`` do not
-(FR), or the DETAIL fingerprints' TensorShape/TensorDtypes do not (logs).
-Cites: one FR entry per side. False positives: ops whose inputs legitimately differ per rank
-(``all_to_all_v``/uneven ``all_gather_v``, ``gather``/``scatter`` roots), which NCCL accepts.
+Signals: as collective_mismatch, where the ops agree and what ``fr_match.match_key`` compares does
+not: input or output sizes, input or output dtypes (FR, at every seq all ranks hold, pending,
+failed or completed); a record that contradicts its own op (an in-place all_reduce whose output
+shape differs from its input; torch's "syntax" mismatch); a send whose tensor differs from the
+recv it feeds (``p2p_match``); the DETAIL fingerprints' TensorShape/TensorDtypes, or watchdog
+numel, that differ (logs). Cites: one FR entry per side. When every rank retired the collective
+and recorded nothing after it, it failed (gloo raises on a size mismatch): the finding says so and
+outranks the first rank that raised. False positives: ops whose per-rank tensors legitimately
+differ are not compared on sizes (``fr_match.UNEVEN_OPS``, gather outputs, scatter inputs);
+custom backends that record other tensors than the ones they send.
 """
 
 from __future__ import annotations
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.detectors.mismatch_common import log_mismatch_findings, mismatch_finding
+from hangscope.analysis.detectors.mismatch_common import (
+    log_mismatch_findings,
+    mismatch_finding,
+    p2p_finding,
+)
+from hangscope.analysis.p2p_match import p2p_mismatches
 from hangscope.analysis.verdict import Finding, Kind
-
-# Ops whose per-rank inputs may legitimately differ.
-UNEVEN_OPS = frozenset({"all_to_all", "all_to_all_v_single", "all_to_all_single", "all_gather_v",
-                        "reduce_scatter_v", "gather", "scatter"})
 
 
 def detect(ctx: Context) -> list[Finding]:
     findings = []
+    whole = {rank for rank, dump in ctx.picture.dumps.items()
+             if dump.entries and min(e.record_id for e in dump.entries) == 0}
     for group in ctx.picture.groups.values():
         div = ctx.divergence(group)
-        if div is None or div.ops_differ or div.sides[0][0].op in UNEVEN_OPS:
-            continue
-        findings.append(mismatch_finding(ctx, div, Kind.SIZE_MISMATCH))
+        if div is not None and not div.ops_differ:
+            findings.append(mismatch_finding(ctx, div, Kind.SIZE_MISMATCH))
+        pairs = p2p_mismatches(group, whole)
+        if pairs:
+            findings.append(p2p_finding(ctx, pairs))
     return findings + log_mismatch_findings(ctx, Kind.SIZE_MISMATCH)
