@@ -106,3 +106,20 @@ def test_4096_rank_report_opens_fast(visit, tmp_path):
     assert detail.startswith("Rank 4000") and "showing rank 0" in detail
     assert elapsed < 3.0, elapsed
     seen.shot("large-4096")
+
+
+def test_log_only_report_draws_the_log_waits_and_cites_their_lines(visit, tmp_path):
+    # GIVEN a report drawn from one desync report log, no dump and no stack
+    seen = visit(report_for(["fixtures/logs/desync_report.log"], str(tmp_path / "report.html")))
+    page = seen.page
+    assert seen.errors == [] and seen.requests == []
+    # THEN the culprit the log names heads it, and the wait graph holds the log's waits
+    assert page.locator("#facts .culprit dd").first.inner_text() == "rank 3"
+    assert page.locator("svg#waitgraph g.node").count() >= 2
+    assert "desync_report.log:" in page.locator("svg#waitgraph").inner_html()
+    # WHEN the culprit's box is clicked THEN its detail cites the log line it came from
+    page.locator("svg#waitgraph g.node.role-culprit").first.click()
+    detail = page.locator("#detail")
+    assert detail.is_visible()
+    assert "desync_report.log:13" in detail.inner_text()
+    seen.shot("logs-desync_report")
