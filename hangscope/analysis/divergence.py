@@ -114,13 +114,17 @@ def _invalid_only(group: GroupView, seq: int, classes: list[list[int]],
 
 
 def _outcome(reps: list[RankInGroup], seq: int) -> Outcome:
-    """Pending while any rank is still in the collective. Failed when every rank retired it,
-    none recorded it ``completed`` (the backend marks an op that raised retired too, as gloo
-    does) and none recorded anything after it on the group. Else it completed (and the ranks
-    went on, where they recorded later seqs): with mismatched arguments, a wrong result."""
+    """Failed when no rank recorded anything after the collective on the group, none recorded it
+    ``completed``, and some rank retired it: a backend that marks an op that raised retired (gloo)
+    ended it there, and with mismatched arguments it cannot have succeeded (a rank dumped in the
+    moment after its error may not have retired it yet). Else pending while any rank is still in
+    it; else it completed (and the ranks went on, where they recorded later seqs): with mismatched
+    arguments, a wrong result."""
     block = [e for rep in reps for e in rep.block_at(seq)]
+    last = all(rep.last_seq == seq for rep in reps)
+    if last and all(e.state != "completed" for e in block) \
+            and any(e.completed is True for e in block):
+        return "failed"
     if any(e.completed is not True for e in block):
         return "pending"
-    if all(rep.last_seq == seq for rep in reps):
-        return "failed" if all(e.state != "completed" for e in block) else "completed"
-    return "went_on"
+    return "completed" if last else "went_on"

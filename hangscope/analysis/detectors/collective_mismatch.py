@@ -1,7 +1,9 @@
 """collective_mismatch: ranks of one group issued different ops at the same collective seq.
 
 Signals: FR entries of one process group, aligned by ``collective_seq_id`` on the window every
-member still holds: the first seq where the op names differ; ``TORCH_DISTRIBUTED_DEBUG=DETAIL``
+member still holds: the first seq where the op names differ, pending, failed or completed, and op by
+op inside a coalesced block (a block with more ops on one rank differs too; see
+``analysis.divergence``); ``TORCH_DISTRIBUTED_DEBUG=DETAIL``
 fingerprint mismatches in logs (each rank's op at one DETAIL sequence number, by majority where
 more than two ranks are shown). Cites: one FR entry per side, with the
 user's call site. False positives: ops torch records under different names for one user call
