@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from hangscope.analysis.correlate import GroupView, RankInGroup, history_classes
+from hangscope.analysis.correlate import GroupView, history_classes
 from hangscope.analysis.fr_match import differs_in, invalid, match_key
 from hangscope.model import FrEntry
 
@@ -59,21 +59,32 @@ def first_divergence(group: GroupView) -> Divergence | None:
     low = max(v.first_seq for v in reps)
     high = min(v.last_seq for v in reps)
     seqs = sorted({seq for rep in reps for seq in rep.seqs if low <= seq <= high})
+    checked: dict[object, str] = {}
     for seq in seqs:
         blocks = [rep.block_at(seq) for rep in reps]
         if any(not block for block in blocks):
             continue  # a rank holds nothing at this seq (an empty coalesced block): no evidence
         if len(reps) > 1 and len({tuple(map(match_key, b)) for b in blocks}) > 1:
-            return _sides(group, seq, classes, blocks, reps, size)
+            return _sides(group, seq, classes, blocks, size)
         bad = [(ranks, e, why) for ranks, block in zip(classes, blocks) for e in block
-               if (why := invalid(e, size))]
+               if (why := _invalid(e, size, checked))]
         if bad:
-            return _invalid_only(group, seq, classes, blocks, reps, bad)
+            return _invalid_only(group, seq, classes, blocks, bad)
     return None
 
 
+def _invalid(entry: FrEntry, size: int | None, checked: dict[object, str]) -> str:
+    """``fr_match.invalid``, once per distinct record (a history repeats a few records)."""
+    fields = (entry.op, entry.input_sizes, entry.output_sizes, entry.input_dtypes,
+              entry.output_dtypes)
+    found = checked.get(fields)
+    if found is None:
+        found = checked[fields] = invalid(entry, size)
+    return found
+
+
 def _sides(group: GroupView, seq: int, classes: list[list[int]], blocks: list[list[FrEntry]],
-           reps: list[RankInGroup], size: int | None) -> Divergence:
+           size: int | None) -> Divergence:
     position = next(i for i in range(max(map(len, blocks)))
                     if len({match_key(b[i]) if i < len(b) else None for b in blocks}) > 1)
     by_key: dict[object, tuple[FrEntry, list[int]]] = {}
@@ -94,13 +105,13 @@ def _sides(group: GroupView, seq: int, classes: list[list[int]], blocks: list[li
     what = differs_in(sides[0][0], sides[-1][0]) or "op"
     if position >= min(map(len, blocks)):
         what = "op"  # one rank's coalesced block has more ops than another's
-    return Divergence(group=group, seq=seq, sides=sides, outcome=_outcome(reps, seq),
+    return Divergence(group=group, seq=seq, sides=sides, outcome=_outcome(group, seq),
                       what=what, position=position, invalid=why)
 
 
 def _invalid_only(group: GroupView, seq: int, classes: list[list[int]],
-                  blocks: list[list[FrEntry]], reps: list[RankInGroup],
-                  bad: list[tuple[list[int], FrEntry, str]]) -> Divergence:
+                  blocks: list[list[FrEntry]], bad: list[tuple[list[int], FrEntry, str]]
+                  ) -> Divergence:
     """Every rank agrees, but what some recorded contradicts the op itself (torch: "syntax").
     The sides are the ranks with a sound record (possibly none) and those without."""
     _, entry, why = bad[0]
@@ -109,19 +120,20 @@ def _invalid_only(group: GroupView, seq: int, classes: list[list[int]],
     position = next(block.index(entry) for block in blocks if entry in block)
     sound = next((block for ranks, block in zip(classes, blocks) if ranks[0] in others), None)
     sides = [(sound[position] if sound else entry, others), (entry, culprits)]
-    return Divergence(group=group, seq=seq, sides=sides, outcome=_outcome(reps, seq),
+    return Divergence(group=group, seq=seq, sides=sides, outcome=_outcome(group, seq),
                       what="syntax", position=position, invalid=why)
 
 
-def _outcome(reps: list[RankInGroup], seq: int) -> Outcome:
+def _outcome(group: GroupView, seq: int) -> Outcome:
     """Failed when no rank recorded anything after the collective on the group, none recorded it
     ``completed``, and some rank retired it: a backend that marks an op that raised retired (gloo)
     ended it there, and with mismatched arguments it cannot have succeeded (a rank dumped in the
     moment after its error may not have retired it yet). Else pending while any rank is still in
     it; else it completed (and the ranks went on, where they recorded later seqs): with mismatched
     arguments, a wrong result."""
-    block = [e for rep in reps for e in rep.block_at(seq)]
-    last = all(rep.last_seq == seq for rep in reps)
+    views = [view for view in group.ranks.values() if view.seqs]
+    block = [e for view in views for e in view.block_at(seq)]
+    last = all(view.last_seq == seq for view in views)
     if last and all(e.state != "completed" for e in block) \
             and any(e.completed is True for e in block):
         return "failed"

@@ -26,8 +26,9 @@ from hangscope.analysis.verdict import Finding, Kind
 
 def detect(ctx: Context) -> list[Finding]:
     findings = []
+    # dumps list entries oldest first: a first record id of 0 means nothing was dropped
     whole = {rank for rank, dump in ctx.picture.dumps.items()
-             if dump.entries and min(e.record_id for e in dump.entries) == 0}
+             if dump.entries and dump.entries[0].record_id == 0}
     for group in ctx.picture.groups.values():
         div = ctx.divergence(group)
         if div is not None and not div.ops_differ:
