@@ -10,6 +10,7 @@ from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import GroupView, build_picture, finished
 from hangscope.analysis.log_progress import log_states
 from hangscope.analysis.log_waits import add_log_waits
+from hangscope.analysis.moved_since_dump import reconcile
 from hangscope.analysis.pg_order import stack_only_note
 from hangscope.analysis.rank_state import rank_states
 from hangscope.analysis.ras_facts import is_ras_evidence, ras_facts, ras_unmapped
@@ -50,6 +51,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     seen = sorted(evidence.ranks)
     expected = set(range(world)) if world else set(seen)
     gaps = list(evidence.gaps) + ctx.picture.notes + ras_unmapped(evidence)
+    findings = order_findings(reconcile(ctx, findings, gaps))
     if not any(f.culprit_ranks for f in findings) and (
             note := stack_only_note(ctx.picture, ctx.stacks)):
         gaps.append(note)  # stacks cannot tell an ordering deadlock: say so
