@@ -100,7 +100,7 @@ def _traceable(job: JobProcesses, rank_of_pid: dict[int, int], worker_of: dict[i
         line = f"{problem.cause} ({problem.fix})" if problem.fix else problem.cause
         if pid in rank_of_pid:
             summary.failed.setdefault(rank_of_pid[pid], []).append(line)
-        summary.gaps.append(f"rank {rank} (pid {pid}): {problem.cause}")
+        summary.gaps.append(f"rank {rank} (pid {pid}): {line}")
     traceable = [pid for pid in rank_of_pid if pid not in problems]
     if job.ranks and not traceable:
         raise permissions.PtraceDenied(
@@ -162,6 +162,8 @@ def _collect_stacks_and_state(pids: list[int], rank_of_pid: dict[int, int],
                 source="py-spy", rank=rank, status=result.status,
                 detail=(f"worker pid {pid}: " if is_worker else "") + result.detail,
                 started_at=result.taken_at, seconds=round(result.seconds, 4)))
+            if result.target_note:  # py-spy left it stopped (resumed), or could not be killed
+                summary.gaps.append(f"rank {rank}: {result.target_note}")
             if result.ok:
                 writer.add_file(rank, RECORD_KIND, pyspy.bundle_name(result, index),
                                 pyspy.bundle_record(result, worker=is_worker, rank=rank))

@@ -34,7 +34,9 @@ PTRACE_HELP = (
     "Run it as the user who owns the job or as root, keeping the environment: "
     "`sudo -E hangscope attach ...`. If Yama restricts ptrace (kernel.yama.ptrace_scope > 0), "
     "allow it until reboot with `sudo sysctl kernel.yama.ptrace_scope=0` (a value of 3 cannot be "
-    "lowered without a reboot). In Docker, start the container with `docker run "
+    "lowered without a reboot); at ptrace_scope=1 a job may instead allow any tracer itself by "
+    "calling `prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)` in each rank at start. In Docker, "
+    "start the container with `docker run "
     "--cap-add=SYS_PTRACE ...` (and `--security-opt seccomp=unconfined` on old Docker or "
     "kernels < 4.8); in Kubernetes add `securityContext: {capabilities: {add: [SYS_PTRACE]}}` to "
     "the container that runs hangscope and share the process namespace with the job "
@@ -44,6 +46,16 @@ PTRACE_HELP = (
 _FIX_OWNER = "run hangscope as the job's user or as root: sudo -E hangscope ..."
 _FIX_YAMA = ("run as root (sudo -E hangscope ...) or allow ptrace: "
              "sudo sysctl kernel.yama.ptrace_scope=0")
+# What each Yama value needs (Documentation/admin-guide/LSM/Yama.rst): 1 lets a process trace
+# only its descendants or a process that named it (or anyone) with PR_SET_PTRACER; 2 needs
+# CAP_SYS_PTRACE; 3 forbids ptrace until reboot.
+_FIX_YAMA_1 = ("run as root (sudo -E hangscope ...), or set kernel.yama.ptrace_scope to 0 "
+               "(sudo sysctl kernel.yama.ptrace_scope=0), or have the job call "
+               "prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) in each rank at start")
+_FIX_YAMA_2 = ("run as root or with CAP_SYS_PTRACE (sudo -E hangscope ...), or lower "
+               "kernel.yama.ptrace_scope to 0 (sudo sysctl kernel.yama.ptrace_scope=0), or to 1 "
+               "with a job that calls prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)")
+_YAMA_MEANING = {1: "only a parent may trace its children", 2: "only CAP_SYS_PTRACE may trace"}
 _FIX_CAP = ("give the container CAP_SYS_PTRACE: docker run --cap-add=SYS_PTRACE, or Kubernetes "
             "securityContext.capabilities.add: [SYS_PTRACE]")
 _FIX_POLICY = ("a seccomp/AppArmor/SELinux policy blocks ptrace: docker run --cap-add=SYS_PTRACE "
@@ -162,7 +174,9 @@ def diagnose(pid: int, readers: Readers | None = None) -> AccessProblem | None:
     blocked_by_yama = (scope == 2 or (scope == 1 and not r.is_descendant(pid))) and not has_cap
     if blocked_by_yama and euid != 0:
         return AccessProblem(pid, f"kernel.yama.ptrace_scope is {scope} and we are not root "
-                                  f"(uid {euid}, no CAP_SYS_PTRACE)", _FIX_YAMA)
+                                  f"(uid {euid}, no CAP_SYS_PTRACE; {scope} means "
+                                  f"{_YAMA_MEANING.get(scope or 0, 'restricted')})",
+                             _FIX_YAMA_1 if scope == 1 else _FIX_YAMA_2)
     if blocked_by_yama:
         where = "in a container that dropped" if r.in_container() else "without"
         return AccessProblem(pid, f"we run as root {where} CAP_SYS_PTRACE while "

@@ -2,9 +2,11 @@
 
 Why one process per pid: ``--json`` ignores ``--subprocesses``, and one child per pid lets a slow,
 forbidden or vanished rank fail on its own while the others are still dumped. py-spy pauses the
-target for the dump (~20 ms, a few hundred ms on a busy host) unless ``nonblocking``; we never
-signal the target ourselves, and a py-spy child that overruns its timeout is killed (the kernel
-detaches it from the target when it dies).
+target for the dump (~20 ms, a few hundred ms on a busy host) unless ``nonblocking``. Each dump
+runs under a hard deadline: a py-spy that overruns it is killed with its process group (SIGKILL),
+and after any dump that did not end cleanly the target's state is checked and, if py-spy left it
+stopped, resumed with SIGCONT (:mod:`hangscope.collect.stopped`); that is the only signal we ever
+send a target, and never to one that was stopped before the dump.
 
 Failures are classified in layers, most trustworthy first: py-spy's exit status, then whether the
 process still exists (psutil), then whether we may trace it at all (opening ``/proc/PID/mem``
@@ -14,6 +16,7 @@ py-spy's stderr text, in :func:`classify_stderr`.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -31,6 +34,8 @@ from typing import Any, Literal
 
 import psutil
 
+from hangscope.collect import stopped
+from hangscope.collect.permissions import explain_failure
 from hangscope.errors import BadInputError, CollectError, UsageError
 from hangscope.model import StackSample
 from hangscope.sources.pyspy import parse_pyspy_json
@@ -58,6 +63,9 @@ class DumpResult:
     raw: bytes = b""
     sample: StackSample | None = None
     seconds: float = 0.0
+    # Set when a dump that did not end cleanly left the target stopped (and we resumed it), or
+    # found it stopped: one line for the evidence gaps. Also appended to ``detail``.
+    target_note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -85,7 +93,8 @@ def dump_once(pid: int, *, timeout: float = 5.0, native: bool = False,
               nonblocking: bool = False, pyspy: str | None = None) -> DumpResult:
     """Dump every Python thread of ``pid`` once. Never raises for a failed dump: the failure is
     the result's ``status`` and one-line ``detail``. ``pyspy`` overrides :func:`find_pyspy`.
-    Raises UsageError for ``native`` with ``nonblocking`` (py-spy refuses the pair)."""
+    ``timeout`` is a hard deadline: py-spy's process group is SIGKILLed at it. Raises UsageError
+    for ``native`` with ``nonblocking`` (py-spy refuses the pair)."""
     _check_options(native, nonblocking)
     taken_at, start = time.time(), time.monotonic()
     if not _alive(pid):
@@ -93,22 +102,27 @@ def dump_once(pid: int, *, timeout: float = 5.0, native: bool = False,
     argv = [pyspy or find_pyspy(), "dump", "--json", "--pid", str(pid)]
     argv += ["--native"] if native else []
     argv += ["--nonblocking"] if nonblocking else []
+    state_before = stopped.proc_state(pid)
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, start_new_session=True,
                                  env={**os.environ, **_CHILD_ENV})
     except OSError as exc:
         return DumpResult(pid, taken_at, "failed", f"cannot run py-spy: {exc.strerror or exc}")
+    killed = False
     try:
         out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_child(child)
-        return DumpResult(pid, taken_at, "timeout",
-                          f"py-spy did not finish within {timeout:g}s (killed it)",
-                          seconds=time.monotonic() - start)
+        killed, gone = True, _kill_child(child)
+        result = DumpResult(pid, taken_at, "timeout",
+                            f"py-spy did not finish within {timeout:g}s (killed it)",
+                            seconds=time.monotonic() - start)
+        why = f"a py-spy killed at its {timeout:g}s deadline"
+        return _after_unclean(result, state_before, why, child.pid, gone)
     finally:
-        if child.poll() is None:  # KeyboardInterrupt and friends: never leave it behind
-            _kill_child(child)
+        if not killed and child.poll() is None:  # KeyboardInterrupt...: never leave it
+            if _kill_child(child):
+                stopped.resume_if_left_stopped(pid, state_before, "an interrupted py-spy")
     seconds = time.monotonic() - start
     if child.returncode == 0:
         try:
@@ -118,7 +132,30 @@ def dump_once(pid: int, *, timeout: float = 5.0, native: bool = False,
                               raw=out, seconds=seconds)
         return DumpResult(pid, taken_at, "ok", "", out, sample, seconds)
     status, detail = classify_failure(pid, child.returncode, err.decode("utf-8", "replace"))
-    return DumpResult(pid, taken_at, status, detail, seconds=seconds)
+    result = DumpResult(pid, taken_at, status, detail, seconds=seconds)
+    why = (f"a py-spy killed by {_signal_name(-child.returncode)}" if child.returncode < 0
+           else f"a py-spy that failed (exit status {child.returncode})")
+    return _after_unclean(result, state_before, why, child.pid, True)
+
+
+def _after_unclean(result: DumpResult, state_before: str | None, why: str, pyspy_pid: int,
+                   pyspy_gone: bool) -> DumpResult:
+    """The target's state checked after a dump that did not end cleanly (see ``stopped``)."""
+    if pyspy_gone:
+        note = stopped.resume_if_left_stopped(result.pid, state_before, why)
+    else:
+        note = (f"py-spy pid {pyspy_pid} survived SIGKILL (stuck in the kernel); pid "
+                f"{result.pid} stays stopped until it exits")
+    if not note:
+        return result
+    return dataclasses.replace(result, detail=f"{result.detail}; {note}", target_note=note)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _check_options(native: bool, nonblocking: bool) -> None:
@@ -127,8 +164,9 @@ def _check_options(native: bool, nonblocking: bool) -> None:
                          "choose native or nonblocking, not both")
 
 
-def _kill_child(child: subprocess.Popen[bytes]) -> None:
-    """SIGKILL our own py-spy child (its session holds nothing else) and reap it."""
+def _kill_child(child: subprocess.Popen[bytes]) -> bool:
+    """SIGKILL our own py-spy child's process group (its session holds nothing else) and reap
+    it. False when it is still there after 5 s (stuck in the kernel: it cannot die)."""
     try:
         os.killpg(child.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -136,7 +174,8 @@ def _kill_child(child: subprocess.Popen[bytes]) -> None:
     try:
         child.communicate(timeout=5)
     except subprocess.TimeoutExpired:
-        pass
+        return False
+    return True
 
 
 def _alive(pid: int) -> bool:
@@ -165,12 +204,15 @@ def classify_failure(pid: int, returncode: int, stderr: str) -> tuple[DumpStatus
     """Why a py-spy run with a non-zero exit failed: process state and access first, text last."""
     detail = summarize_stderr(stderr) or f"py-spy exited with status {returncode}"
     if returncode < 0:
-        return "failed", f"py-spy killed by signal {-returncode}"
+        return "failed", f"py-spy killed by signal {-returncode} ({_signal_name(-returncode)})"
     if not _alive(pid):
         return "process_gone", f"pid {pid} exited during the dump"
     access = trace_access_errno(pid)
     if access in (errno.EACCES, errno.EPERM):
-        return "permission_denied", f"not allowed to trace pid {pid} ({os.strerror(access)})"
+        problem = explain_failure(pid, access)
+        return "permission_denied", (f"not allowed to trace pid {pid} "
+                                     f"({os.strerror(access)}): {problem.cause}; "
+                                     f"fix: {problem.fix}")
     if access in (errno.ENOENT, errno.ESRCH):
         return "process_gone", f"pid {pid} exited during the dump"
     return classify_stderr(stderr), detail
