@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml
 	  command -v apt-get >/dev/null 2>&1 && (apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
 	  || echo "warning: chromium not installed; browser tests will be skipped"; }
+	# A real SLURM cluster of virtual nodes for tests/test_slurm_live.py (skipped without it).
+	@command -v slurmd >/dev/null 2>&1 || { \
+	  command -v apt-get >/dev/null 2>&1 && (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmd slurmctld slurm-client \
+	  >/dev/null) || echo "warning: SLURM not installed; SLURM tests will be skipped"; }
 	touch $(STAMP)
 
 install: $(STAMP)

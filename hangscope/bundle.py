@@ -12,12 +12,21 @@ Layout (schema ``hangscope.bundle/1``)::
 ``manifest.json``::
 
     {"schema": "hangscope.bundle/1", "hangscope_version": "0.1.0", "created_at": 1790000000.0,
+     "host": "node1", "node": "n1", "job_id": "4242", "expected_nodes": ["n1", "n2"],
+     "node_index": 0, "group_rank": 0, "local_world_size": 4, "group_world_size": 2,
+     "collected_at": 1789999998.0,
+     "clock": {"wall_start": 1789999998.0, "wall_end": 1790000000.0,
+               "monotonic_start": 5000.0, "monotonic_end": 5002.0},
+     "partial": false, "cut_short": [],
      "job": {"launcher_pid": 123, "run_id": "..."}, "hosts": ["node1"], "world_size": 4,
      "ranks": {"0": {"host": "node1", "pid": 456, "local_rank": 0,
                      "files": [{"kind": "fr", "path": "ranks/0/fr_dump"}, ...]}},
      "collection": [{"source": "py-spy", "rank": 0, "status": "ok", "detail": "",
                      "started_at": 1790000000.0, "seconds": 0.02}],
      "gaps": ["rank 3: permission denied ..."]}
+
+The fields from ``host`` to ``cut_short`` were added later without a schema bump (readers ignore
+what they do not know, and every one of them is optional when read): see docs/bundle.md.
 
 A bundle is untrusted input like any other: file paths in the manifest must stay inside the bundle
 and each file goes through the same loader as it would on its own. New sources add a file kind and
@@ -29,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,7 +81,12 @@ class BundleWriter:
     job_files: list[dict[str, str]] = field(default_factory=list)
     collection: list[CollectionRecord] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)  # host, node, job_id, clock... (top level)
+    cut_short: list[str] = field(default_factory=list)  # what a time limit stopped
+    late_files: int = 0  # files offered after close(): not written
     _made: set[str] = field(default_factory=set, repr=False)  # folders already created
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _closed: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         os.makedirs(self.root, exist_ok=True)
@@ -80,16 +95,29 @@ class BundleWriter:
         return self.ranks.setdefault(rank, RankEntry())
 
     def add_file(self, rank: int, kind: str, name: str, data: bytes) -> str:
-        """Store one evidence file for ``rank``; returns its path inside the bundle."""
-        rel = self._write(f"ranks/{rank}", name, data)
-        self.rank_entry(rank).files.append({"kind": kind, "path": rel})
+        """Store one evidence file for ``rank``; returns its path inside the bundle. After
+        ``close`` (a collection cut short by its time limit) the file is dropped and counted."""
+        with self._lock:
+            if self._closed:
+                self.late_files += 1
+                return ""
+            rel = self._write(f"ranks/{rank}", name, data)
+            self.rank_entry(rank).files.append({"kind": kind, "path": rel})
         return os.path.join(self.root, rel)
 
     def add_job_file(self, kind: str, name: str, data: bytes, source_path: str = "") -> str:
         """Store a file that belongs to no single rank (the launcher's output)."""
-        rel = self._write("job", name, data)
-        self.job_files.append({"kind": kind, "path": rel, "source": source_path})
+        with self._lock:
+            if self._closed:
+                self.late_files += 1
+                return ""
+            rel = self._write("job", name, data)
+            self.job_files.append({"kind": kind, "path": rel, "source": source_path})
         return os.path.join(self.root, rel)
+
+    def file_count(self) -> int:
+        with self._lock:
+            return len(self.job_files) + sum(len(e.files) for e in self.ranks.values())
 
     def _write(self, folder: str, name: str, data: bytes) -> str:
         if os.path.basename(name) != name or name in ("", ".", ".."):
@@ -105,19 +133,28 @@ class BundleWriter:
         return rel
 
     def close(self) -> str:
+        """Write the manifest; later ``add_file`` calls are dropped (see ``late_files``)."""
+        with self._lock:
+            self._closed = True
+            return self._write_manifest()
+
+    def _write_manifest(self) -> str:
         manifest = {
+            **self.meta,
             "schema": SCHEMA,
             "hangscope_version": __version__,
             "created_at": time.time(),
+            "partial": bool(self.cut_short),
+            "cut_short": list(self.cut_short),
             "job": self.job,
             "hosts": sorted(set(self.hosts)),
             "world_size": self.world_size,
             "ranks": {str(rank): {"host": entry.host, "pid": entry.pid,
-                                  "local_rank": entry.local_rank, "files": entry.files}
+                                  "local_rank": entry.local_rank, "files": list(entry.files)}
                       for rank, entry in sorted(self.ranks.items())},
-            "job_files": self.job_files,
-            "collection": [vars_of(record) for record in self.collection],
-            "gaps": self.gaps,
+            "job_files": list(self.job_files),
+            "collection": [vars_of(record) for record in list(self.collection)],
+            "gaps": list(self.gaps),
         }
         path = os.path.join(self.root, MANIFEST)
         tmp = path + ".tmp"
@@ -164,15 +201,22 @@ def read_manifest(root: str) -> dict[str, Any]:
     return manifest
 
 
-def load_bundle(root: str, evidence: JobEvidence, problems: list[str]) -> dict[str, Any]:
-    """Load every file the manifest lists through its kind's loader; returns the manifest."""
-    manifest = read_manifest(root)
+def load_bundle(root: str, evidence: JobEvidence, problems: list[str], *,
+                manifest: dict[str, Any] | None = None,
+                skip_job_files: frozenset[str] = frozenset(),
+                gap_prefix: str = "") -> dict[str, Any]:
+    """Load every file the manifest lists through its kind's loader; returns the manifest.
+
+    When several bundles are merged (``sources.merge``) the caller passes the manifest it read,
+    the job files another bundle already holds (``skip_job_files``: paths as listed) and a
+    prefix naming this bundle's node for its gaps."""
+    manifest = read_manifest(root) if manifest is None else manifest
     world = manifest.get("world_size")
     if isinstance(world, int) and world > 0:
         evidence.world_size = max(evidence.world_size or 0, world)
     gaps = manifest.get("gaps")
     if isinstance(gaps, list):
-        evidence.gaps.extend(str(gap) for gap in gaps)
+        evidence.gaps.extend(gap_prefix + str(gap) for gap in gaps)
     ranks = manifest.get("ranks")
     if not isinstance(ranks, dict):
         raise BadInputError(os.path.join(root, MANIFEST), "'ranks' is not a mapping")
@@ -180,7 +224,8 @@ def load_bundle(root: str, evidence: JobEvidence, problems: list[str]) -> dict[s
     job_files = manifest.get("job_files") or []
     if isinstance(job_files, list):
         for item in job_files:
-            _load_listed(root, real_root, item, None, evidence, problems)
+            if not (isinstance(item, dict) and item.get("path") in skip_job_files):
+                _load_listed(root, real_root, item, None, evidence, problems)
     for key, entry in ranks.items():
         if not (isinstance(key, str) and key.isdigit() and isinstance(entry, dict)):
             problems.append(f"{root}/{MANIFEST}: bad rank entry {key!r}")

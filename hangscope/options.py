@@ -21,6 +21,9 @@ class AttachOptions:
     nonblocking: bool = False
     trigger_fr: bool = True
     query_ras: bool = True  # ask NCCL's RAS service on this node (NCCL >= 2.24)
+    slurm_job: str | None = None  # this node's processes of SLURM job N (SLURM_JOB_ID)
+    slurm_node: str | None = None  # only those with SLURMD_NODENAME = this (virtual nodes)
+    timeout: float | None = None  # --timeout: seconds the whole command may take (None: no limit)
 
 
 @dataclass(frozen=True, slots=True)

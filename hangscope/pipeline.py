@@ -20,10 +20,19 @@ from hangscope.result import Result, Summary
 
 if TYPE_CHECKING:
     from hangscope.analyzer_process import Answer
+    from hangscope.collect.attach import CollectSummary
     from hangscope.model import JobEvidence
+    from hangscope.progress import Progress
 
 __all__ = ["OutputOptions", "Result", "Summary", "analyze_evidence", "analyze_paths",
-           "prepare_analysis", "run_analyze", "run_attach", "run_report", "write_outputs"]
+           "prepare_analysis", "run_analyze", "run_attach", "run_collect", "run_report",
+           "write_outputs"]
+
+# With --timeout, attach keeps this share of it (at least ANALYSIS_MIN_S, at most
+# ANALYSIS_MAX_S) for analyzing what it collected and writing the report.
+ANALYSIS_SHARE = 0.25
+ANALYSIS_MIN_S = 1.0
+ANALYSIS_MAX_S = 15.0
 
 
 def default_out_dir() -> str:
@@ -48,12 +57,21 @@ def run_analyze(paths: list[str], load: LoadOptions, output: OutputOptions) -> S
     return result.summary()
 
 
-def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) -> Summary:
-    """Collect into ``OUT/bundle`` first, then run exactly what ``analyze OUT/bundle`` runs."""
+def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions, *,
+               progress: Progress | None = None) -> Summary:
+    """Collect into ``OUT/bundle`` first, then run exactly what ``analyze OUT/bundle`` runs.
+
+    With ``attach.timeout`` the collection ends early enough to leave the analysis its share
+    (ANALYSIS_SHARE) of the time: a collection cut short is analyzed as it is, and the verdict's
+    evidence gaps say what was cut."""
     from hangscope.analyzer_process import AnalyzerProcess
     from hangscope.bundle import clear_old_bundle
 
     started = time.monotonic()
+    deadline = None
+    if attach.timeout is not None:
+        reserve = min(ANALYSIS_MAX_S, max(ANALYSIS_MIN_S, ANALYSIS_SHARE * attach.timeout))
+        deadline = started + max(0.0, attach.timeout - reserve)
     out = prepare_out_dir(output)
     bundle_dir = os.path.join(out, "bundle")
     clear_old_bundle(bundle_dir)
@@ -61,8 +79,13 @@ def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) 
     try:
         from hangscope.collect.attach import collect
 
-        collected = collect(attach, bundle_dir, meanwhile=None if analyzer else
-                            lambda: prepare_analysis(output.write_html))
+        try:
+            collected = collect(attach, bundle_dir, meanwhile=None if analyzer else
+                                lambda: prepare_analysis(output.write_html),
+                                deadline=deadline, progress=progress)
+        finally:
+            if progress is not None:
+                progress.finish()
         answer = analyzer.finish(bundle_dir, out, load, output) if analyzer else None
     finally:
         if analyzer:
@@ -74,6 +97,41 @@ def run_attach(attach: AttachOptions, load: LoadOptions, output: OutputOptions) 
     summary.collect_tally = collected.tally()
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def run_collect(attach: AttachOptions, bundle_dir: str, *, force: bool = False,
+                progress: Progress | None = None) -> CollectSummary:
+    """Collect on this node into ``bundle_dir`` and analyze nothing (``hangscope collect``).
+
+    The bundle is what ``attach`` writes to OUT/bundle; ``analyze`` merges several of them (one
+    per node) by global rank. ``attach.timeout`` bounds the whole collection. Raises
+    CollectError when nothing could be collected (the manifest, if written, says what was
+    tried)."""
+    from hangscope.bundle import clear_old_bundle
+    from hangscope.errors import CollectError
+
+    started = time.monotonic()
+    bundle_dir = os.path.abspath(bundle_dir)
+    if os.path.lexists(bundle_dir):
+        if not os.path.isdir(bundle_dir) or os.path.islink(bundle_dir):
+            raise UsageError(f"{bundle_dir}: --out exists and is not a directory")
+        if os.listdir(bundle_dir):
+            if not force:
+                raise UsageError(f"{bundle_dir}: --out is not empty (pass --force to replace "
+                                 "the bundle there)")
+            clear_old_bundle(bundle_dir)
+    deadline = None if attach.timeout is None else started + attach.timeout
+    from hangscope.collect.attach import collect
+
+    try:
+        collected = collect(attach, bundle_dir, deadline=deadline, progress=progress)
+    finally:
+        if progress is not None:
+            progress.finish()
+    if not collected.files:
+        why = "; ".join(collected.gaps[:2]) or "no source gave anything"
+        raise CollectError(f"{bundle_dir}: nothing collected ({why})")
+    return collected
 
 
 def analyze_answer(bundle_dir: str, out: str, load: LoadOptions, output: OutputOptions) -> Answer:

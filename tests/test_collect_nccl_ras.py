@@ -23,6 +23,7 @@ import pytest
 
 from hangscope.bundle import BundleWriter
 from hangscope.collect import attach, nccl_ras
+from hangscope.collect.budget import Budget
 from hangscope.discover import JobProcesses, RankProcess
 from hangscope.options import AttachOptions, LoadOptions
 from hangscope.sources.load import load_paths
@@ -314,7 +315,7 @@ class TestAttachHook:
         bundle = str(tmp_path / "bundle")
         writer = BundleWriter(bundle)
         summary = attach.CollectSummary(job=job, bundle_dir=bundle)
-        attach._collect_ras(job, writer, summary, options)
+        attach._collect_ras(job, writer, summary, options, Budget())
         writer.gaps.extend(summary.gaps)
         writer.close()
         return summary, bundle

@@ -2,8 +2,10 @@
 
 Never harms the job: nothing is signalled or killed; py-spy pauses a rank only for one stack dump
 per sample (``nonblocking`` avoids even that); each source runs with its own timeout and a failure
-on one rank becomes an evidence gap, never an exception that stops the others. The whole
-collection is bounded by ``deadline`` seconds.
+on one rank becomes an evidence gap, never an exception that stops the others. With a
+``deadline`` (``--timeout``) the whole collection is bounded: see ``collect.budget``. The manifest
+records where it ran (``collect.identity``: host, node, job id) and its wall and monotonic clocks
+at start and end, so that bundles from several nodes can be merged and compared.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from hangscope.bundle import BundleWriter, CollectionRecord
 from hangscope.collect import (
     fr_trigger,
+    identity,
     logs,
     nccl_ras,
     permissions,
@@ -26,9 +29,11 @@ from hangscope.collect import (
     pyspy,
     sampling,
 )
+from hangscope.collect.budget import Budget
 from hangscope.discover import JobProcesses, discover
 from hangscope.model import ProcessState
 from hangscope.options import AttachOptions
+from hangscope.progress import Progress
 from hangscope.sources.pyspy import RECORD_KIND
 
 log = logging.getLogger(__name__)
@@ -44,6 +49,10 @@ class CollectSummary:
     failed: dict[int, list[str]] = field(default_factory=dict)  # rank -> one line per failure
     gaps: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    cut_short: list[str] = field(default_factory=list)  # what --timeout stopped
+    files: int = 0  # evidence files in the bundle
+    node: str = ""
+    job_id: str = ""
 
     def tally(self) -> str:
         ranks = sorted(r.rank for r in self.job.ranks)
@@ -53,41 +62,84 @@ class CollectSummary:
             parts.append(f"{len(self.failed)} with problems (" + "; ".join(
                 f"rank {rank}: {msgs[0]}" for rank, msgs in sorted(self.failed.items())[:3])
                 + (", ..." if len(self.failed) > 3 else "") + ")")
+        if self.cut_short:
+            parts.append("cut short: " + "; ".join(self.cut_short))
         return ", ".join(parts)
 
 
 def collect(options: AttachOptions, bundle_dir: str,
-            meanwhile: Callable[[], object] | None = None) -> CollectSummary:
+            meanwhile: Callable[[], object] | None = None, *, deadline: float | None = None,
+            progress: Progress | None = None) -> CollectSummary:
     """Discover the job and write everything into ``bundle_dir``; returns what happened.
 
     py-spy starts as soon as the ranks are known, before anything else is set up: on a small job
     its dumps are the longest part of the collection. ``meanwhile`` (the caller's own
     preparation, such as importing the analysis) then runs in this thread while the collectors
-    wait on py-spy, /proc and the file system in theirs."""
-    started = time.monotonic()
-    job = discover(pid_group=options.pid_group, pids=options.pids, match=options.match)
+    wait on py-spy, /proc and the file system in theirs. ``deadline`` (a ``time.monotonic()``
+    instant) bounds the whole collection: the bundle is written by then with what was
+    collected, and ``cut_short`` says what was not. ``progress`` hears what each collector is at.
+    """
+    started, wall_start = time.monotonic(), time.time()
+    budget = Budget(deadline, options.timeout, progress)
+    budget.report("ranks", "discovering")
+    job = discover(pid_group=options.pid_group, pids=options.pids, match=options.match,
+                   slurm_job=options.slurm_job, slurm_node=options.slurm_node)
     summary = CollectSummary(job=job, bundle_dir=bundle_dir)
     summary.gaps.extend(job.notes)
     rank_of_pid = {r.pid: r.rank for r in job.ranks}
     worker_of = {w: r.rank for r in job.ranks for w in r.workers}
     traceable, workers = _traceable(job, rank_of_pid, worker_of, summary)
+    budget.report("ranks", str(len(job.ranks)))
     writer = BundleWriter(bundle_dir)
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="collect") as pool:
-        futures = [pool.submit(_collect_stacks_and_state, traceable + workers, rank_of_pid,
-                               worker_of, writer, summary, options),
-                   pool.submit(_collect_fr, job, writer, summary, options),
-                   pool.submit(_collect_logs, job, writer, summary),
-                   pool.submit(_collect_ras, job, writer, summary, options)]
+    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="collect")
+    pending: set[Future[None]] = set()
+    try:
+        futures = {"stacks": pool.submit(_collect_stacks_and_state, traceable + workers,
+                                         rank_of_pid, worker_of, writer, summary, options,
+                                         budget),
+                   "flight recorder": pool.submit(_collect_fr, job, writer, summary, options,
+                                                  budget),
+                   "logs": pool.submit(_collect_logs, job, writer, summary, budget),
+                   "NCCL RAS": pool.submit(_collect_ras, job, writer, summary, options, budget)}
         _describe_job(writer, job)
+        summary.gaps.extend(_describe_node(writer, job, summary, wall_start, started))
         if meanwhile is not None:
             meanwhile()
-        for future in futures:
-            future.result()
+        left = budget.left()
+        _, pending = wait(futures.values(), timeout=None if left == float("inf")
+                          else max(0.0, left))
+        for name, future in futures.items():
+            if future in pending:
+                budget.cut(f"{name} still running at the limit")
+            else:
+                future.result()
+    finally:
+        pool.shutdown(wait=not pending, cancel_futures=True)
+    summary.cut_short = list(budget.cuts)
+    if summary.cut_short:
+        summary.gaps.append(f"collection cut short by {budget.describe()}: "
+                            + "; ".join(summary.cut_short))
+    writer.cut_short.extend(summary.cut_short)
     writer.gaps.extend(summary.gaps)
     summary.seconds = time.monotonic() - started
     writer.job["collect_seconds"] = round(summary.seconds, 3)
+    writer.meta["clock"].update(wall_end=time.time(), monotonic_end=time.monotonic())
     writer.close()
+    summary.files = writer.file_count()
     return summary
+
+
+def _describe_node(writer: BundleWriter, job: JobProcesses, summary: CollectSummary,
+                   wall_start: float, monotonic_start: float) -> list[str]:
+    """Where this ran and which job it saw (``collect.identity``), into the manifest; returns
+    notes about what could not be told."""
+    fields, notes = identity.describe(job)
+    writer.meta.update(fields)
+    writer.meta["collected_at"] = wall_start
+    writer.meta["clock"] = {"wall_start": wall_start, "monotonic_start": monotonic_start}
+    summary.node = str(fields.get("node", ""))
+    summary.job_id = str(fields.get("job_id", ""))
+    return notes
 
 
 def _traceable(job: JobProcesses, rank_of_pid: dict[int, int], worker_of: dict[int, int],
@@ -130,28 +182,50 @@ def _describe_job(writer: BundleWriter, job: JobProcesses) -> None:
 
 def _collect_stacks_and_state(pids: list[int], rank_of_pid: dict[int, int],
                               worker_of: dict[int, int], writer: BundleWriter,
-                              summary: CollectSummary, options: AttachOptions) -> None:
+                              summary: CollectSummary, options: AttachOptions,
+                              budget: Budget) -> None:
     """py-spy samples and /proc states at the same cadence, so CPU growth lines up with stacks."""
     states: dict[int, list[ProcessState]] = {pid: [] for pid in pids}
     began = time.time()
     done = threading.Event()
     rank_pids = [pid for pid in pids if pid in rank_of_pid]
+    workers = max(1, min(32, len(pids), pyspy.usable_cores()))
+    # py-spy runs `workers` dumps at a time: a round is up to this many dumps long
+    batches = -(-len(pids) // workers) if pids else 1
+    dump_timeout = budget.cap(options.dump_timeout, batches)
+
+    def more(so_far: dict[int, list[pyspy.DumpResult]]) -> bool:
+        """The first round is always taken; then up to --samples rounds, and more while the
+        ranks move differently, each only when it can end before the deadline."""
+        rounds = max((len(results) for results in so_far.values()), default=0)
+        budget.report("stacks", f"{rounds}/{options.samples} samples")
+        wanted = rounds < options.samples or (
+            rounds < options.max_samples and sampling.worth_more(so_far, states, rank_pids))
+        if wanted and not budget.room_for(options.interval + dump_timeout * batches):
+            budget.cut(f"stack samples: {rounds} round{'s' if rounds != 1 else ''} of "
+                       f"{options.samples} taken")
+            return False
+        return wanted
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="procstate") as pool:
         proc_future = pool.submit(_sample_states, pids, states, options, done)
         try:
             dumps = pyspy.sample_many(
-                pids, samples=options.samples, interval=options.interval,
-                timeout=options.dump_timeout, native=options.native,
-                nonblocking=options.nonblocking, max_samples=options.max_samples,
-                more=lambda so_far: sampling.worth_more(so_far, states, rank_pids))
+                pids, samples=1, interval=options.interval, timeout=dump_timeout,
+                native=options.native, nonblocking=options.nonblocking,
+                max_samples=options.max_samples, more=more)
         except pyspy.PySpyMissing as exc:
             summary.gaps.append(f"no stacks: {exc}")
             dumps = {}
         finally:
             done.set()
         proc_future.result()
+    budget.report("stacks", "done")
     if not options.native and not options.nonblocking:
-        _native_followup(dumps, rank_of_pid, options)
+        if budget.room_for(2.0):
+            _native_followup(dumps, rank_of_pid, options, budget)
+        else:
+            budget.cut("no native follow-up dumps")
     for pid, results in dumps.items():
         rank = rank_of_pid.get(pid, worker_of.get(pid))
         if rank is None:
@@ -194,7 +268,7 @@ NATIVE_FOLLOWUP_MAX = 8
 
 
 def _native_followup(dumps: dict[int, list[pyspy.DumpResult]], rank_of_pid: dict[int, int],
-                     options: AttachOptions) -> None:
+                     options: AttachOptions, budget: Budget) -> None:
     """One ``--native`` dump of ranks whose main thread is blocked in a C call nothing names.
 
     Without native frames a C call made straight from the job's code leaves the stack ending at
@@ -218,9 +292,10 @@ def _native_followup(dumps: dict[int, list[pyspy.DumpResult]], rank_of_pid: dict
     pids = list(chosen.values())[:NATIVE_FOLLOWUP_MAX]
     if not pids:
         return
+    timeout = budget.cap(max(options.dump_timeout, 10.0))
     with ThreadPoolExecutor(max_workers=len(pids), thread_name_prefix="py-spy-native") as pool:
         native = list(pool.map(lambda pid: pyspy.dump_once(
-            pid, timeout=max(options.dump_timeout, 10.0), native=True), pids))
+            pid, timeout=timeout, native=True), pids))
     for result in native:
         dumps[result.pid].append(result)
 
@@ -241,8 +316,10 @@ def _sample_states(pids: list[int], states: dict[int, list[ProcessState]],
         states[pid].append(state)
 
 
-def _collect_logs(job: JobProcesses, writer: BundleWriter, summary: CollectSummary) -> None:
+def _collect_logs(job: JobProcesses, writer: BundleWriter, summary: CollectSummary,
+                  budget: Budget) -> None:
     began = time.time()
+    budget.report("logs", "reading")
     try:
         files, notes = logs.collect_job_logs(job)
     except Exception as exc:  # noqa: BLE001 - a collector failure is a gap, never fatal
@@ -263,6 +340,7 @@ def _collect_logs(job: JobProcesses, writer: BundleWriter, summary: CollectSumma
         else:
             writer.add_file(item.rank, "log", name, item.data)
         summary.ok.setdefault("log", []).append(item.rank if item.rank is not None else -1)
+    budget.report("logs", f"{len(files)} files")
     writer.collection.append(CollectionRecord(source="log", rank=None, status="ok",
                                               detail=f"{len(files)} files",
                                               started_at=began,
@@ -270,12 +348,18 @@ def _collect_logs(job: JobProcesses, writer: BundleWriter, summary: CollectSumma
 
 
 def _collect_fr(job: JobProcesses, writer: BundleWriter, summary: CollectSummary,
-                options: AttachOptions) -> None:
-    for rank in job.ranks:
+                options: AttachOptions, budget: Budget) -> None:
+    for index, rank in enumerate(job.ranks):
+        if not budget.room_for(0.0):
+            left = [r.rank for r in job.ranks[index:]]
+            budget.cut(f"flight recorder: rank{'s' if len(left) > 1 else ''} "
+                       f"{', '.join(map(str, left))} not read")
+            return
+        budget.report("flight recorder", f"{index}/{len(job.ranks)}")
         began = time.time()
         try:
             result = fr_trigger.collect_fr(rank, trigger=options.trigger_fr,
-                                           timeout_s=options.dump_timeout)
+                                           timeout_s=budget.cap(options.dump_timeout))
         except Exception as exc:  # noqa: BLE001 - one rank's failure is a gap
             summary.gaps.append(f"rank {rank.rank}: flight-recorder dump failed: {exc}")
             continue
@@ -292,13 +376,16 @@ def _collect_fr(job: JobProcesses, writer: BundleWriter, summary: CollectSummary
 
 
 def _collect_ras(job: JobProcesses, writer: BundleWriter, summary: CollectSummary,
-                 options: AttachOptions) -> None:
+                 options: AttachOptions, budget: Budget) -> None:
     """NCCL's job-wide RAS status (NCCL >= 2.24), kept as a job-level log the RAS parser reads."""
     if not options.query_ras:
         return
+    if not budget.room_for(0.5):
+        budget.cut("no NCCL RAS query")
+        return
     began = time.time()
     try:
-        result = nccl_ras.collect(job, timeout_s=options.dump_timeout)
+        result = nccl_ras.collect(job, timeout_s=budget.cap(options.dump_timeout))
     except Exception as exc:  # noqa: BLE001 - a collector failure is a gap, never fatal
         summary.gaps.append(f"NCCL RAS query failed: {exc}")
         return

@@ -29,6 +29,7 @@ from hangscope.discover.proctree import (
     snapshot,
     with_descendants,
 )
+from hangscope.discover.slurm_env import on_node, slurm_roots
 from hangscope.errors import CollectError, UsageError
 
 __all__ = ["ENV_ALLOW", "ENV_ALLOW_PREFIXES", "JobProcesses", "ProcInfo", "RankProcess",
@@ -36,19 +37,29 @@ __all__ = ["ENV_ALLOW", "ENV_ALLOW_PREFIXES", "JobProcesses", "ProcInfo", "RankP
 
 
 def discover(*, pid_group: int | None = None, pids: Sequence[int] = (), match: str | None = None,
-             host: str | None = None) -> JobProcesses:
-    """Find the job's launchers, ranks and DataLoader workers; raise CollectError if no rank."""
-    if pid_group is None and not pids and not match:
-        raise UsageError("nothing to search: give --pid-group PGID, --pid PID or --match PATTERN")
+             host: str | None = None, slurm_job: str | None = None,
+             slurm_node: str | None = None) -> JobProcesses:
+    """Find the job's launchers, ranks and DataLoader workers; raise CollectError if no rank.
+
+    ``slurm_job`` adds the processes whose environment has ``SLURM_JOB_ID`` = it as roots;
+    ``slurm_node`` keeps only roots whose ``SLURMD_NODENAME`` is it (see ``slurm_env``)."""
+    if pid_group is None and not pids and not match and slurm_job is None:
+        raise UsageError("nothing to search: give --pid-group PGID, --pid PID, --match PATTERN "
+                         "or --slurm-job-local JOBID")
     try:
         pattern = re.compile(match) if match else None
     except re.error as exc:
         raise UsageError(f"--match {match!r} is not a valid regular expression: {exc}") from None
     table = snapshot()
     children = children_of(table)
-    searched = _describe_search(pid_group, pids, match)
+    searched = _describe_search(pid_group, pids, match, slurm_job, slurm_node)
     reasons: list[str] = []
-    roots = find_roots(table, pid_group, pids, pattern, reasons)
+    roots = find_roots(table, pid_group, pids, pattern, reasons) \
+        if pid_group is not None or pids or pattern else []
+    if slurm_node is not None and roots:
+        roots = on_node(roots, slurm_node, reasons)
+    if slurm_job is not None:
+        roots = list(dict.fromkeys(roots + slurm_roots(table, slurm_job, slurm_node, reasons)))
     rootset = set(roots)  # walk from the topmost roots only, so parents come before children
     roots = [pid for pid in roots if not rootset.intersection(ancestors(pid, table))]
     looked = with_descendants(roots, children)
@@ -73,7 +84,8 @@ def discover(*, pid_group: int | None = None, pids: Sequence[int] = (), match: s
     return job
 
 
-def _describe_search(pid_group: int | None, pids: Sequence[int], match: str | None) -> str:
+def _describe_search(pid_group: int | None, pids: Sequence[int], match: str | None,
+                     slurm_job: str | None = None, slurm_node: str | None = None) -> str:
     parts = []
     if pid_group is not None:
         parts.append(f"process group {pid_group}")
@@ -81,4 +93,7 @@ def _describe_search(pid_group: int | None, pids: Sequence[int], match: str | No
         parts.append(f"pid{'s' if len(pids) > 1 else ''} {', '.join(map(str, pids))}")
     if match:
         parts.append(f"command lines matching {match!r}")
-    return " + ".join(parts) + " and their descendants"
+    if slurm_job is not None:
+        parts.append(f"processes of SLURM job {slurm_job}")
+    node = f" on SLURM node {slurm_node}" if slurm_node is not None else ""
+    return " + ".join(parts) + f"{node} and their descendants"

@@ -1,8 +1,10 @@
 """Turn the paths a user gave into one :class:`JobEvidence`: find, sniff, dispatch, collect gaps.
 
 Every file is classified by its first bytes, not its name, and handed to the one loader for its
-format. A file that fails to load becomes a one-line problem (naming it) and the rest is still
-analyzed; only when nothing at all is usable does loading fail.
+format. Bundles (``hangscope collect``/``attach`` output), given as paths or found in a folder,
+are merged by global rank in ``sources.merge``. A file that fails to load becomes a one-line
+problem (naming it) and the rest is still analyzed; only when nothing at all is usable does
+loading fail.
 """
 
 from __future__ import annotations
@@ -11,11 +13,10 @@ import gc
 import os
 from dataclasses import dataclass, field
 
-from hangscope import bundle
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, StackSample
 from hangscope.options import LoadOptions
-from hangscope.sources import flight_recorder, pyspy, stack_pastes
+from hangscope.sources import flight_recorder, merge, pyspy, stack_pastes
 from hangscope.sources.logs import loader as log_loader
 from hangscope.sources.logs.scan import sniff_log
 
@@ -30,6 +31,7 @@ class LoadReport:
     loaded: dict[str, list[str]] = field(default_factory=dict)  # kind -> paths
     problems: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    merge: merge.MergeReport | None = None  # when bundles were given
 
     def count(self) -> int:
         return sum(len(paths) for paths in self.loaded.values())
@@ -42,14 +44,16 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
     stack_files: list[str] = []
     log_files: list[str] = []
     paste_files: list[str] = []
+    bundles: list[str] = []
     for path in paths:
         if not os.path.exists(path):
             raise BadInputError(path, "no such file or directory")
-        if os.path.isdir(path) and bundle.is_bundle(path):
-            bundle.load_bundle(path, evidence, report.problems)
-            report.loaded.setdefault("bundle", []).append(path)
-            continue
-        for file_path, explicit in _files_under(path):
+        if os.path.isdir(path):
+            found, whole = merge.find_bundles(path)
+            bundles.extend(found)
+            if whole:
+                continue
+        for file_path, explicit in _files_under(path, set(bundles)):
             kind, paste = _sniff(file_path)
             if paste:
                 paste_files.append(file_path)
@@ -65,6 +69,9 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
                 report.problems.append(f"{file_path}: not a recognised evidence file")
             else:
                 report.skipped.append(file_path)
+    if bundles:
+        report.merge = merge.merge_bundles(bundles, evidence, report.problems)
+        report.loaded["bundle"] = bundles
     _load_fr(fr_files, options, evidence, report)
     _load_stacks(stack_files, evidence, report)
     _load_pastes(paste_files, evidence, report)
@@ -83,12 +90,13 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
     return evidence, report
 
 
-def _files_under(path: str) -> list[tuple[str, bool]]:
+def _files_under(path: str, skip: set[str]) -> list[tuple[str, bool]]:
+    """The files to sniff at ``path``, leaving out the bundles in ``skip`` (merged whole)."""
     if not os.path.isdir(path):
         return [(path, True)]
     found: list[tuple[str, bool]] = []
     for root, dirs, files in os.walk(path):
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if os.path.join(root, d) not in skip)
         for name in sorted(files):
             found.append((os.path.join(root, name), False))
             if len(found) > MAX_FILES:
