@@ -266,7 +266,8 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, no_redact: bool
               help="Seconds between checks [default: stall/5, within 0.5-5].")
 @click.option("--quiet", is_flag=True, help="Print nothing unless a verdict is written.")
 @output_options
-def watch(pid_group: int | None, pids: tuple[int, ...], match: str | None, stall: float,
+def watch(pid_group: int | None, pids: tuple[int, ...], match: str | None,
+          slurm_job: str | None, stall: float,
           timeout: float, interval: float | None, quiet: bool, out_dir: str | None, force: bool,
           as_json: bool, no_redact: bool, verbose: int) -> int:
     """Watch a live job cheaply; on a stall or a watchdog timeout line, attach once, write the
@@ -275,10 +276,11 @@ def watch(pid_group: int | None, pids: tuple[int, ...], match: str | None, stall
     from hangscope.watch import Stopped, WatchOptions, run_watch
 
     _configure_logging(verbose)
-    if pid_group is None and not pids and not match:
-        raise click.UsageError("give --pid-group PGID, --pid PID or --match PATTERN")
-    options = WatchOptions(pid_group=pid_group, pids=pids, match=match, stall=stall,
-                           timeout=timeout, interval=interval)
+    if pid_group is None and not pids and not match and slurm_job is None:
+        raise click.UsageError("give --pid-group PGID, --pid PID, --match PATTERN or "
+                               "--slurm-job JOBID")
+    options = WatchOptions(pid_group=pid_group, pids=pids, match=match, slurm_job=slurm_job,
+                           stall=stall, timeout=timeout, interval=interval)
     try:
         result = run_watch(options, OutputOptions(out_dir=out_dir, force=force,
                                                   redact=not no_redact))

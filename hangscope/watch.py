@@ -56,12 +56,14 @@ class WatchOptions:
     pid_group: int | None = None
     pids: tuple[int, ...] = ()
     match: str | None = None
+    slurm_job: str | None = None  # watch this node's ranks of the job; collect on all its nodes
     stall: float = 60.0
     timeout: float = 3600.0
     interval: float | None = None  # None: stall / 5, within 0.5-5 s
     stack_every: int = 3  # a non-blocking stack sample every Nth check
     cpu_share: float = CPU_SHARE
     dump_timeout: float = 2.0  # for one non-blocking py-spy dump
+    collect_timeout: float | None = None  # bound on the collection after firing (SLURM: 60 s)
 
 
 @dataclass(slots=True)
@@ -167,7 +169,7 @@ def run_watch(options: WatchOptions, output: OutputOptions) -> WatchResult:
     started = time.monotonic()
     out = prepare_out_dir(output)  # refuse a bad --out now, not after an hour of watching
     with stop_on_signals():
-        job = discover(pid_group=options.pid_group, pids=options.pids, match=options.match)
+        job = _discover(options)
         stall, notes = effective_stall(options.stall, job)
         watcher = _Watcher(job, options, stall)
         sampler = Sampler()
@@ -183,6 +185,22 @@ def run_watch(options: WatchOptions, output: OutputOptions) -> WatchResult:
             summary = _analyze_leftovers(watcher.tails, output, out)
     return WatchResult(outcome, reason, summary, watcher.checks, time.monotonic() - started,
                        stall, notes)
+
+
+def _discover(options: WatchOptions) -> JobProcesses:
+    """The ranks to watch. With ``slurm_job``, those of the job on this node: in a synchronous
+    job a hang anywhere stops every rank within a step, so one node's progress is the job's."""
+    try:
+        return discover(pid_group=options.pid_group, pids=options.pids, match=options.match,
+                        slurm_job=options.slurm_job)
+    except CollectError as exc:
+        if options.slurm_job is None:
+            raise
+        raise CollectError(
+            f"{exc}; watch --slurm-job reads progress from the job's ranks on the node it runs "
+            f"on: run it on one of the job's nodes, e.g. srun --overlap --jobid "
+            f"{options.slurm_job} -N 1 --ntasks=1 hangscope watch --slurm-job "
+            f"{options.slurm_job} ...") from None
 
 
 def effective_stall(stall: float, job: JobProcesses) -> tuple[float, list[str]]:
@@ -366,6 +384,13 @@ def _mtime(path: str) -> float | None:
 def _collect(options: WatchOptions, output: OutputOptions, out: str) -> Summary:
     from hangscope.pipeline import run_attach
 
+    if options.slurm_job is not None:
+        from hangscope.cluster.cli_options import fanout_options
+        from hangscope.cluster.run import run_slurm_attach
+
+        fan = fanout_options(options.slurm_job, out, options.collect_timeout)
+        return run_slurm_attach(fan, LoadOptions(), OutputOptions(
+            out_dir=out, force=output.force, redact=output.redact, write_html=output.write_html))
     attach = AttachOptions(pid_group=options.pid_group, pids=options.pids, match=options.match)
     return run_attach(attach, LoadOptions(), OutputOptions(
         out_dir=out, force=output.force, redact=output.redact, write_html=output.write_html))

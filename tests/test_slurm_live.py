@@ -99,3 +99,25 @@ def test_attach_slurm_job_with_a_dead_node_is_partial_and_bounded(slurm: Cluster
     assert gaps and "ranks 2,3 missing" in gaps[0], verdict["evidence_gaps"]
     assert code in (ExitCode.HANG_FOUND, ExitCode.INCONCLUSIVE), output
     assert "1 of 2 nodes collected (missing: n2)" in output
+
+
+def test_watch_slurm_job_fires_and_collects_on_every_node(slurm: Cluster, hung_job) -> None:
+    # GIVEN the hung two-node job (every rank already sits in its collective)
+    job_id, tmp = hung_job
+    out = tmp / "watch"
+    # WHEN watching it by its SLURM id with a short --stall
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "hangscope", "watch", "--slurm-job", job_id,
+                           "--stall", "3", "--timeout", "60", "--out", str(out)],
+                          env=slurm.env, capture_output=True, text=True, timeout=150, cwd=REPO)
+    took = time.monotonic() - started
+    # THEN it fires on no progress, collects on both nodes and names the culprit on n2
+    output = done.stdout + done.stderr
+    assert done.returncode == ExitCode.HANG_FOUND, output
+    assert "no progress for" in done.stderr, output
+    assert sorted(p.name for p in (out / "bundles").iterdir()
+                  if not p.name.startswith(".")) == ["n1", "n2"], output
+    verdict = json.loads((out / "verdict.json").read_text())
+    root = verdict["findings"][0]
+    assert root["culprit_ranks"] == SCENARIOS["missing_rank"].culprit_ranks, output
+    assert took < 3 + 60, output
