@@ -257,6 +257,10 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, no_redact: bool
               help="Process group id of the job; descendants are followed.")
 @click.option("--pid", "pids", type=int, multiple=True, help="A launcher or rank pid; repeatable.")
 @click.option("--match", help="Regular expression over command lines, to find ranks.")
+@click.option("--slurm-job", metavar="JOBID",
+              help="Watch this node's ranks of SLURM job JOBID (run it on one of the job's "
+                   "nodes); on a stall, collect on every node of the job as attach --slurm-job "
+                   "does, into OUT/bundles.")
 @click.option("--stall", type=click.FloatRange(1, 86400), default=60.0, show_default=True,
               help="Seconds without progress (no stack change, no progress line, no CPU) "
                    "after which the job is collected and analyzed.")
