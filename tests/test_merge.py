@@ -197,3 +197,18 @@ def test_a_copied_bundle_tree_merges_the_same(tmp_path: Path) -> None:
     shutil.copytree(tmp_path / "b", tmp_path / "copy")
     verdict = verdict_of([tmp_path / "copy"], tmp_path / "out")
     assert verdict["findings"][0]["culprit_ranks"] == [2]
+
+
+def test_torchruns_placeholder_run_id_is_no_job_id() -> None:
+    from hangscope.collect.identity import describe
+    from hangscope.discover import JobProcesses, RankProcess
+
+    ranks = [RankProcess(pid=999_999_999, rank=r, local_rank=r, world_size=2,
+                         local_world_size=2, group_rank=0, run_id="none", master_addr=None,
+                         master_port=None, env={"TORCHELASTIC_RUN_ID": "none",
+                                                "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0"},
+                         cmdline=[], workers=[], create_time=0.0) for r in range(2)]
+    fields, notes = describe(JobProcesses(launchers=[], ranks=ranks, searched="", host="h"),
+                             own_env={})
+    assert "job_id" not in fields and notes == []
+    assert fields["local_world_size"] == 2 and fields["node"] == "h"

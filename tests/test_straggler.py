@@ -4,11 +4,15 @@ are in tests/test_attach_live_causes.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hangscope.analysis.engine import analyze
 from hangscope.analysis.verdict import Kind, Status
 from hangscope.collect.pyspy import DumpResult
 from hangscope.collect.sampling import worth_more
 from hangscope.model import Frame, JobEvidence, ProcessState, StackSample, ThreadStack
+from hangscope.options import LoadOptions
+from hangscope.sources.load import load_paths
 
 TRAIN = "/job/train.py"
 ENGINE = "/usr/lib/python3.11/site-packages/torch/autograd/graph.py"
@@ -140,3 +144,20 @@ def test_no_more_samples_for_a_job_that_sits_still_or_moves_alike() -> None:
     assert not worth_more(alike, _states({1: 0.35, 2: 0.4}), [1, 2])
     # a worker process's stacks do not count: only ranks are compared
     assert not worth_more(alike, _states({1: 0.35, 2: 0.4, 9: 0.0}), [1, 2])
+
+
+BUNDLE = Path(__file__).resolve().parent.parent / "fixtures" / "bundles" / "ddp_imbalanced"
+
+
+def test_a_saved_attach_bundle_of_a_straggler_names_it_postmortem() -> None:
+    # GIVEN the bundle that `hangscope attach` (default options) wrote on the live ddp_imbalanced
+    # job: 8 stack samples and /proc CPU times per rank over 7.2 s, no FR dump (gloo, moving)
+    evidence, _ = load_paths([str(BUNDLE)], LoadOptions())
+    # WHEN analyzed later, from the bundle alone
+    verdict, _ = analyze(evidence)
+    # THEN the straggler is named from what the bundle kept, as attach named it live
+    assert verdict.status is Status.SLOW
+    root = verdict.findings[0]
+    assert (root.kind, root.culprit_ranks, root.waiting_ranks) == (Kind.STRAGGLER, [3], [0, 1, 2])
+    assert root.measures["fastest_rank"] == 0 and root.measures["slowdown"] >= 2.0
+    assert root.measures["hot_frame"].startswith("_engine_run_backward")

@@ -30,6 +30,8 @@ NODE_VARS = ("SLURMD_NODENAME", "SLURM_NODENAME", "NODE_NAME", "KUBERNETES_NODE_
 JOB_ID_VARS = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
 NODELIST_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
 MAX_NODES = 100_000
+# torchrun sets TORCHELASTIC_RUN_ID=none without --rdzv-id: no id at all
+PLACEHOLDERS = frozenset({"none", "None", ""})
 MAX_ENV_READS = 256  # ranks on one node whose environment is read for the node name
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 
@@ -80,7 +82,8 @@ def _first_agreed(envs: Iterable[Mapping[str, str]], names: tuple[str, ...], not
     """The first variable of ``names`` any rank sets, when every rank that sets it agrees."""
     envs = list(envs)
     for name in names:
-        values = sorted({env[name] for env in envs if env.get(name)})
+        values = sorted({env[name] for env in envs
+                         if env.get(name) and env[name] not in PLACEHOLDERS})
         if len(values) == 1:
             return values[0]
         if values:
