@@ -253,6 +253,15 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, no_redact: bool
 
 
 @cli.command()
+def schema() -> int:
+    """Print the JSON Schema of verdict.json (what analyze, attach and watch write)."""
+    from hangscope.schema import schema_text
+
+    click.echo(schema_text(), nl=False)
+    return int(ExitCode.NO_HANG)
+
+
+@cli.command()
 @click.option("--pid-group", type=int,
               help="Process group id of the job; descendants are followed.")
 @click.option("--pid", "pids", type=int, multiple=True, help="A launcher or rank pid; repeatable.")
