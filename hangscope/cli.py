@@ -122,17 +122,19 @@ def cli() -> None:
 @click.option("--world-size", type=click.IntRange(min=1),
               help="Number of ranks in the job, when the evidence may not show all of them.")
 @quiet_option
+@click.option("-j", "--jobs", type=click.IntRange(min=1),
+              help="Processes that read flight-recorder dumps (default: one per usable core).")
 @output_options
 def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None, quiet: bool,
             out_dir: str | None, force: bool, as_json: bool, no_redact: bool,
-            verbose: int) -> int:
+            verbose: int, jobs: int | None = None) -> int:
     """Analyze saved evidence: flight-recorder dumps (pickle or JSON), or hangscope bundles.
 
     Several bundles (one per node, from `hangscope collect`), or a folder holding them, are
     merged by global rank: a rank in two bundles is an error; ranks in none are reported
     missing, with the node that should have held them where the manifests say."""
     _configure_logging(verbose)
-    result = run_analyze(list(paths), LoadOptions(prefix=prefix, world_size=world_size),
+    result = run_analyze(list(paths), LoadOptions(prefix=prefix, world_size=world_size, jobs=jobs),
                          OutputOptions(out_dir=out_dir, force=force, redact=not no_redact))
     _print_result(result, as_json, quiet)
     return result.exit_code

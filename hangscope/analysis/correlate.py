@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hangscope.analysis.fr_match import match_key
@@ -26,6 +27,7 @@ from hangscope.analysis.observations import (
     log_observations,
 )
 from hangscope.model import FrDump, FrEntry, JobEvidence
+from hangscope.sources.fr_digest import RankGroup, SharedHistory, group_names, rank_groups
 
 DEFAULT_PG = "0"
 
@@ -35,11 +37,13 @@ class RankInGroup:
     """One rank's view of one process group (collectives only; p2p is kept apart)."""
 
     rank: int
-    seqs: list[int]  # collective seq ids held, ascending
-    entries: list[FrEntry]  # same order as seqs
+    seqs: Sequence[int]  # collective seq ids held, ascending
+    entries: Sequence[FrEntry]  # same order as seqs
     pending: FrEntry | None  # first op not completed: what the rank is blocked in on this group
     p2p_pending: list[FrEntry] = field(default_factory=list)
     p2p: list[FrEntry] = field(default_factory=list)  # every send/recv, in record order
+    # the history this rank shares with others, when its dump was reduced (sources.fr_digest)
+    history: SharedHistory | None = None
 
     @property
     def last_seq(self) -> int:
@@ -59,7 +63,7 @@ class RankInGroup:
         """Every entry at ``seq``: one op, or the ops of a coalesced block (they share its seq,
         its ``*coalesced`` end entry last), in the order the rank issued them."""
         start = bisect.bisect_left(self.seqs, seq)
-        return self.entries[start:bisect.bisect_right(self.seqs, seq, lo=start)]
+        return list(self.entries[start:bisect.bisect_right(self.seqs, seq, lo=start)])
 
     @property
     def entered(self) -> int:
@@ -168,24 +172,37 @@ def build_picture(evidence: JobEvidence) -> Picture:
     declared = _declared_groups(dumps, notes)
     world_size = _world_size(evidence, declared.get(DEFAULT_PG), notes)
     per_group: dict[str, dict[int, list[FrEntry]]] = defaultdict(lambda: defaultdict(list))
+    reduced: dict[str, dict[int, RankGroup]] = defaultdict(dict)  # dumps read as digests
     descs: dict[str, str] = {}
     backends: set[str] = set()
     for rank, dump in dumps.items():
         if dump.backend:
             backends.add(dump.backend)
+        parts = rank_groups(dump)
+        if parts is not None:
+            for name, part in parts.items():
+                reduced[name][rank] = part
+                if part.desc and name not in descs:
+                    descs[name] = part.desc
+            continue
         for entry in dump.entries:
             per_group[entry.pg_name][rank].append(entry)
             if entry.pg_desc and entry.pg_name not in descs:
                 descs[entry.pg_name] = entry.pg_desc
     groups: dict[str, GroupView] = {}
-    for name in sorted(set(per_group) | set(declared), key=_group_sort_key):
+    for name in sorted(set(per_group) | set(reduced) | set(declared), key=_group_sort_key):
         by_rank = per_group.get(name, {})
-        members, known = _members(name, declared.get(name), by_rank, world_size, dumps)
+        digests = reduced.get(name, {})
+        members, known = _members(name, declared.get(name), by_rank.keys() | digests.keys(),
+                                  world_size)
         if not known and name != DEFAULT_PG:
             notes.append(
                 f"process group {name} ({descs.get(name, '')}): the dumps do not list its members;"
                 f" inferred ranks {_fmt(members)} from the ranks that used it")
         views = {rank: _rank_view(rank, entries) for rank, entries in by_rank.items()}
+        views.update((rank, _digest_view(rank, part)) for rank, part in digests.items())
+        if by_rank and digests:  # some dumps reduced, some not: keep the dumps' order
+            views = {rank: views[rank] for rank in dumps if rank in views}
         for rank in members:
             if rank in dumps and rank not in views:
                 views[rank] = RankInGroup(rank=rank, seqs=[], entries=[], pending=None)
@@ -225,7 +242,7 @@ def _declared_groups(dumps: dict[int, FrDump], notes: list[str]) -> dict[str, tu
             if not info.ranks:
                 continue
             if not name:
-                if any(entry.pg_name != DEFAULT_PG for entry in dump.entries):
+                if group_names(dump) - {DEFAULT_PG}:
                     continue
                 name = DEFAULT_PG
             have = declared.setdefault(name, info.ranks)
@@ -258,15 +275,14 @@ def _world_size(evidence: JobEvidence, default_members: tuple[int, ...] | None,
 def _members(
     name: str,
     declared: tuple[int, ...] | None,
-    by_rank: dict[int, list[FrEntry]],
+    users: set[int],
     world_size: int,
-    dumps: dict[int, FrDump],
 ) -> tuple[tuple[int, ...], bool]:
     if declared:
         return declared, True
     if name == DEFAULT_PG and world_size:
         return tuple(range(world_size)), True
-    return tuple(sorted(by_rank)), False
+    return tuple(sorted(users)), False
 
 
 def _rank_view(rank: int, entries: list[FrEntry]) -> RankInGroup:
@@ -278,6 +294,14 @@ def _rank_view(rank: int, entries: list[FrEntry]) -> RankInGroup:
     p2p_pending = [e for e in p2p if e.completed is False]
     return RankInGroup(rank=rank, seqs=[e.collective_seq_id for e in collectives],
                        entries=collectives, pending=pending, p2p_pending=p2p_pending, p2p=p2p)
+
+
+def _digest_view(rank: int, part: RankGroup) -> RankInGroup:
+    """What :func:`_rank_view` gives, from a reduced dump (``sources.fr_digest``)."""
+    return RankInGroup(rank=rank, seqs=part.entries.shared.seqs, entries=part.entries,
+                       pending=part.pending,
+                       p2p_pending=[e for e in part.p2p if e.completed is False], p2p=part.p2p,
+                       history=part.entries.shared)
 
 
 def history_classes(group: GroupView) -> dict[tuple[object, ...], list[int]]:
@@ -301,6 +325,8 @@ def _history_classes(group: GroupView) -> dict[tuple[object, ...], list[int]]:
     high = min(v.last_seq for v in views)
     classes: dict[tuple[object, ...], list[int]] = defaultdict(list)
     key_ids: dict[object, int] = {}
+    if all(view.history is not None for view in views):
+        return _shared_history_classes(views, low, high, classes, key_ids)
     # Hot at scale (4096 ranks x 2000 entries): the raw fields find an entry's match key id
     # without calling match_key again for the many entries that repeat them.
     by_fields: dict[object, int] = {}
@@ -318,4 +344,31 @@ def _history_classes(group: GroupView) -> dict[tuple[object, ...], list[int]]:
                 found = by_fields[fields] = key_ids.setdefault(match_key(entry), len(key_ids))
             append(found)
         classes[tuple(ids)].append(view.rank)
+    return classes
+
+
+def _shared_history_classes(views: list[RankInGroup], low: int, high: int,
+                            classes: dict[tuple[object, ...], list[int]],
+                            key_ids: dict[object, int]) -> dict[tuple[object, ...], list[int]]:
+    """:func:`_history_classes` for reduced dumps: the window's match keys are computed once per
+    shared history (an equivalence class of digests), not once per rank."""
+    by_history: dict[int, tuple[object, ...]] = {}
+    by_body: dict[int, int] = {}
+    for view in views:
+        shared = view.history
+        assert shared is not None
+        found = by_history.get(id(shared))
+        if found is None:
+            start = bisect.bisect_left(shared.seqs, low)
+            stop = bisect.bisect_right(shared.seqs, high)
+            ids = []
+            for position in range(start, stop):
+                body = shared.bodies[position]
+                key = by_body.get(body)
+                if key is None:
+                    key = by_body[body] = key_ids.setdefault(
+                        match_key(view.entries[position]), len(key_ids))
+                ids.append(key)
+            found = by_history[id(shared)] = tuple(ids)
+        classes[found].append(view.rank)
     return classes

@@ -42,6 +42,7 @@ from hangscope.analysis.observations import log_state
 from hangscope.analysis.rank_state import RankStackState
 from hangscope.model import FrEntry
 from hangscope.ranges import format_ranks
+from hangscope.sources.fr_digest import latest_entry
 
 HUB_MIN_CLASSES = 8  # a wait among fewer classes on either side keeps its direct edges
 
@@ -229,9 +230,7 @@ def _describe(picture: Picture, stacks: dict[int, RankStackState], rank: int,
 
 def _last_entry(picture: Picture, rank: int) -> FrEntry | None:
     dump = picture.dumps.get(rank)
-    if dump is None or not dump.entries:
-        return None
-    return max(dump.entries, key=lambda e: e.record_id)
+    return latest_entry(dump) if dump is not None else None
 
 
 def hung_seqs(picture: Picture) -> dict[str, int | None]:

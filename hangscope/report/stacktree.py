@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from hangscope.analysis.stacktree import merge_stacks
 from hangscope.model import Frame
+from hangscope.sources.fr_digest import latest_entry
 
 if TYPE_CHECKING:
     from hangscope.report.payload_types import TreeColumns
@@ -44,8 +45,8 @@ def rank_stacks(result: Result) -> tuple[str, Iterator[tuple[int, tuple[Frame, .
             dump = picture.dumps[rank]
             if pending:
                 yield rank, pending[0][1].frames
-            elif dump.entries:
-                yield rank, max(dump.entries, key=lambda e: e.record_id).frames
+            elif (latest := latest_entry(dump)) is not None:
+                yield rank, latest.frames
     return "flight_recorder", from_fr()
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, StackSample
 from hangscope.options import LoadOptions
-from hangscope.sources import flight_recorder, merge, pyspy, stack_pastes
+from hangscope.sources import flight_recorder, fr_digest, merge, pyspy, stack_pastes
 from hangscope.sources.logs import loader as log_loader
 from hangscope.sources.logs.scan import sniff_log
 
@@ -130,22 +130,18 @@ def _load_fr(files: list[str], options: LoadOptions, evidence: JobEvidence,
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        _load_fr_files(by_rank, evidence, report)
+        _load_fr_files(by_rank, evidence, report, options.jobs)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _load_fr_files(by_rank: dict[int, str], evidence: JobEvidence, report: LoadReport) -> None:
-    for rank, path in sorted(by_rank.items()):
-        try:
-            dump, problems = flight_recorder.load_dump(path, rank)
-        except BadInputError as exc:
-            report.problems.append(str(exc))
+def _load_fr_files(by_rank: dict[int, str], evidence: JobEvidence, report: LoadReport,
+                   jobs: int | None) -> None:
+    for rank, path, dump, problems in fr_digest.load_dumps(by_rank, jobs):
+        report.problems.extend(problems)
+        if dump is None:
             continue
-        report.problems.extend(problems[:20])
-        if len(problems) > 20:
-            report.problems.append(f"{path}: {len(problems) - 20} more bad entries")
         evidence.rank(rank).fr = dump
         report.loaded.setdefault("flight_recorder", []).append(path)
 

@@ -22,13 +22,13 @@ from hangscope.analysis.detectors.mismatch_common import (
 )
 from hangscope.analysis.p2p_match import p2p_mismatches
 from hangscope.analysis.verdict import Finding, Kind
+from hangscope.sources.fr_digest import first_record_id
 
 
 def detect(ctx: Context) -> list[Finding]:
     findings = []
     # dumps list entries oldest first: a first record id of 0 means nothing was dropped
-    whole = {rank for rank, dump in ctx.picture.dumps.items()
-             if dump.entries and dump.entries[0].record_id == 0}
+    whole = {rank for rank, dump in ctx.picture.dumps.items() if first_record_id(dump) == 0}
     for group in ctx.picture.groups.values():
         div = ctx.divergence(group)
         if div is not None and not div.ops_differ:
