@@ -20,6 +20,7 @@ class AttachOptions:
     native: bool = False
     nonblocking: bool = False
     trigger_fr: bool = True
+    probe: bool = True  # ask each rank's in-job probe (hangscope.probe) where it runs one
     query_ras: bool = True  # ask NCCL's RAS service on this node (NCCL >= 2.24)
     slurm_job: str | None = None  # this node's processes of SLURM job N (SLURM_JOB_ID)
     slurm_node: str | None = None  # only those with SLURMD_NODENAME = this (virtual nodes)

@@ -29,8 +29,9 @@ from hangscope.collect import (
     pyspy,
     sampling,
 )
+from hangscope.collect import probe as probe_client
 from hangscope.collect.budget import Budget
-from hangscope.discover import JobProcesses, discover
+from hangscope.discover import JobProcesses, RankProcess, discover
 from hangscope.model import ProcessState
 from hangscope.options import AttachOptions
 from hangscope.progress import Progress
@@ -357,6 +358,8 @@ def _collect_fr(job: JobProcesses, writer: BundleWriter, summary: CollectSummary
             return
         budget.report("flight recorder", f"{index}/{len(job.ranks)}")
         began = time.time()
+        if options.probe and _from_probe(rank, writer, summary, options.dump_timeout):
+            continue  # the rank's own probe sent its FR trace: as fresh as it gets
         try:
             result = fr_trigger.collect_fr(rank, trigger=options.trigger_fr,
                                            timeout_s=budget.cap(options.dump_timeout))
@@ -398,3 +401,32 @@ def _collect_ras(job: JobProcesses, writer: BundleWriter, summary: CollectSummar
     writer.collection.append(CollectionRecord(source="nccl_ras", rank=None, status=result.status,
                                               detail=result.detail, started_at=began,
                                               seconds=round(time.time() - began, 3)))
+
+
+def _from_probe(rank: RankProcess, writer: BundleWriter, summary: CollectSummary,
+                timeout_s: float) -> bool:
+    """Ask the rank's in-job probe (``collect.probe``); True when it sent an FR trace. Its
+    answer goes into the bundle either way; a probe that does not answer is a gap."""
+    began = time.time()
+    try:
+        got = probe_client.collect(rank, timeout_s=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - one rank's failure is a gap
+        summary.gaps.append(f"rank {rank.rank}: asking its probe failed: {exc}")
+        return False
+    if got is None:
+        return False  # no probe in this rank
+    if got.note:
+        summary.gaps.append(f"rank {rank.rank}: {got.note}")
+    if got.answered:
+        writer.add_file(rank.rank, "probe", probe_client.RECORD_NAME, got.record)
+        summary.ok.setdefault("probe", []).append(rank.rank)
+    if got.fr:
+        writer.add_file(rank.rank, "fr", probe_client.FR_NAME, got.fr)
+        summary.ok.setdefault("flight_recorder", []).append(rank.rank)
+    writer.collection.append(CollectionRecord(
+        source="probe", rank=rank.rank, status="ok" if got.answered else "failed",
+        detail=(f"probe {got.socket} answered in {got.seconds * 1000:.0f} ms"
+                + (f", FR trace {len(got.fr)} bytes" if got.fr else ", no FR trace")
+                if got.answered else got.note), started_at=began,
+        seconds=round(time.time() - began, 3)))
+    return bool(got.fr)

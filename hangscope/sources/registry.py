@@ -10,6 +10,8 @@ from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence
 from hangscope.sources import flight_recorder
 from hangscope.sources.logs.loader import load_log_file
+from hangscope.sources.probe import RECORD_KIND as PROBE_KIND
+from hangscope.sources.probe import load_probe_record
 from hangscope.sources.pyspy import RECORD_KIND, load_pyspy_record
 
 # loader(path, rank, evidence, problems). ``rank`` is None for job-level files (the launcher's
@@ -36,4 +38,5 @@ FILE_LOADERS: dict[str, FileLoader] = {
     "proc": load_proc_file,
     RECORD_KIND: load_pyspy_record,
     "log": load_log_file,
+    PROBE_KIND: load_probe_record,
 }

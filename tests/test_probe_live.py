@@ -1,0 +1,159 @@
+"""The in-job probe on real gloo jobs started with HANGSCOPE_PROBE=1 and no flight-recorder dump
+file: attach gets each rank's FR trace from its probe and names the culprit; the probe never
+changes what training computes; it leaves no socket behind, also when a rank blocked in a
+collective is sent SIGTERM. Every job is stopped by its process groups in ``finally``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from hangscope.cli import main
+from hangscope.collect.probe import ask
+from hangscope.errors import ExitCode
+
+torch = pytest.importorskip("torch")
+from probe_env import REPO, probe_env, sockets_in, wait_sockets  # noqa: E402
+
+from fixtures.jobrunner import SCENARIOS, Job, free_port, running_job, wait_for  # noqa: E402
+
+pytestmark = [pytest.mark.live,
+              pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy not installed")]
+
+
+def _verdict(out: Path) -> dict:
+    return json.loads((out / "verdict.json").read_text())
+
+
+@pytest.mark.parametrize("scenario", ["pg_order_deadlock", "collective_mismatch", "missing_rank"])
+def test_attach_names_the_culprit_from_the_probes_fr_traces(scenario: str, tmp_path: Path) -> None:
+    # GIVEN a hung job with the probe on and no FR dump file anywhere
+    truth = SCENARIOS[scenario]
+    env = probe_env(tmp_path)
+    out = tmp_path / "out"
+    with running_job(scenario, ready_dir=tmp_path / "ready", env=env) as job:
+        wait_sockets(tmp_path / "sockets", job.rank_pids.values())
+        time.sleep(1.0)  # the ready file is written just before the blocking call
+        # WHEN attaching with default options
+        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out)])
+    # THEN the culprit is named from the probes' FR traces, which the bundle keeps
+    verdict = _verdict(out)
+    root = verdict["findings"][0]
+    assert code == ExitCode.HANG_FOUND
+    assert (root["kind"], root["culprit_ranks"]) == (truth.kind, truth.culprit_ranks), \
+        root["summary"]
+    assert root["waiting_ranks"] == truth.waiting_ranks
+    fr_cited = [e for e in root["evidence"] if e["source"] == "flight_recorder"]
+    assert fr_cited and all("probe-fr.json" in e["detail"] + e["where"] for e in fr_cited)
+    for rank in range(truth.nproc):
+        files = sorted(p.name for p in (out / "bundle" / "ranks" / str(rank)).iterdir())
+        assert "probe.json" in files and "probe-fr.json" in files
+    # AND analyze BUNDLE reproduces the verdict
+    again = tmp_path / "again"
+    assert main(["analyze", str(out / "bundle"), "--out", str(again)]) == code
+    redo = _verdict(again)["findings"][0]
+    assert (redo["kind"], redo["culprit_ranks"], redo["collective"]) == \
+        (root["kind"], root["culprit_ranks"], root["collective"])
+
+
+def test_without_the_probe_the_ordering_deadlock_stays_inconclusive(tmp_path: Path) -> None:
+    # GIVEN the same ordering deadlock, the .pth installed but HANGSCOPE_PROBE unset
+    env = probe_env(tmp_path, on=False)
+    out = tmp_path / "out"
+    with running_job("pg_order_deadlock", ready_dir=tmp_path / "ready", env=env) as job:
+        time.sleep(1.0)
+        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out)])
+        # THEN no rank listens, and attach cannot name the culprit (the probe is what tells)
+        assert sockets_in(tmp_path / "sockets") == []
+    assert code != ExitCode.HANG_FOUND or _verdict(out)["findings"][0]["kind"] != \
+        "pg_order_deadlock"
+
+
+# ---------------------------------------------------------------------------------------------
+# training: bit-identical with and without the probe
+
+
+def _train(tmp: Path, env: dict[str, str], asks: int = 0, steps: int = 400) -> tuple[str, list]:
+    """Run tests/procs/probe_training.py under torchrun; with ``asks``, ask each rank's probe that
+    many times while it trains. Returns (param sha256, answers)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    full = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                TORCH_FR_BUFFER_SIZE="2000", PYTHONUNBUFFERED="1",
+                HANGSCOPE_READY_DIR=str(tmp / "ready"), HANGSCOPE_TRAIN_STEPS=str(steps), **env)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(port),
+           str(REPO / "tests" / "procs" / "probe_training.py")]
+    output = tmp / "torchrun.log"
+    with open(output, "wb") as sink:
+        launcher = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=full,
+                                    cwd=REPO, start_new_session=True,
+                                    stdin=subprocess.DEVNULL)
+    job = Job("probe_training", 2, launcher, output, tmp)
+    answers: list = []
+    try:
+        wait_for(job, [tmp / "ready" / f"rank{r}" for r in range(2)], 120, "training")
+        if asks:
+            wait_sockets(tmp / "sockets", job.rank_pids.values())
+            for _ in range(asks):
+                for pid in job.rank_pids.values():
+                    header, _, fr = ask(str(tmp / "sockets" / f"{pid}.sock"), timeout_s=10)
+                    answers.append((header, len(fr)))
+        assert job.wait(240) == 0, job.output_tail()
+    finally:
+        job.stop()
+    found = re.search(r"param sha256 ([0-9a-f]{64})", output.read_text())
+    assert found, job.output_tail()
+    return found.group(1), answers
+
+
+def test_training_is_bit_identical_with_the_probe_asked_20_times(tmp_path: Path) -> None:
+    # GIVEN the same training without the probe, with it, and with it asked 20 times per rank
+    plain, _ = _train(tmp_path / "plain", probe_env(tmp_path / "plain", on=False))
+    quiet, _ = _train(tmp_path / "quiet", probe_env(tmp_path / "quiet"))
+    asked, answers = _train(tmp_path / "asked", probe_env(tmp_path / "asked"), asks=20)
+    # THEN the trained parameters are the same bits
+    assert plain == quiet == asked
+    # AND the probe answered all 40 times, mid-training, with its DataLoader's two workers
+    assert len(answers) == 40
+    assert all(fr_bytes > 0 and header["fr"]["bytes"] == fr_bytes for header, fr_bytes in answers)
+    loaders = [h["dataloader"] for h, _ in answers if h["dataloader"]]
+    assert loaders and all(len(d[0]["worker_pids"]) == 2 for d in loaders)
+    # AND no socket is left once the job exited by itself (ranks, launcher, forked workers)
+    for run in ("quiet", "asked"):
+        assert sockets_in(tmp_path / run / "sockets") == []
+
+
+# ---------------------------------------------------------------------------------------------
+# SIGTERM
+
+
+def test_sigterm_to_a_rank_blocked_in_a_collective_removes_its_socket(tmp_path: Path) -> None:
+    # GIVEN a hung job with the probe on; rank 0 is blocked in all_reduce (in C, GIL released)
+    env = probe_env(tmp_path)
+    sockets = tmp_path / "sockets"
+    with running_job("missing_rank", ready_dir=tmp_path / "ready", env=env) as job:
+        wait_sockets(sockets, job.rank_pids.values())
+        time.sleep(1.0)
+        victim = job.rank_pids[0]
+        # WHEN it gets SIGTERM
+        os.kill(victim, signal.SIGTERM)
+        # THEN it dies at once, as with SIGTERM's default action, and its socket is gone
+        gone, _ = psutil.wait_procs([psutil.Process(victim)], timeout=10)
+        assert gone, "the rank outlived SIGTERM"
+        assert not (sockets / f"{victim}.sock").exists()
+        # AND torchrun sees a rank killed by SIGTERM, stops the others, and none leaves a socket
+        assert job.wait(90) is not None, job.output_tail()
+        assert re.search(r"(Signal 15|SIGTERM|exitcode\s*:\s*-15)", job.output_tail(20000)), \
+            job.output_tail()
+    assert sockets_in(sockets) == []
