@@ -1,0 +1,161 @@
+"""Streaming (reduced, pooled) flight-recorder analysis gives the answers of the full analysis.
+
+Every FR fixture (recorded gloo jobs with their stacks and logs, built NCCL-shaped dumps), torch's
+analyzer cases of test_fr_conformance, and the benchmark's injected faults at small sizes are
+analyzed three ways: every record held in full, each dump reduced to a digest in this process,
+and reduced by a pool of worker processes. The verdicts (kind, culprits, evidence citing file
+and record id, summaries, gaps) and the report's data must be identical.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hangscope.analysis.engine import analyze
+from hangscope.options import LoadOptions, OutputOptions
+from hangscope.pipeline import Result
+from hangscope.report.payload import build_payload
+from hangscope.sources import fr_digest
+from hangscope.sources.fr_digest import DumpEntries
+from hangscope.sources.load import load_paths
+
+from fixtures import synth_fr
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+
+
+def _fr_fixture_dirs() -> list[Path]:
+    dirs = sorted(p for p in (FIXTURES / "nccl").iterdir() if p.is_dir())
+    dirs += sorted(p for p in (FIXTURES / "recorded").iterdir() if (p / "fr").is_dir())
+    return dirs
+
+
+def _analyze(paths: list[str], mode: str, monkeypatch: pytest.MonkeyPatch,
+             jobs: int | None = None) -> tuple[dict[str, Any], Result]:
+    """Verdict JSON and result of one way of reading: "full", "reduced" or "pool"."""
+    with monkeypatch.context() as patch:
+        patch.setattr(fr_digest, "STREAM_FROM", 10**9 if mode == "full" else 0)
+        patch.setattr(fr_digest, "POOL_FROM", 0 if mode == "pool" else 10**9)
+        evidence, _ = load_paths(paths, LoadOptions(jobs=jobs or (2 if mode == "pool" else 1)))
+        verdict, ctx = analyze(evidence)
+    dumps = evidence.fr_dumps()
+    reduced = [isinstance(d.entries, DumpEntries) for d in dumps.values()]
+    assert all(reduced) if mode != "full" else not any(reduced), (mode, reduced)
+    result = Result(verdict=verdict, context=ctx, evidence=evidence, out_dir=None)
+    return verdict.to_json(), result
+
+
+def _payload(result: Result) -> str:
+    return json.dumps(build_payload(result), sort_keys=True, default=str)
+
+
+def _assert_same(paths: list[str], monkeypatch: pytest.MonkeyPatch,
+                 modes: tuple[str, ...] = ("reduced", "pool")) -> dict[str, Any]:
+    full, full_result = _analyze(paths, "full", monkeypatch)
+    for mode in modes:
+        got, result = _analyze(paths, mode, monkeypatch)
+        assert got == full, (mode, paths)
+        assert _payload(result) == _payload(full_result), (mode, paths)
+    return full
+
+
+@pytest.mark.parametrize("folder", _fr_fixture_dirs(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_fixture_verdict_and_report_do_not_change(folder: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a fixture with flight-recorder dumps (and, if recorded, its stacks and logs)
+    # WHEN it is analyzed from full records, from digests, and from digests made by a pool
+    verdict = _assert_same([str(folder)], monkeypatch)
+    # THEN (checked above) the verdicts and report data are equal; FR evidence cites a record
+    cited = [e for f in verdict["findings"] for e in f["evidence"]
+             if e["source"] == "flight_recorder" and "[record " in e["detail"]]
+    assert all("nccl_trace_rank_" in e["detail"] for e in cited)
+    assert cited or not any(f["kind"] != "healthy" for f in verdict["findings"]) or \
+        not any(e["source"] == "flight_recorder" for f in verdict["findings"]
+                for e in f["evidence"])
+
+
+def test_conformance_cases_do_not_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN torch's analyzer cases as dumps, for both backends
+    from tests.test_fr_conformance import PAIR, cases
+
+    checked = 0
+    for backend in ("nccl", "gloo"):
+        for index, case in enumerate(cases(backend)):
+            folder = tmp_path / f"{backend}_{index}"
+            folder.mkdir()
+            for rank, entries in case.entries.items():
+                dump = {"version": "2.8", "pg_config": case.pg_config.get(rank, PAIR),
+                        "pg_status": {}, "entries": entries}
+                (folder / f"dump_file_rank_{rank}").write_bytes(pickle.dumps(dump, protocol=2))
+            # WHEN analyzed in full and from digests THEN the verdicts are equal
+            full, _ = _analyze([str(folder)], "full", monkeypatch)
+            reduced, _ = _analyze([str(folder)], "reduced", monkeypatch)
+            assert reduced == full, (backend, case.id)
+            checked += 1
+    assert checked > 100
+
+
+@pytest.mark.parametrize("fault", ["missing_rank", "none"])
+@pytest.mark.parametrize("version", ["2.10", "2.2"])
+def test_benchmark_faults_do_not_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        fault: str, version: str) -> None:
+    # GIVEN the benchmark's layout at a small size (tp groups, dp groups, a full ring buffer)
+    truth = synth_fr.write_large(tmp_path, 32, 300, version, fault=fault)
+    # WHEN analyzed in full, reduced, and by a pool
+    verdict = _assert_same([str(tmp_path)], monkeypatch)
+    # THEN the injected culprit is named by all of them
+    first = verdict["findings"][0] if verdict["findings"] else {"culprit_ranks": []}
+    assert first["culprit_ranks"] == truth["culprit_ranks"], (first, truth)
+
+
+def test_ranks_share_histories(tmp_path: Path) -> None:
+    # GIVEN 64 ranks of the benchmark layout, reduced
+    synth_fr.write_large(tmp_path, 64, 200)
+    tables = fr_digest.Tables()
+    files = {r: str(tmp_path / f"{synth_fr.DEFAULT_PREFIX}{r}") for r in range(64)}
+    dumps = [fr_digest.hydrate(fr_digest.reduce_dump(path, rank), tables)
+             for rank, path in files.items()]
+    # THEN the groups' histories are few (classes of identical ranks), not one per rank
+    per_rank = sum(len(d.entries.groups) for d in dumps if isinstance(d.entries, DumpEntries))
+    assert per_rank == 64 * 3
+    assert len(tables.histories) < 64
+
+
+def test_unreadable_dump_is_one_problem_in_the_pool(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN 8 dumps, one of them garbage
+    synth_fr.write_large(tmp_path, 8, 50)
+    bad = tmp_path / f"{synth_fr.DEFAULT_PREFIX}3"
+    bad.write_bytes(b"\x80\x02garbage")
+    monkeypatch.setattr(fr_digest, "STREAM_FROM", 0)
+    monkeypatch.setattr(fr_digest, "POOL_FROM", 0)
+    # WHEN they are read by a pool
+    evidence, report = load_paths([str(tmp_path)], LoadOptions(jobs=2))
+    # THEN the other seven are analyzed and the bad one is a one-line problem naming it
+    assert sorted(evidence.fr_dumps()) == [0, 1, 2, 4, 5, 6, 7]
+    assert [p for p in report.problems if str(bad) in p] and \
+        all("\n" not in p for p in report.problems)
+
+
+def test_analyze_cli_takes_jobs(tmp_path: Path) -> None:
+    # GIVEN the benchmark layout just above the streaming threshold
+    truth = synth_fr.write_large(tmp_path / "dumps", fr_digest.STREAM_FROM, 60)
+    from hangscope.cli import main
+
+    # WHEN analyze runs with --jobs 2 and with --jobs 1
+    verdicts = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"out{jobs}"
+        code = main(["analyze", str(tmp_path / "dumps"), "--out", str(out), "--jobs", jobs, "-q"])
+        assert code == 3
+        verdicts.append(json.loads((out / "verdict.json").read_text()))
+    # THEN both name the injected culprit, with the same verdict
+    assert verdicts[0] == verdicts[1]
+    assert verdicts[0]["findings"][0]["culprit_ranks"] == truth["culprit_ranks"]
+    assert OutputOptions().write_html
