@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import click
 
 from hangscope import __version__
-from hangscope.cluster.cli_options import slurm_options
+from hangscope.cluster.cli_options import remote_options, slurm_options
 from hangscope.errors import ExitCode, HangscopeError
 from hangscope.options import AttachOptions, LoadOptions, OutputOptions
 from hangscope.pipeline import Summary, run_analyze, run_attach, run_collect, run_report
@@ -26,6 +26,7 @@ from hangscope.ranges import format_ranks
 from hangscope.report.text import format_verdict
 
 if TYPE_CHECKING:
+    from hangscope.cluster.remote import RemoteTarget
     from hangscope.collect.attach import CollectSummary
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -144,6 +145,7 @@ def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None, 
 @job_options
 @collection_options
 @slurm_options()
+@remote_options()
 @timeout_option
 @quiet_option
 @output_options
@@ -152,7 +154,7 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
            no_fr_trigger: bool, no_ras: bool, out_dir: str | None, force: bool, as_json: bool,
            no_redact: bool, verbose: int, quiet: bool = False, slurm_job: str | None = None,
            slurm_job_local: str | None = None, slurm_node: str | None = None,
-           timeout: float | None = None) -> int:
+           timeout: float | None = None, remote: RemoteTarget | None = None) -> int:
     """Attach to a live job, collect stacks, state, logs and FR dumps, and analyze them.
 
     Writes OUT/bundle/ first, so `hangscope analyze OUT/bundle` reproduces the verdict later.
@@ -160,6 +162,19 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
     """
     _configure_logging(verbose)
     output = OutputOptions(out_dir=out_dir, force=force, redact=not no_redact)
+    if remote is not None:
+        from hangscope.cluster.cli_options import remote_fanout_options
+        from hangscope.cluster.run import run_remote_attach
+
+        if slurm_job is not None:
+            raise click.UsageError("give --slurm-job or --ssh/--k8s-*, not both")
+        remote_fan = remote_fanout_options(
+            remote, out_dir or "", timeout, pid_group=pid_group, pids=pids, match=match,
+            samples=samples, interval=interval, max_samples=max_samples, native=native,
+            nonblocking=nonblocking, no_fr_trigger=no_fr_trigger, no_ras=no_ras)
+        result = run_remote_attach(remote_fan, LoadOptions(), output)
+        _print_result(result, as_json, quiet)
+        return result.exit_code
     if slurm_job is not None:
         from hangscope.cluster.cli_options import fanout_options
         from hangscope.cluster.run import run_slurm_attach
@@ -188,30 +203,43 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
 @job_options
 @collection_options
 @slurm_options()
+@remote_options()
 @timeout_option
 @quiet_option
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Bundle directory to write (as attach writes OUT/bundle); with --slurm-job, "
-                   "a folder on a shared filesystem that gets one bundle per node.")
+                   "a folder on a shared filesystem that gets one bundle per node; with --ssh "
+                   "or --k8s-*, a local folder that gets one bundle per host or pod.")
 @click.option("--force", is_flag=True, help="Replace an earlier bundle in --out.")
 @click.option("-v", "--verbose", count=True, help="Log progress to stderr (-vv: debug).")
 def collect(pid_group: int | None, pids: tuple[int, ...], match: str | None, samples: int,
             interval: float, max_samples: int, dump_timeout: float, native: bool,
             nonblocking: bool, no_fr_trigger: bool, no_ras: bool, slurm_job: str | None,
             slurm_job_local: str | None, slurm_node: str | None, timeout: float | None,
-            quiet: bool, out_dir: str, force: bool, verbose: int) -> int:
+            quiet: bool, out_dir: str, force: bool, verbose: int,
+            remote: RemoteTarget | None = None) -> int:
     """Collect on this node into a bundle, analyzing nothing (one per node; then
     `hangscope analyze BUNDLE...` merges them by global rank). With --slurm-job, one bundle per
-    node of the job under --out. Exit 0 when something was collected, 4 when nothing could be."""
+    node of the job under --out; with --ssh or --k8s-*, one per host or pod. Exit 0 when
+    something was collected, 4 when nothing could be."""
     _configure_logging(verbose)
-    if slurm_job is not None:
-        from hangscope.cluster.cli_options import fanout_options
-        from hangscope.cluster.run import run_slurm_collect
+    if slurm_job is not None or remote is not None:
+        from hangscope.cluster.cli_options import fanout_options, remote_fanout_options
+        from hangscope.cluster.run import run_remote_collect, run_slurm_collect
 
-        fan = fanout_options(slurm_job, out_dir, timeout, samples=samples, interval=interval,
-                             max_samples=max_samples, native=native, nonblocking=nonblocking,
-                             no_fr_trigger=no_fr_trigger, no_ras=no_ras)
-        fanned = run_slurm_collect(fan)
+        collection: dict[str, Any] = {
+            "samples": samples, "interval": interval, "max_samples": max_samples,
+            "native": native, "nonblocking": nonblocking, "no_fr_trigger": no_fr_trigger,
+            "no_ras": no_ras}
+        if remote is None:
+            fanned = run_slurm_collect(fanout_options(slurm_job or "", out_dir, timeout,
+                                                      **collection))
+        elif slurm_job is not None:
+            raise click.UsageError("give --slurm-job or --ssh/--k8s-*, not both")
+        else:
+            fanned = run_remote_collect(remote_fanout_options(
+                remote, out_dir, timeout, pid_group=pid_group, pids=pids, match=match,
+                **collection))
         if not quiet:
             click.echo(fanned.tally())
             for node in fanned.missing:

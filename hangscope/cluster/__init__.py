@@ -1,3 +1,4 @@
 """Collection across nodes on the cluster engines teams already run: SLURM (``slurm``: srun steps
-inside the job, bundles through a shared folder, one merged analysis) and the commands to do the
-same with ``kubectl`` or ssh/pdsh (``commands``), which hangscope prints rather than runs."""
+inside the job, bundles through a shared folder), ssh and Kubernetes (``remote``: ``ssh`` or
+``kubectl exec`` per host or pod, bundles streamed back as tars), all on one bounded parallel
+runner (``runner``), then one merged analysis (``run``). See docs/cluster.md."""

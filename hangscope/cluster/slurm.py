@@ -27,21 +27,29 @@ import logging
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hangscope.bundle import is_bundle
+from hangscope.cluster.runner import (
+    FanoutResult,
+    NodeResult,
+    Step,
+    last_line,
+    node_gaps,
+    run_steps,
+    stopped,
+)
 from hangscope.errors import CollectError, UsageError
-from hangscope.ranges import format_ranks
 
+__all__ = ["FanoutOptions", "FanoutResult", "NodeResult", "fan_out", "job_nodes", "node_gaps",
+           "srun_command"]
 log = logging.getLogger(__name__)
 
 # Seconds kept back from --timeout for srun's own start and stop around the remote collection.
 _MARGIN = 5.0
-_MAX_PARALLEL = 64  # srun processes at once on the node we run on
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,37 +61,6 @@ class FanoutOptions:
     timeout: float = 60.0
     collect_args: tuple[str, ...] = ()  # extra options for each node's `hangscope collect`
     nodes: tuple[str, ...] = ()  # default: the job's nodes, from squeue
-
-
-@dataclass(slots=True)
-class NodeResult:
-    node: str
-    bundle: str
-    status: str  # ok | failed | timeout
-    detail: str = ""
-    seconds: float = 0.0
-
-
-@dataclass(slots=True)
-class FanoutResult:
-    job_id: str
-    nodes: list[NodeResult] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def bundles(self) -> list[str]:
-        return [n.bundle for n in self.nodes if n.status == "ok"]
-
-    @property
-    def missing(self) -> list[NodeResult]:
-        return [n for n in self.nodes if n.status != "ok"]
-
-    def tally(self) -> str:
-        ok = len(self.bundles)
-        text = f"SLURM job {self.job_id}: {ok} of {len(self.nodes)} nodes collected"
-        if self.missing:
-            text += " (missing: " + ", ".join(n.node for n in self.missing) + ")"
-        return text
 
 
 def job_nodes(job_id: str, timeout: float = 10.0) -> list[str]:
@@ -114,7 +91,6 @@ def fan_out(options: FanoutOptions) -> FanoutResult:
     """Run every node's collection at once, bounded by ``options.timeout`` in all; never raises
     for a node that fails (its NodeResult says why), only when the job has no node at all."""
     started = time.monotonic()
-    deadline = started + options.timeout
     nodes = list(options.nodes) or job_nodes(options.job_id, min(10.0, options.timeout))
     if not nodes:
         raise CollectError(f"SLURM job {options.job_id}: squeue lists no node")
@@ -128,97 +104,28 @@ def fan_out(options: FanoutOptions) -> FanoutResult:
     remote = max(5.0, options.timeout - _MARGIN)
     logs = os.path.join(options.out_dir, ".srun")
     os.makedirs(logs, exist_ok=True)
-    result = FanoutResult(options.job_id)
-    pending = [(n, os.path.join(options.out_dir, n)) for n in nodes]
-    running: dict[str, tuple[subprocess.Popen[bytes], str, float]] = {}
-    while pending or running:
-        while pending and len(running) < _MAX_PARALLEL and time.monotonic() < deadline:
-            node, bundle = pending.pop(0)
-            running[node] = (_start(options, node, bundle, remote, logs), bundle, time.monotonic())
-        for node, (proc, bundle, t0) in list(running.items()):
-            if proc.poll() is not None:
-                del running[node]
-                result.nodes.append(_outcome(node, bundle, proc.returncode, logs,
-                                             time.monotonic() - t0, options.timeout))
-        if time.monotonic() >= deadline:
-            for node, (proc, bundle, t0) in running.items():
-                _stop(proc)
-                result.nodes.append(_outcome(node, bundle, None, logs, time.monotonic() - t0,
-                                             options.timeout))
-            running.clear()
-            result.nodes.extend(NodeResult(n, b, "timeout", f"did not answer within "
-                                           f"{options.timeout:g} s (never started)")
-                                for n, b in pending)
-            pending.clear()
-        time.sleep(0.05)
-    order = {n: i for i, n in enumerate(nodes)}
-    result.nodes.sort(key=lambda r: order[r.node])
+    steps = []
+    for node in nodes:
+        bundle = os.path.join(options.out_dir, node)
+        log_path = os.path.join(logs, f"{node}.log")
+        command = srun_command(options.job_id, node, bundle, remote, options.collect_args)
+        steps.append(Step(node, bundle, command, log_path, log_path))
+    result = FanoutResult(f"SLURM job {options.job_id}", "node")
+    result.nodes = run_steps(steps, options.timeout, _outcome, started=started)
     result.seconds = time.monotonic() - started
     return result
 
 
-def node_gaps(result: FanoutResult, ranks_seen: set[int], world_size: int | None) -> list[str]:
-    """One evidence gap per node that sent no bundle, naming the ranks no bundle holds."""
-    missing = sorted(set(range(world_size or 0)) - ranks_seen)
-    gaps = []
-    for node in result.missing:
-        held = f": ranks {format_ranks(missing)} missing" if missing else ""
-        if missing and len(result.missing) > 1:
-            held = f": ranks {format_ranks(missing)} missing (on this node or another of " \
-                   f"{', '.join(n.node for n in result.missing)})"
-        gaps.append(f"node {node.node} {node.detail}{held}")
-    return gaps
-
-
-def _start(options: FanoutOptions, node: str, bundle: str, remote: float,
-           logs: str) -> subprocess.Popen[bytes]:
-    command = srun_command(options.job_id, node, bundle, remote, options.collect_args)
-    log.info("%s", " ".join(command))
-    with open(os.path.join(logs, f"{node}.log"), "wb") as out:
-        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _outcome(node: str, bundle: str, code: int | None, logs: str, seconds: float,
-             timeout: float) -> NodeResult:
-    if is_bundle(bundle):
+def _outcome(step: Step, code: int | None, seconds: float, why: str) -> NodeResult:
+    if is_bundle(step.bundle):
         # A finished bundle counts even if srun then failed (exit 4: nothing to collect there
         # leaves no manifest, so it cannot be here).
-        return NodeResult(node, bundle, "ok", "", seconds)
+        return NodeResult(step.node, step.bundle, "ok", "", seconds)
     if code is None:
-        return NodeResult(node, bundle, "timeout", f"did not answer within {timeout:g} s",
-                          seconds)
-    last = _last_line(os.path.join(logs, f"{node}.log"))
-    return NodeResult(node, bundle, "failed", f"sent no bundle (srun exit {code}"
+        return stopped(step, why, seconds)
+    last = last_line(step.stdout, first_error=True)
+    return NodeResult(step.node, step.bundle, "failed", f"sent no bundle (srun exit {code}"
                       + (f": {last}" if last else "") + ")", seconds)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM srun's process group (srun then cancels its step), SIGKILL after 3 s."""
-    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=grace)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _last_line(path: str) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, os.path.getsize(path) - 4096))
-            lines = handle.read().decode("utf-8", "replace").strip().splitlines()
-    except OSError:
-        return ""
-    if any(line.startswith("Traceback") for line in lines):  # the remote hangscope crashed
-        errors = [line for line in lines if not line.startswith(("srun:", " "))]
-        return (errors or [""])[-1].strip()[:300]
-    errors = [line for line in lines if "error" in line.lower()]  # srun's first says most
-    return (errors or lines or [""])[0 if errors else -1].strip()[:300]
 
 
 def _run(command: list[str], timeout: float) -> str:
