@@ -149,12 +149,15 @@ def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None, 
 @timeout_option
 @quiet_option
 @output_options
+@click.option("--no-probe", is_flag=True,
+              help="Do not ask the ranks' in-job probes (HANGSCOPE_PROBE=1), even where they run.")
 def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samples: int,
            interval: float, max_samples: int, dump_timeout: float, native: bool, nonblocking: bool,
            no_fr_trigger: bool, no_ras: bool, out_dir: str | None, force: bool, as_json: bool,
            no_redact: bool, verbose: int, quiet: bool = False, slurm_job: str | None = None,
            slurm_job_local: str | None = None, slurm_node: str | None = None,
-           timeout: float | None = None, remote: RemoteTarget | None = None) -> int:
+           timeout: float | None = None, remote: RemoteTarget | None = None,
+           no_probe: bool = False) -> int:
     """Attach to a live job, collect stacks, state, logs and FR dumps, and analyze them.
 
     Writes OUT/bundle/ first, so `hangscope analyze OUT/bundle` reproduces the verdict later.
@@ -193,7 +196,7 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
                             dump_timeout=dump_timeout, native=native,
                             nonblocking=nonblocking, trigger_fr=not no_fr_trigger,
                             query_ras=not no_ras, slurm_job=slurm_job_local,
-                            slurm_node=slurm_node, timeout=timeout)
+                            slurm_node=slurm_node, timeout=timeout, probe=not no_probe)
     result = run_attach(options, LoadOptions(), output, progress=_progress(quiet, timeout))
     _print_result(result, as_json, quiet)
     return result.exit_code

@@ -66,17 +66,19 @@ def test_attach_names_the_culprit_from_the_probes_fr_traces(scenario: str, tmp_p
         (root["kind"], root["culprit_ranks"], root["collective"])
 
 
-def test_without_the_probe_the_ordering_deadlock_stays_inconclusive(tmp_path: Path) -> None:
-    # GIVEN the same ordering deadlock, the .pth installed but HANGSCOPE_PROBE unset
-    env = probe_env(tmp_path, on=False)
+def test_no_probe_leaves_the_ordering_deadlock_unnamed(tmp_path: Path) -> None:
+    # GIVEN the same ordering deadlock with the probe on in every rank
+    env = probe_env(tmp_path)
     out = tmp_path / "out"
     with running_job("pg_order_deadlock", ready_dir=tmp_path / "ready", env=env) as job:
+        wait_sockets(tmp_path / "sockets", job.rank_pids.values())
         time.sleep(1.0)
-        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out)])
-        # THEN no rank listens, and attach cannot name the culprit (the probe is what tells)
-        assert sockets_in(tmp_path / "sockets") == []
-    assert code != ExitCode.HANG_FOUND or _verdict(out)["findings"][0]["kind"] != \
-        "pg_order_deadlock"
+        # WHEN attach is told not to ask the probes
+        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out), "--no-probe"])
+    # THEN nothing came from them, and stacks alone cannot name the culprit
+    assert not list((out / "bundle").rglob("probe*.json"))
+    findings = _verdict(out)["findings"]
+    assert code != ExitCode.HANG_FOUND or findings[0]["kind"] != "pg_order_deadlock"
 
 
 # ---------------------------------------------------------------------------------------------
