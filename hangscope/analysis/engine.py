@@ -51,7 +51,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     seen = sorted(evidence.ranks)
     expected = set(range(world)) if world else set(seen)
     gaps = list(evidence.gaps) + ctx.picture.notes + ras_unmapped(evidence)
-    findings = order_findings(reconcile(ctx, findings, gaps))
+    findings = order_findings(_one_straggler(order_findings(reconcile(ctx, findings, gaps))))
     if not any(f.culprit_ranks for f in findings) and (
             note := stack_only_note(ctx.picture, ctx.stacks)):
         gaps.append(note)  # stacks cannot tell an ordering deadlock: say so
@@ -79,9 +79,37 @@ def _moving_not_hung(findings: list[Finding]) -> list[Finding]:
     """A straggler finding says every rank moved over the samples. A hang read from the same
     stacks alone (no group, no seq: one moment of a moving job where some ranks sat in a
     collective) contradicts it and goes; hangs with FR or log evidence stay."""
-    if not any(f.kind is Kind.STRAGGLER for f in findings):
+    if not any(f.kind is Kind.STRAGGLER and _seen_moving(f) for f in findings):
         return findings
     return [f for f in findings if f.kind is Kind.STRAGGLER or not _from_stacks_alone(f)]
+
+
+def _seen_moving(finding: Finding) -> bool:
+    """A straggler read from live samples (stacks, CPU time), not from what logs said earlier."""
+    return any(item.source in ("py-spy", "proc") for item in finding.evidence)
+
+
+def _one_straggler(findings: list[Finding]) -> list[Finding]:
+    """Straggler findings that name the same ranks (from samples, from dumps of a moving job,
+    from the logs' step times) are one finding: the most certain keeps its text and takes the
+    others' evidence and measures; each further, independent view adds 0.05."""
+    kept: list[Finding] = []
+    for finding in findings:
+        same = next((f for f in kept if f.kind is Kind.STRAGGLER and finding.kind is Kind.STRAGGLER
+                     and f.culprit_ranks == finding.culprit_ranks), None)
+        if same is None:
+            kept.append(finding)
+            continue
+        base, other = (same, finding) if same.confidence >= finding.confidence else (finding, same)
+        cited = {(item.source, item.rank, item.where) for item in base.evidence}
+        base.evidence.extend(item for item in other.evidence
+                             if (item.source, item.rank, item.where) not in cited)
+        for name, value in other.measures.items():
+            base.measures.setdefault(name, value)
+        base.summary = base.summary.rstrip(".") + "; also: " + other.summary
+        base.confidence = min(0.95, round(base.confidence + 0.05, 2))
+        kept[kept.index(same)] = base
+    return kept
 
 
 def _from_stacks_alone(finding: Finding) -> bool:
@@ -93,7 +121,9 @@ def _drop_generic(findings: list[Finding]) -> list[Finding]:
     """A missing_rank finding adds nothing when a more specific one names the same culprits
     (the DataLoader stall, deadlock or death that explains why they are missing). What NCCL RAS
     said about them moves to that finding: as a second, independent view it adds 0.05."""
-    specific = [f for f in findings if f.kind is not Kind.MISSING_RANK]
+    # a straggler the logs' step times name says the rank was slow, not why it is missing now
+    specific = [f for f in findings if f.kind is not Kind.MISSING_RANK
+                and (f.kind is not Kind.STRAGGLER or _seen_moving(f))]
     if any(f.culprit_ranks for f in findings):
         # "a rank never joined, which one the logs do not say" adds nothing beside a named culprit
         findings = [f for f in findings if f.culprit_ranks or f.kind is not Kind.MISSING_RANK]

@@ -18,6 +18,7 @@ from hangscope.analysis.detectors import (
     rank_oom,
     size_mismatch,
     straggler,
+    straggler_logs,
 )
 
 ALL: tuple[Detector, ...] = (
@@ -35,4 +36,5 @@ ALL: tuple[Detector, ...] = (
     init_hang.detect,
     lone_waits.detect,
     straggler.detect,
+    straggler_logs.detect,
 )

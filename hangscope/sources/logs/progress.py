@@ -14,7 +14,12 @@ timestamp or rank prefix (``common.parse_line`` peels those):
 Only the tail of a log is read (``TAIL_BYTES``; the lines before it are counted so that line
 numbers stay the file's). Per rank stream the scan yields at most two events: ``progress`` (the last
 progress line: ``fields`` ``step``, ``total``, ``epoch``, ``unit``) and ``log_end`` (the last
-non-blank line). Both are facts, not failures: ``analysis/log_progress.py`` reads them. Numbers
+non-blank line). Both are facts, not failures: ``analysis/log_progress.py`` reads them. Where a
+stream's progress lines also state a per-step time (``compute 38ms``, ``fwd_bwd=0.21s``,
+``step_time: 67 ms``, the PyTorch examples' ``Time  0.123 ( 0.150)``: :func:`parse_timing`), the
+``progress`` event carries the median of its last ``TIMING_SAMPLES`` such lines (``timing``,
+``timing_value``, ``timing_unit``, ``timing_samples``, ``timing_first_line``): what
+``detectors/straggler_logs.py`` compares across ranks. Numbers
 inside words (``max_steps``, ``step_time``, ``--max-step 1000``) and plurals (``4 steps``) do not
 count. False positives: any other line that says ``step N``; only the last one matters.
 """
@@ -40,6 +45,7 @@ TAIL_BYTES = 1 << 20
 COUNT_CHUNK = 8 << 20
 MAX_LINE = 64 << 10
 SETTLE_LINES = 2000  # lines read past the last new stream, or new end or progress of one
+TIMING_SAMPLES = 16  # per-step times kept per stream (its latest progress lines)
 
 # any of these (case-insensitive) must be in a line for it to be parsed as progress
 _CANDIDATE = re.compile(rb"(?i)step|iter|epoch|num_updates|batch|%\||\(\d+%\)")
@@ -56,6 +62,42 @@ _COUNTERS = (
 )
 _EPOCH = re.compile(_BEFORE + r"epoch\b['\"]?\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)(?:\s*/\s*\d+)?",
                     re.I)
+
+
+# Per-step times a training loop prints beside its step counter, most specific first: a rank's
+# own compute says most (in synchronous training the step time is the same on every rank).
+_TIME_KEYS = (
+    ("compute", r"compute(?:[_ ]time)?"),
+    ("fwd_bwd", r"(?:fwd[_ ]?bwd|forward[_ ]backward)(?:[_ ]time)?"),
+    ("forward", r"(?:forward|fwd)(?:[_ ]time)?"),
+    ("backward", r"(?:backward|bwd)(?:[_ ]time)?"),
+    ("step_time", r"(?:step|iter(?:ation)?|batch)[_ ]time"
+                  r"|(?:elapsed[_ ])?time[_ ]per[_ ](?:step|iter(?:ation)?)"),
+    ("time", r"time"),
+    ("data_time", r"data(?:[_ ]time)?"),
+)
+_TIMING = re.compile(
+    r"(?<![\w\-./])(?:" + "|".join(f"(?P<{name}>{pattern})" for name, pattern in _TIME_KEYS)
+    + r")\b['\"]?(?:\s*\((?P<punit>ms|s)\))?\s*[:=]?\s*"
+    r"(?P<value>\d+(?:\.\d+)?)(?![\d:])\s*(?P<unit>ms|s|secs?|seconds)?\b",
+    re.I)
+_TO_MS = {"ms": 1.0, "s": 1000.0, "sec": 1000.0, "secs": 1000.0, "seconds": 1000.0}
+
+
+def parse_timing(text: str) -> tuple[str, float, str] | None:
+    """The most specific per-step time a line states: (key, value, unit), seconds turned into
+    ms; a value without a unit keeps unit "" (compared only with the same key's unitless
+    values). A clock time (``time 12:03:44``) is no duration."""
+    best: tuple[int, str, float, str] | None = None
+    for found in _TIMING.finditer(text):
+        key = next(name for name, _ in _TIME_KEYS if found.group(name))
+        order = [name for name, _ in _TIME_KEYS].index(key)
+        if best is not None and best[0] <= order:
+            continue
+        unit = (found.group("unit") or found.group("punit") or "").lower()
+        value = float(found.group("value")) * _TO_MS.get(unit, 1.0)
+        best = (order, key, value, "ms" if unit else "")
+    return None if best is None else best[1:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +144,7 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
     hinted = (ctx.rank_hint, ctx.local_hint)
     last: dict[tuple[int | None, int | None], tuple[Line, Progress]] = {}
     ends: dict[tuple[int | None, int | None], Line] = {}
+    times: dict[tuple[int | None, int | None], _Times] = {}
     settled = 0  # lines since a stream last changed
     for index in range(len(lines) - 1, -1, -1):
         if settled > SETTLE_LINES and len(last) == len(ends):
@@ -119,6 +162,12 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
             key = (head.rank if head.rank is not None else ctx.rank_hint,
                    head.local_rank if head.local_rank is not None else ctx.local_hint)
         if key in last:
+            timed = times.get(key)
+            if timed is not None and timed.wants() and _CANDIDATE.search(segments[-1]):
+                body = head.body if head is not None and len(segments) == 1 else \
+                    parse_line(decode(segments[-1], MAX_LINE), line_no, ctx).body
+                if parse_progress(body) is not None and timed.add(parse_timing(body), line_no):
+                    settled = 0
             continue
         prefix = head.key if head is not None else ""
         for nth in range(len(segments) - 1, -1, -1):
@@ -138,6 +187,10 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
             found = parse_progress(line.body) if candidate else None
             if found is not None:
                 last[key] = (line, found)
+                timing = parse_timing(line.body)
+                if timing is not None:
+                    times[key] = _Times(timing[0], timing[2])
+                    times[key].add(timing, line_no)
                 settled = 0
                 break
     if len(ends) > 1:
@@ -146,8 +199,10 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
         ends.pop((None, None), None)
         last.pop((None, None), None)
     events = []
-    for line, found in last.values():
+    for key, (line, found) in last.items():
         fields: dict[str, str | int | float] = {"unit": found.unit}
+        if key in times:
+            fields.update(times[key].fields())
         if found.step is not None:
             fields["step"] = found.step
         if found.total is not None:
@@ -157,6 +212,35 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
         events.append(make_event("progress", line, ctx, "info", fields))
     events.extend(make_event("log_end", line, ctx, "info", {}) for line in ends.values())
     return events
+
+
+@dataclass(slots=True)
+class _Times:
+    """One stream's per-step times under one key and unit, newest first."""
+
+    key: str
+    unit: str
+    values: list[float] | None = None
+    first_line: int = 0
+
+    def wants(self) -> bool:
+        return self.values is None or len(self.values) < TIMING_SAMPLES
+
+    def add(self, timing: tuple[str, float, str] | None, line_no: int) -> bool:
+        if timing is None or (timing[0], timing[2]) != (self.key, self.unit):
+            return False
+        if self.values is None:
+            self.values = []
+        self.values.append(timing[1])
+        self.first_line = line_no
+        return True
+
+    def fields(self) -> dict[str, str | int | float]:
+        values = sorted(self.values or [])
+        middle = len(values) // 2
+        typical = values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+        return {"timing": self.key, "timing_value": round(typical, 3), "timing_unit": self.unit,
+                "timing_samples": len(values), "timing_first_line": self.first_line}
 
 
 def _continuations(lines: list[bytes]) -> set[int]:

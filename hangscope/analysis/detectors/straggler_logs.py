@@ -1,0 +1,99 @@
+"""straggler, from what the ranks' own logs say a step costs them.
+
+Many training loops print a per-step time beside the step counter on every rank (``compute 52ms``,
+``fwd_bwd=0.21s``, ``step_time: 67 ms``); ``sources/logs/progress.py`` keeps the median of each
+rank's last lines of it. A rank whose typical time is ``SLOWDOWN`` times the others' median is a
+straggler, scored like NVIDIA Resiliency Extension's straggler detector scores ranks: its time
+against the fastest rank's. Only ranks that report the same key in the same unit are compared,
+and only with ``MIN_SAMPLES`` lines each. In synchronous training every rank's step time is the
+same (the others wait for the slow rank inside the step), so only a rank's own compute, forward
+or backward time separates it; a step time that differs still says something.
+
+The logs tell the past, not the present: this says the job was slow, not that it still moves, so
+it is a finding of its own (``CONFIDENCE``) beside whatever the dumps and stacks say about the
+moment, and it never clears a hang. Cites each compared rank's latest timing line.
+False positives: a rank that legitimately does more per step (rank 0 evaluating or logging) and
+times that extra work in the same field.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from statistics import median
+
+from hangscope.analysis.context import Context
+from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
+from hangscope.model import LogEvent
+from hangscope.ranges import format_ranks, ranks_phrase
+
+MIN_SAMPLES = 3
+SLOWDOWN = 2.0
+SEPARATION = 1.5  # the straggler's time over every other rank's: no continuum of slow ranks
+CONFIDENCE = 0.6
+MAX_CITED = 16
+
+
+def detect(ctx: Context) -> list[Finding]:
+    timed = _timed(ctx)
+    if len(timed) < 2:
+        return []
+    (key, unit), count = Counter(_key(e) for e in timed.values()).most_common(1)[0]
+    if count < 2:
+        return []
+    lines = {r: e for r, e in timed.items() if _key(e) == (key, unit)}
+    values = {r: float(e.fields["timing_value"]) for r, e in lines.items()}
+    slow = sorted(r for r, v in values.items()
+                  if v >= SLOWDOWN * max(1e-9, median(o for q, o in values.items() if q != r)))
+    others = sorted(r for r in values if r not in slow)
+    if not slow or not others or len(slow) > max(1, len(values) // 4):
+        return []
+    if min(values[r] for r in slow) < SEPARATION * max(values[r] for r in others):
+        return []
+    fastest = min(values, key=lambda r: values[r])
+    factor = min(values[r] for r in slow) / max(1e-9, values[fastest])
+    what = key.replace("_", " ")
+    summary = (
+        f"{ranks_phrase(slow)}'s log{'s report' if len(slow) > 1 else ' reports'} "
+        f"{what} {_range(slow, values, unit)} per step against {_range(others, values, unit)} "
+        f"for ranks {format_ranks(others)} (medians of their latest lines): {factor:.1f}x the "
+        f"fastest rank ({fastest}). The logs say the job was slow; whether it still moves, "
+        "only live stacks or CPU time tell")
+    evidence = [EvidenceItem(source="log", rank=r, where=f"{e.path}:{e.line_no}",
+                             detail=f"{what} {_fmt(values[r], unit)} per step, median of its "
+                                    f"last {e.fields.get('timing_samples')} lines")
+                for r, e in sorted(lines.items(), key=lambda item: (item[0] not in slow, item[0]))
+                ][:MAX_CITED]
+    return [Finding(kind=Kind.STRAGGLER, culprit_ranks=slow, waiting_ranks=others,
+                    confidence=CONFIDENCE, summary=summary + ".", evidence=evidence,
+                    measures={"slowdown": round(factor, 2), "fastest_rank": fastest,
+                              "timing": key})]
+
+
+def _timed(ctx: Context) -> dict[int, LogEvent]:
+    """rank -> its progress event with the most timed lines (enough of them)."""
+    found: dict[int, LogEvent] = {}
+    for rank, evidence in ctx.evidence.ranks.items():
+        for event in evidence.logs:
+            samples = event.fields.get("timing_samples")
+            if event.kind != "progress" or not isinstance(samples, int) \
+                    or samples < MIN_SAMPLES or not isinstance(
+                        event.fields.get("timing_value"), (int, float)):
+                continue
+            best = found.get(rank)
+            if best is None or samples > int(best.fields["timing_samples"]):
+                found[rank] = event
+    return found
+
+
+def _key(event: LogEvent) -> tuple[str, str]:
+    return str(event.fields.get("timing")), str(event.fields.get("timing_unit"))
+
+
+def _fmt(value: float, unit: str) -> str:
+    return f"{value:.3g}" + (f" {unit}" if unit else "")
+
+
+def _range(ranks: list[int], values: dict[int, float], unit: str) -> str:
+    low, high = min(values[r] for r in ranks), max(values[r] for r in ranks)
+    return _fmt(low, unit) if f"{low:.3g}" == f"{high:.3g}" else \
+        f"{low:.3g}-{_fmt(high, unit)}"
