@@ -171,10 +171,14 @@ def test_snapshot_reads_proc_as_psutil_does(tmp_path: Path) -> None:
                              start_new_session=True)
     try:
         assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        proc = psutil.Process(child.pid)
+        # on a loaded machine it may still run on from print() into time.sleep(): wait for it
+        deadline = time.monotonic() + 20
+        while proc.status() != psutil.STATUS_SLEEPING and time.monotonic() < deadline:
+            time.sleep(0.02)
         # WHEN the table is taken
         snap = snapshot()[child.pid]
         # THEN every field is what psutil reads, the name whole
-        proc = psutil.Process(child.pid)
         assert snap.name == "a) R 9 9 (b" == proc.name()
         assert (snap.ppid, snap.pgid) == (os.getpid(), child.pid)
         assert snap.cmdline == proc.cmdline() == [sys.executable, "-c", code, "two words"]
