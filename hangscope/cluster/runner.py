@@ -83,42 +83,47 @@ Finish = Callable[[Step, "int | None", float, str], NodeResult]
 def run_steps(steps: Sequence[Step], timeout: float, finish: Finish, *, started: float,
               max_output: int | None = None) -> list[NodeResult]:
     """Run every step, at most MAX_PARALLEL at once, until each exits or ``timeout`` seconds
-    after ``started`` (a ``time.monotonic()`` value); a step still running then is stopped
-    (SIGTERM to its process group, SIGKILL after 3 s), as is one whose stdout grows past
-    ``max_output`` bytes. ``finish`` turns each into a NodeResult (``stopped`` helps); results
-    come back in the order of ``steps``."""
+    after ``started`` (a ``time.monotonic()`` value); the steps still running then are stopped
+    together (SIGTERM to each process group, SIGKILL 3 s later), as is one whose stdout grows
+    past ``max_output`` bytes, and every one still running when this is interrupted (SIGINT,
+    an exception). ``finish`` turns each into a NodeResult (``stopped`` helps); results come
+    back in the order of ``steps``."""
     deadline = started + timeout
     late = f"did not answer within {timeout:g} s"
     pending = list(steps)
     running: dict[str, tuple[Step, subprocess.Popen[bytes], float]] = {}
     results: dict[str, NodeResult] = {}
-    while pending or running:
-        while pending and len(running) < MAX_PARALLEL and time.monotonic() < deadline:
-            step = pending.pop(0)
-            try:
-                running[step.node] = (step, _start(step), time.monotonic())
-            except OSError as exc:
-                results[step.node] = finish(step, None, 0.0, f"could not start {step.command[0]}"
-                                            f" ({exc.strerror or exc})")
-        for node, (step, proc, t0) in list(running.items()):
-            why = ""
-            if proc.poll() is None and max_output is not None and _size(step.stdout) > max_output:
-                why = f"sent more than {max_output >> 20} MiB"
-            elif proc.poll() is None and time.monotonic() >= deadline:
-                why = late
-            elif proc.poll() is None:
-                continue
-            if why:
-                stop_group(proc)
-            del running[node]
-            results[node] = finish(step, None if why else proc.returncode,
-                                   time.monotonic() - t0, why)
-        if time.monotonic() >= deadline:
-            for step in pending:
-                results[step.node] = finish(step, None, 0.0, f"{late} (never started)")
-            pending.clear()
-        if running:
-            time.sleep(0.05)
+    try:
+        while pending or running:
+            while pending and len(running) < MAX_PARALLEL and time.monotonic() < deadline:
+                step = pending.pop(0)
+                try:
+                    running[step.node] = (step, _start(step), time.monotonic())
+                except OSError as exc:
+                    results[step.node] = finish(step, None, 0.0, f"could not start "
+                                                f"{step.command[0]} ({exc.strerror or exc})")
+            cut: dict[str, str] = {}
+            for node, (step, proc, t0) in list(running.items()):
+                if proc.poll() is not None:
+                    del running[node]
+                    results[node] = finish(step, proc.returncode, time.monotonic() - t0, "")
+                elif max_output is not None and _size(step.stdout) > max_output:
+                    cut[node] = f"sent more than {max_output >> 20} MiB"
+                elif time.monotonic() >= deadline:
+                    cut[node] = late
+            if cut:
+                stop_groups([running[node][1] for node in cut])
+                for node, why in cut.items():
+                    step, _, t0 = running.pop(node)
+                    results[node] = finish(step, None, time.monotonic() - t0, why)
+            if time.monotonic() >= deadline:
+                for step in pending:
+                    results[step.node] = finish(step, None, 0.0, f"{late} (never started)")
+                pending.clear()
+            if running:
+                time.sleep(0.05)
+    finally:
+        stop_groups([proc for _, proc, _ in running.values()])
     return [results[step.node] for step in steps]
 
 
@@ -128,22 +133,32 @@ def stopped(step: Step, why: str, seconds: float) -> NodeResult:
     return NodeResult(step.node, step.bundle, status, why, seconds)
 
 
-def stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group the client leads (srun then cancels its step; ssh and kubectl
-    close their connection), SIGKILL after 3 s; reaped either way."""
-    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+def stop_groups(procs: Sequence[subprocess.Popen[bytes]], grace: float = 3.0) -> None:
+    """SIGTERM the process group each client leads (srun then cancels its step; ssh and kubectl
+    close their connection), SIGKILL those left after ``grace`` seconds; all reaped."""
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    end = time.monotonic() + grace
+    for proc in procs:
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=grace)
-            break
+            proc.wait(timeout=max(0.0, end - time.monotonic()))
         except subprocess.TimeoutExpired:
-            continue
-    if proc.poll() is None:  # the leader is gone from its group, or unkillable: reap it anyway
-        proc.kill()
-        proc.wait(timeout=5)
+            pass
+    for proc in procs:
+        _signal_group(proc, signal.SIGKILL)  # also what the client left behind in its group
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            log.warning("pid %d survived SIGKILL", proc.pid)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def node_gaps(result: FanoutResult, ranks_seen: set[int], world_size: int | None) -> list[str]:
