@@ -88,3 +88,17 @@ def test_an_interrupted_fanout_stops_every_client(tmp_path: Path) -> None:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_client_that_floods_its_output_is_cut(tmp_path: Path) -> None:
+    # GIVEN a client that writes without end, to stderr (its stdout is the bundle stream)
+    step = Step("flood", str(tmp_path / "flood"), ["sh", "-c", "yes >&2"],
+                str(tmp_path / "flood.tar"), str(tmp_path / "flood.log"))
+    # WHEN run with a 1 MiB output limit and a 60 s bound
+    started = time.monotonic()
+    [result] = run_steps([step], 60.0, lambda s, c, t, why: stopped(s, why, t),
+                         started=started, max_output=1 << 20)
+    # THEN it is cut long before the bound, as a failure that says why
+    assert (result.status, result.detail) == ("failed", "sent more than 1 MiB")
+    assert time.monotonic() - started < 10
+    assert (tmp_path / "flood.log").stat().st_size < 1 << 30

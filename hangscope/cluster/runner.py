@@ -84,10 +84,10 @@ def run_steps(steps: Sequence[Step], timeout: float, finish: Finish, *, started:
               max_output: int | None = None) -> list[NodeResult]:
     """Run every step, at most MAX_PARALLEL at once, until each exits or ``timeout`` seconds
     after ``started`` (a ``time.monotonic()`` value); the steps still running then are stopped
-    together (SIGTERM to each process group, SIGKILL 3 s later), as is one whose stdout grows
-    past ``max_output`` bytes, and every one still running when this is interrupted (SIGINT,
-    an exception). ``finish`` turns each into a NodeResult (``stopped`` helps); results come
-    back in the order of ``steps``."""
+    together (SIGTERM to each process group, SIGKILL 3 s later), as is one whose output (stdout
+    and stderr) grows past ``max_output`` bytes, and every one still running when this is
+    interrupted (SIGINT, an exception). ``finish`` turns each into a NodeResult (``stopped``
+    helps); results come back in the order of ``steps``."""
     deadline = started + timeout
     late = f"did not answer within {timeout:g} s"
     pending = list(steps)
@@ -107,7 +107,7 @@ def run_steps(steps: Sequence[Step], timeout: float, finish: Finish, *, started:
                 if proc.poll() is not None:
                     del running[node]
                     results[node] = finish(step, proc.returncode, time.monotonic() - t0, "")
-                elif max_output is not None and _size(step.stdout) > max_output:
+                elif max_output is not None and _output(step) > max_output:
                     cut[node] = f"sent more than {max_output >> 20} MiB"
                 elif time.monotonic() >= deadline:
                     cut[node] = late
@@ -202,6 +202,11 @@ def _start(step: Step) -> subprocess.Popen[bytes]:
         with open(step.stderr, "wb") as err:
             return subprocess.Popen(step.command, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=err, start_new_session=True)
+
+
+def _output(step: Step) -> int:
+    """Bytes the client wrote so far, stdout and stderr."""
+    return _size(step.stdout) + (_size(step.stderr) if step.stderr != step.stdout else 0)
 
 
 def _size(path: str) -> int:
