@@ -169,7 +169,7 @@ def run_watch(options: WatchOptions, output: OutputOptions) -> WatchResult:
     started = time.monotonic()
     out = prepare_out_dir(output)  # refuse a bad --out now, not after an hour of watching
     with stop_on_signals():
-        job = _discover(options)
+        job = _discover_waiting(options, started + options.timeout)
         stall, notes = effective_stall(options.stall, job)
         watcher = _Watcher(job, options, stall)
         sampler = Sampler()
@@ -185,6 +185,19 @@ def run_watch(options: WatchOptions, output: OutputOptions) -> WatchResult:
             summary = _analyze_leftovers(watcher.tails, output, out)
     return WatchResult(outcome, reason, summary, watcher.checks, time.monotonic() - started,
                        stall, notes)
+
+
+def _discover_waiting(options: WatchOptions, deadline: float) -> JobProcesses:
+    """The ranks, once there are any: a watch started from cron or a job's own prolog may come
+    before the launcher has started them. Retried every check interval until ``deadline``."""
+    wait = options.interval or min(5.0, max(0.5, options.stall / 5))
+    while True:
+        try:
+            return _discover(options)
+        except CollectError:
+            if time.monotonic() + wait >= deadline:
+                raise
+            time.sleep(wait)
 
 
 def _discover(options: WatchOptions) -> JobProcesses:

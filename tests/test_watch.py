@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,31 @@ def test_watch_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture
     (busy / "x").write_text("x")
     assert main(["watch", "--pid", str(os.getpid()), "--out", str(busy)]) == 2
     assert f"{busy}: --out is not empty" in capsys.readouterr().err
+
+
+def test_ranks_not_up_yet_are_waited_for_until_the_deadline(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    from hangscope import watch
+    from hangscope.errors import CollectError
+
+    tries: list[float] = []
+    found = object()
+
+    def discover_later(options: watch.WatchOptions) -> object:
+        tries.append(time.monotonic())
+        if len(tries) < 3:
+            raise CollectError("no rank found")
+        return found
+
+    monkeypatch.setattr(watch, "_discover", discover_later)
+    options = watch.WatchOptions(match="train.py", stall=60, interval=0.1)
+    assert watch._discover_waiting(options, time.monotonic() + 10) is found
+    assert len(tries) == 3 and tries[2] - tries[0] >= 0.2
+    # and gives up at the deadline with the discovery's own error
+    tries.clear()
+    monkeypatch.setattr(watch, "_discover", lambda options: (_ for _ in ()).throw(
+        CollectError("no rank found")))
+    started = time.monotonic()
+    with pytest.raises(CollectError, match="no rank found"):
+        watch._discover_waiting(options, started + 0.5)
+    assert time.monotonic() - started < 1.0

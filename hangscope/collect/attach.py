@@ -366,7 +366,7 @@ def _collect_fr(job: JobProcesses, writer: BundleWriter, summary: CollectSummary
         except Exception as exc:  # noqa: BLE001 - one rank's failure is a gap
             summary.gaps.append(f"rank {rank.rank}: flight-recorder dump failed: {exc}")
             continue
-        summary.gaps.extend(f"rank {rank.rank}: {note}" for note in result.notes)
+        summary.gaps.extend(result.notes)  # each already names its rank
         if not result.files:
             continue
         newest = max(result.files, key=lambda f: f.mtime)
