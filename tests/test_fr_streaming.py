@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,40 @@ def test_analyze_cli_takes_jobs(tmp_path: Path) -> None:
     assert verdicts[0] == verdicts[1]
     assert verdicts[0]["findings"][0]["culprit_ranks"] == truth["culprit_ranks"]
     assert OutputOptions().write_html
+
+
+def test_bad_records_are_the_same_problems(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN 4 ranks whose histories hold records that the loader must reject or repair:
+    # not a mapping, no state, a record id that is no number, sizes that are no shape, a
+    # duration too large for a float, a dtype given as a bare string
+    from tests.frdumps import make_dump, make_entry, write_dumps
+
+    dumps = {}
+    for rank in range(4):
+        entries: list[Any] = [make_entry(i) for i in range(120)]
+        entries[5] = "garbage"
+        del entries[6]["state"]
+        entries[7]["record_id"] = "seven"
+        entries[8]["input_sizes"] = [1, 2]
+        entries[9]["duration_ms"] = 10**400
+        entries[10]["input_dtypes"] = "Float"
+        if rank == 2:
+            entries[-1]["state"] = "started"  # the others completed it: rank 2 is behind
+            entries[-1]["input_sizes"] = [[8, 8]]
+        dumps[rank] = make_dump(entries, 4)
+    write_dumps(str(tmp_path), dumps)
+    # WHEN read in full and reduced
+    seen = []
+    for mode in ("full", "reduced"):
+        with monkeypatch.context() as patch:
+            patch.setattr(fr_digest, "STREAM_FROM", 10**9 if mode == "full" else 0)
+            patch.setattr(fr_digest, "POOL_FROM", 10**9)
+            evidence, report = load_paths([str(tmp_path)], LoadOptions(jobs=1))
+            verdict, _ = analyze(evidence)
+        seen.append((report.problems, verdict.to_json()))
+    # THEN the problems (one line each, naming the file and entry) and the verdicts are equal
+    assert seen[0] == seen[1]
+    entries_named = [re.search(r": entry (\d+): ", p) for p in seen[0][0]]
+    assert [int(m.group(1)) for m in entries_named if m][:4] == [5, 6, 7, 9]
+    assert any("entry 9" in p for p in seen[0][0])  # the duration

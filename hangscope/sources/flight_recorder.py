@@ -84,6 +84,14 @@ def load_dump(path: str, rank: int, data: bytes | None = None) -> tuple[FrDump, 
 
     Raises BadInputError, naming the file, when the file as a whole is unusable.
     """
+    raw, entries_raw = read_raw(path, data)
+    problems: list[str] = []
+    entries = _convert_entries(path, entries_raw, problems)
+    return dump_of(path, rank, raw, entries), problems
+
+
+def read_raw(path: str, data: bytes | None = None) -> tuple[dict[str, Any], list[Any]]:
+    """The decoded dump and its raw entries; BadInputError, naming the file, if unusable."""
     if data is None:
         data = _read_bounded(path)
     raw = _decode(path, data)
@@ -96,10 +104,15 @@ def load_dump(path: str, rank: int, data: bytes | None = None) -> tuple[FrDump, 
         entries_raw = []
     if not isinstance(entries_raw, list):
         raise BadInputError(path, "'entries' is not a list")
-    problems: list[str] = []
-    entries = _convert_entries(path, entries_raw, problems)
-    backend = next((e.backend for e in entries if e.backend), "")
-    dump = FrDump(
+    return raw, entries_raw
+
+
+def dump_of(path: str, rank: int, raw: dict[str, Any], entries: list[FrEntry],
+            backend: str | None = None) -> FrDump:
+    """The dump, from its decoded form and its converted entries."""
+    if backend is None:
+        backend = next((e.backend for e in entries if e.backend), "")
+    return FrDump(
         rank=rank,
         path=path,
         version=str(raw.get("version", "")),
@@ -109,7 +122,6 @@ def load_dump(path: str, rank: int, data: bytes | None = None) -> tuple[FrDump, 
         entries=entries,
         torch_version=None,
     )
-    return dump, problems
 
 
 def _read_bounded(path: str) -> bytes:
@@ -226,51 +238,74 @@ FRAMES_KEPT_PER_DUMP = 64
 
 def _convert_entries(path: str, entries: list[Any], problems: list[str]) -> list[FrEntry]:
     """Normalise raw entries. Hot path at scale: 4096 ranks x 2000 entries."""
-    frame_cache: dict[tuple[Any, Any, Any], Frame] = {}
-    frames_cache: dict[tuple[Frame, ...], tuple[Frame, ...]] = {}
-    name_cache: dict[Any, tuple[str, str, int | None, bool]] = {}
-    interned: dict[Any, Any] = {}
-    intern = interned.setdefault
-    pg_cache: dict[Any, tuple[str, str]] = {}
+    converter = Converter(path, len(entries), problems)
+    convert = converter.convert
     out: list[FrEntry] = []
     append = out.append
-    frames_from = len(entries) - FRAMES_KEPT_PER_DUMP
     for index, raw in enumerate(entries):
+        entry = convert(index, raw)
+        if entry is not None:
+            append(entry)
+    return out
+
+
+class Converter:
+    """Turns one dump's raw entries into :class:`FrEntry`, one at a time, sharing what repeats
+    (frames, shapes, names) within the dump. ``sources.fr_digest`` uses it for the records it
+    keeps whole, so that they are exactly what the full loader makes."""
+
+    def __init__(self, path: str, n_entries: int, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        self.frames_from = n_entries - FRAMES_KEPT_PER_DUMP
+        self.frame_cache: dict[tuple[Any, Any, Any], Frame] = {}
+        self.frames_cache: dict[tuple[Frame, ...], tuple[Frame, ...]] = {}
+        self.name_cache: dict[Any, tuple[str, str, int | None, bool]] = {}
+        self.interned: dict[Any, Any] = {}
+        self.pg_cache: dict[Any, tuple[str, str]] = {}
+
+    def parse_name(self, profiling_name: Any) -> tuple[str, str, int | None, bool]:
+        parsed = self.name_cache.get(profiling_name)
+        if parsed is None:
+            parsed = self.name_cache[profiling_name] = _parse_profiling_name(str(profiling_name))
+        return parsed
+
+    def pg(self, raw: dict[str, Any]) -> tuple[str, str]:
+        group = raw.get("process_group")
+        pg = self.pg_cache.get(group) if type(group) is tuple else None
+        if pg is None:
+            pg = _pg_of(raw)
+            if type(group) is tuple:
+                self.pg_cache[group] = pg
+        return pg
+
+    def check(self, index: int, raw: Any) -> bool:
+        """Whether the raw entry has the shape of one; if not, its problem is recorded."""
         if type(raw) is not dict:
-            problems.append(f"{path}: entry {index}: not a mapping")
-            continue
+            self.problems.append(f"{self.path}: entry {index}: not a mapping")
+            return False
         if "state" not in raw or "record_id" not in raw or "profiling_name" not in raw \
                 or "collective_seq_id" not in raw:
             missing = next(key for key in _REQUIRED if key not in raw)
-            problems.append(f"{path}: entry {index}: missing field '{missing}'")
-            continue
+            self.problems.append(f"{self.path}: entry {index}: missing field '{missing}'")
+            return False
+        return True
+
+    def convert(self, index: int, raw: Any) -> FrEntry | None:
+        if not self.check(index, raw):
+            return None
+        intern = self.interned.setdefault
         try:
-            profiling_name = raw["profiling_name"]
-            parsed = name_cache.get(profiling_name)
-            if parsed is None:
-                parsed = name_cache[profiling_name] = _parse_profiling_name(str(profiling_name))
-            backend, op, peer, name_says_p2p = parsed
-            group = raw.get("process_group")
-            pg = pg_cache.get(group) if type(group) is tuple else None
-            if pg is None:
-                pg = _pg_of(raw)
-                if type(group) is tuple:
-                    pg_cache[group] = pg
+            backend, op, peer, name_says_p2p = self.parse_name(raw["profiling_name"])
+            pg = self.pg(raw)
             state = raw["state"]
-            if state == "completed":
-                completed: bool | None = True
-            elif backend == "gloo":
-                # gloo never moves past "scheduled"; a finished (or failed) op is retired.
-                retired = raw.get("retired")
-                completed = retired if type(retired) is bool else None
-            else:
-                completed = False
+            completed = completion(state, backend, raw)
             is_p2p = raw.get("is_p2p")
             if type(is_p2p) is not bool:
                 is_p2p = name_says_p2p
             frames: tuple[Frame, ...] = ()
-            if index >= frames_from or completed is not True:
-                frames = _frames(raw.get("frames"), frame_cache, frames_cache)
+            if index >= self.frames_from or completed is not True:
+                frames = _frames(raw.get("frames"), self.frame_cache, self.frames_cache)
             duration = raw.get("duration_ms")
             timeout = raw.get("timeout_ms")
             thread_name = raw.get("thread_name")
@@ -278,7 +313,7 @@ def _convert_entries(path: str, entries: list[Any], problems: list[str]) -> list
             in_types = _str_list(raw.get("input_dtypes"))
             out_sizes = _shape_list(raw.get("output_sizes"))
             out_types = _str_list(raw.get("output_dtypes"))
-            append(FrEntry(
+            return FrEntry(
                 int(raw["record_id"]), pg[0], pg[1], int(raw["collective_seq_id"]),
                 int(raw.get("p2p_seq_id") or 0), op, backend, is_p2p, str(state), completed,
                 intern(in_sizes, in_sizes), intern(in_types, in_types),
@@ -291,10 +326,21 @@ def _convert_entries(path: str, entries: list[Any], problems: list[str]) -> list
                 peer, frames,
                 thread_name if thread_name is None or type(thread_name) is str
                 else str(thread_name),
-            ))
+            )
         except (TypeError, ValueError, OverflowError) as exc:
-            problems.append(f"{path}: entry {index}: {_clip(str(exc))}")
-    return out
+            self.problems.append(f"{self.path}: entry {index}: {_clip(str(exc))}")
+            return None
+
+
+def completion(state: Any, backend: str, raw: dict[str, Any]) -> bool | None:
+    """Whether the op completed, as the record says (see ``FrEntry.completed``)."""
+    if state == "completed":
+        return True
+    if backend == "gloo":
+        # gloo never moves past "scheduled"; a finished (or failed) op is retired.
+        retired = raw.get("retired")
+        return retired if type(retired) is bool else None
+    return False
 
 
 def _pg_of(raw: dict[str, Any]) -> tuple[str, str]:

@@ -100,23 +100,183 @@ class DumpDigest:
 
 
 def reduce_dump(path: str, rank: int) -> DumpDigest:
-    """Read one dump and reduce it. Raises BadInputError like ``flight_recorder.load_dump``."""
-    dump, problems = flight_recorder.load_dump(path, rank)
-    return _digest(dump, problems)
+    """Read one dump and reduce it. Raises BadInputError like ``flight_recorder.load_dump``.
+
+    Hot path at scale (8 million records at 4096 x 2000): a record that is plain history
+    (completed, no frames, not p2p) becomes four numbers and a body id without ever being an
+    :class:`FrEntry`; every other record goes through the full loader's ``Converter``. A record
+    the fast path cannot read goes through the ``Converter`` too, which reports its problem as
+    the full loader does."""
+    raw, entries_raw = flight_recorder.read_raw(path)
+    problems: list[str] = []
+    return _Reducer(path, rank, raw, entries_raw, problems).digest()
 
 
-def _digest(dump: FrDump, problems: list[str]) -> DumpDigest:
-    entries = dump.entries
-    body_ids: dict[tuple[Any, ...], int] = {}
-    bodies: list[Body] = []
-    stack_ids: dict[tuple[Frame, ...], int] = {(): -1}
-    stacks: list[tuple[tuple[str, str, int | None], ...]] = []
+class _Group:
+    """One group's records of one dump, in record order, while they are read."""
 
-    def ship(entry: FrEntry) -> Shipped:
-        stack = stack_ids.get(entry.frames)
+    __slots__ = ("bodies", "desc", "kept", "p2p", "p2p_seqs", "record_ids", "seqs")
+
+    def __init__(self) -> None:
+        self.desc = ""
+        self.seqs: list[int] = []
+        self.p2p_seqs: list[int] = []
+        self.record_ids: list[int] = []
+        self.bodies: list[int] = []
+        self.kept: dict[int, FrEntry] = {}
+        self.p2p: list[FrEntry] = []
+
+
+class _Reducer:
+    def __init__(self, path: str, rank: int, raw: dict[str, Any], entries_raw: list[Any],
+                 problems: list[str]) -> None:
+        self.path, self.rank, self.raw, self.entries_raw = path, rank, raw, entries_raw
+        self.problems = problems
+        self.converter = flight_recorder.Converter(path, len(entries_raw), problems)
+        self.body_ids: dict[Body, int] = {}
+        self.bodies: list[Body] = []
+        self.stack_ids: dict[tuple[Frame, ...], int] = {(): -1}
+        self.stacks: list[tuple[tuple[str, str, int | None], ...]] = []
+        self.groups: dict[str, _Group] = {}
+
+    def body(self, body: Body) -> int:
+        found = self.body_ids.get(body)
+        if found is None:
+            found = self.body_ids[body] = len(self.bodies)
+            self.bodies.append(body)
+        return found
+
+    def group(self, name: str, desc: str) -> _Group:
+        group = self.groups.get(name)
+        if group is None:
+            group = self.groups[name] = _Group()
+        if desc and not group.desc:
+            group.desc = desc
+        return group
+
+    def digest(self) -> DumpDigest:  # noqa: C901 - one pass, kept flat for speed
+        conv = self.converter
+        convert, parse_name, pg_of = conv.convert, conv.parse_name, conv.pg
+        names, pgs = conv.name_cache, conv.pg_cache
+        completion, frames_from = flight_recorder.completion, conv.frames_from
+        shape_list, str_list = flight_recorder._shape_list, flight_recorder._str_list
+        body_ids, body_of, group_of = self.body_ids, self.body, self.group
+        n_valid = 0
+        first_rid: int | None = None
+        latest: tuple[int, int, FrEntry | None] | None = None  # record id, index, entry if kept
+        backend_seen = ""
+        for index, raw in enumerate(self.entries_raw):
+            entry: FrEntry | None = None
+            if type(raw) is not dict or "state" not in raw or "record_id" not in raw \
+                    or "profiling_name" not in raw or "collective_seq_id" not in raw:
+                convert(index, raw)  # records the problem
+                continue
+            try:
+                name = raw["profiling_name"]
+                parsed = names.get(name)
+                backend, op, peer, says_p2p = parsed if parsed is not None else parse_name(name)
+                group_raw = raw.get("process_group")
+                pg = pgs.get(group_raw) if type(group_raw) is tuple else None
+                if pg is None:
+                    pg = pg_of(raw)
+                state = raw["state"]
+                completed = True if state == "completed" else completion(state, backend, raw)
+                is_p2p = raw.get("is_p2p")
+                if type(is_p2p) is not bool:
+                    is_p2p = says_p2p
+                if index >= frames_from or completed is not True or is_p2p:
+                    raise _Whole
+                rid = int(raw["record_id"])
+                seq = int(raw["collective_seq_id"])
+                p2p_seq = int(raw.get("p2p_seq_id") or 0)
+                duration = raw.get("duration_ms")
+                if duration is not None and isinstance(duration, (int, float)):
+                    float(duration)  # the full loader rejects what this cannot convert
+                timeout = raw.get("timeout_ms")
+                thread_name = raw.get("thread_name")
+                if thread_name is not None and type(thread_name) is not str:
+                    thread_name = str(thread_name)
+                sizes = raw.get("input_sizes")
+                in_sizes = tuple(map(tuple, sizes)) if type(sizes) is list else shape_list(sizes)
+                sizes = raw.get("output_sizes")
+                out_sizes = tuple(map(tuple, sizes)) if type(sizes) is list \
+                    else shape_list(sizes)
+                key = (pg[1], op, backend, is_p2p, state if type(state) is str else str(state),
+                       completed, in_sizes, str_list(raw.get("input_dtypes")), out_sizes,
+                       str_list(raw.get("output_dtypes")),
+                       timeout if type(timeout) is int else None, peer, thread_name)
+                known = body_ids.get(key)
+                body = known if known is not None else body_of(key)
+            except (_Whole, TypeError, ValueError, OverflowError):
+                # kept whole, or the fast path could not read it: the full loader's converter
+                # decides (and records the problem, if it has one, in its words)
+                entry = convert(index, raw)
+                if entry is None:
+                    continue
+                rid, seq, p2p_seq = entry.record_id, entry.collective_seq_id, entry.p2p_seq_id
+                backend, pg = entry.backend, (entry.pg_name, entry.pg_desc)
+            group = group_of(pg[0], pg[1])
+            if entry is not None and entry.is_p2p:
+                group.p2p.append(entry)
+            else:
+                if entry is not None:
+                    group.kept[len(group.seqs)] = entry
+                    body = body_of(_body(entry))
+                group.seqs.append(seq)
+                group.p2p_seqs.append(p2p_seq)
+                group.record_ids.append(rid)
+                group.bodies.append(body)
+            n_valid += 1
+            if first_rid is None:
+                first_rid = rid
+            if latest is None or rid > latest[0]:
+                latest = (rid, index, entry)
+            if backend and not backend_seen:
+                backend_seen = backend
+        newest = None
+        if latest is not None:
+            newest = latest[2] or convert(latest[1], self.entries_raw[latest[1]])
+        dump = flight_recorder.dump_of(self.path, self.rank, self.raw, [], backend_seen)
+        return DumpDigest(
+            rank=self.rank, path=self.path, version=dump.version, backend=dump.backend,
+            pg_config=[(info.name, info.desc, _ranks_spec(info.ranks))
+                       for info in dump.process_groups.values()],
+            pg_status=dump.pg_status, n_entries=n_valid, first_record_id=first_rid,
+            latest=self.ship(newest) if newest is not None else None,
+            bodies=self.bodies, stacks=self.stacks,
+            groups={name: self.part(group) for name, group in self.groups.items()},
+            problems=self.problems[:MAX_PROBLEMS], n_problems=len(self.problems))
+
+    def part(self, group: _Group) -> GroupPart:
+        """The group's arrays in the order ``correlate`` sorts collectives: by seq, stably."""
+        seqs = group.seqs
+        order = list(range(len(seqs)))
+        if any(a > b for a, b in zip(seqs, seqs[1:])):
+            order.sort(key=seqs.__getitem__)
+        position = {old: new for new, old in enumerate(order)} if group.kept else {}
+        kept = {position[old]: entry for old, entry in group.kept.items()}
+        pending = -1
+        for new in sorted(kept):
+            if kept[new].completed is False:
+                pending = new
+                break
+        if pending < 0 and order and (last := kept.get(len(order) - 1)) is not None \
+                and last.completed is None:
+            pending = len(order) - 1
+        return GroupPart(
+            desc=group.desc,
+            seqs=array("q", [seqs[i] for i in order]),
+            p2p_seqs=array("q", [group.p2p_seqs[i] for i in order]),
+            record_ids=array("q", [group.record_ids[i] for i in order]),
+            bodies=array("I", [group.bodies[i] for i in order]),
+            kept={new: self.ship(entry) for new, entry in kept.items()},
+            pending=pending, p2p=[self.ship(entry) for entry in group.p2p])
+
+    def ship(self, entry: FrEntry) -> Shipped:
+        stack = self.stack_ids.get(entry.frames)
         if stack is None:
-            stack = stack_ids[entry.frames] = len(stacks)
-            stacks.append(tuple((f.name, f.filename, f.line) for f in entry.frames))
+            stack = self.stack_ids[entry.frames] = len(self.stacks)
+            self.stacks.append(tuple((f.name, f.filename, f.line) for f in entry.frames))
         return (entry.record_id, entry.pg_name, entry.pg_desc, entry.collective_seq_id,
                 entry.p2p_seq_id, entry.op, entry.backend, entry.is_p2p, entry.state,
                 entry.completed, entry.input_sizes, entry.input_dtypes, entry.output_sizes,
@@ -124,57 +284,15 @@ def _digest(dump: FrDump, problems: list[str]) -> DumpDigest:
                 entry.time_completed_ns, entry.duration_ms, entry.timeout_ms, entry.peer, stack,
                 entry.thread_name)
 
-    by_group: dict[str, list[FrEntry]] = {}
-    for entry in entries:
-        found = by_group.get(entry.pg_name)
-        if found is None:
-            found = by_group[entry.pg_name] = []
-        found.append(entry)
-    groups: dict[str, GroupPart] = {}
-    for name, group_entries in by_group.items():
-        desc = next((e.pg_desc for e in group_entries if e.pg_desc), "")
-        collectives = sorted((e for e in group_entries if not e.is_p2p),
-                             key=lambda e: e.collective_seq_id)
-        ids = array("I")
-        kept: dict[int, Shipped] = {}
-        for position, entry in enumerate(collectives):
-            # The sizes and dtypes are interned per dump: their ids stand for their values.
-            key = (entry.pg_desc, entry.op, entry.backend, entry.is_p2p, entry.state,
-                   entry.completed, id(entry.input_sizes), id(entry.input_dtypes),
-                   id(entry.output_sizes), id(entry.output_dtypes), entry.timeout_ms,
-                   entry.peer, entry.thread_name)
-            body = body_ids.get(key)
-            if body is None:
-                body = body_ids[key] = len(bodies)
-                bodies.append((entry.pg_desc, entry.op, entry.backend, entry.is_p2p, entry.state,
-                               entry.completed, entry.input_sizes, entry.input_dtypes,
-                               entry.output_sizes, entry.output_dtypes, entry.timeout_ms,
-                               entry.peer, entry.thread_name))
-            ids.append(body)
-            if entry.frames or entry.completed is not True:
-                kept[position] = ship(entry)
-        pending = next((i for i, e in enumerate(collectives) if e.completed is False), -1)
-        if pending < 0 and collectives and collectives[-1].completed is None:
-            pending = len(collectives) - 1
-        if pending >= 0 and pending not in kept:
-            kept[pending] = ship(collectives[pending])
-        groups[name] = GroupPart(
-            desc=desc,
-            seqs=array("q", [e.collective_seq_id for e in collectives]),
-            p2p_seqs=array("q", [e.p2p_seq_id for e in collectives]),
-            record_ids=array("q", [e.record_id for e in collectives]),
-            bodies=ids, kept=kept, pending=pending,
-            p2p=[ship(e) for e in group_entries if e.is_p2p])
-    latest = max(entries, key=lambda e: e.record_id) if entries else None
-    return DumpDigest(
-        rank=dump.rank, path=dump.path, version=dump.version, backend=dump.backend,
-        pg_config=[(info.name, info.desc, _ranks_spec(info.ranks))
-                   for info in dump.process_groups.values()],
-        pg_status=dump.pg_status, n_entries=len(entries),
-        first_record_id=entries[0].record_id if entries else None,
-        latest=ship(latest) if latest is not None else None,
-        bodies=bodies, stacks=stacks, groups=groups,
-        problems=problems[:MAX_PROBLEMS], n_problems=len(problems))
+
+class _Whole(Exception):  # noqa: N818 - control flow: this record is kept whole
+    pass
+
+
+def _body(entry: FrEntry) -> Body:
+    return (entry.pg_desc, entry.op, entry.backend, entry.is_p2p, entry.state, entry.completed,
+            entry.input_sizes, entry.input_dtypes, entry.output_sizes, entry.output_dtypes,
+            entry.timeout_ms, entry.peer, entry.thread_name)
 
 
 _SPECS: dict[int, tuple[tuple[int, ...], RanksSpec]] = {}
