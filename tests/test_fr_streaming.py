@@ -126,6 +126,8 @@ def test_ranks_share_histories(tmp_path: Path) -> None:
     per_rank = sum(len(d.entries.groups) for d in dumps if isinstance(d.entries, DumpEntries))
     assert per_rank == 64 * 3
     assert len(tables.histories) < 64
+    # AND the report's records come from the digest, not from reading the dumps again
+    assert all(isinstance(d.entries, DumpEntries) and d.entries.exact for d in dumps)
 
 
 def test_unreadable_dump_is_one_problem_in_the_pool(tmp_path: Path,

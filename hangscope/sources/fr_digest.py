@@ -54,6 +54,9 @@ STREAM_FROM = 64
 # than it saves; measured in bench/bench_fr.py, see docs/benchmarks.md).
 POOL_FROM = 48
 MAX_PROBLEMS = 20  # per dump, as the full loader reports them
+# The newest records of each group kept whole: the report shows the last 20 per group of the ranks
+# it details (report.payload.MAX_FR_ENTRIES, report.timeline.LAST), with their times.
+TAIL = 20
 
 # body: every field of a record but record id, seqs, times and frames (see the module docstring)
 Body = tuple[Any, ...]
@@ -94,6 +97,9 @@ class DumpDigest:
     groups: dict[str, GroupPart]
     problems: list[str]
     n_problems: int
+    # record ids rise in file order and every record has a creation time: then the records
+    # rebuilt from the digest are, for everything the report shows, the dump's own
+    tail_exact: bool = False
 
 
 # ------------------------------------------------------------------ worker side: reduce
@@ -115,7 +121,7 @@ def reduce_dump(path: str, rank: int) -> DumpDigest:
 class _Group:
     """One group's records of one dump, in record order, while they are read."""
 
-    __slots__ = ("bodies", "desc", "kept", "p2p", "p2p_seqs", "record_ids", "seqs")
+    __slots__ = ("bodies", "desc", "kept", "p2p", "p2p_seqs", "raw_index", "record_ids", "seqs")
 
     def __init__(self) -> None:
         self.desc = ""
@@ -125,6 +131,7 @@ class _Group:
         self.bodies: list[int] = []
         self.kept: dict[int, FrEntry] = {}
         self.p2p: list[FrEntry] = []
+        self.raw_index: list[int] = []  # where each collective is in the dump's entries
 
 
 class _Reducer:
@@ -165,6 +172,9 @@ class _Reducer:
         first_rid: int | None = None
         latest: tuple[int, int, FrEntry | None] | None = None  # record id, index, entry if kept
         backend_seen = ""
+        timed = True
+        last_rid: int | None = None
+        ordered = True
         for index, raw in enumerate(self.entries_raw):
             entry: FrEntry | None = None
             if type(raw) is not dict or "state" not in raw or "record_id" not in raw \
@@ -187,6 +197,9 @@ class _Reducer:
                 if index >= frames_from or completed is not True or is_p2p:
                     raise _Whole
                 rid = int(raw["record_id"])
+                created = raw.get("time_created_ns")
+                if type(created) is not int or created <= 0:
+                    timed = False
                 seq = int(raw["collective_seq_id"])
                 p2p_seq = int(raw.get("p2p_seq_id") or 0)
                 duration = raw.get("duration_ms")
@@ -215,6 +228,8 @@ class _Reducer:
                     continue
                 rid, seq, p2p_seq = entry.record_id, entry.collective_seq_id, entry.p2p_seq_id
                 backend, pg = entry.backend, (entry.pg_name, entry.pg_desc)
+                if entry.time_created_ns is None:
+                    timed = False
             group = group_of(pg[0], pg[1])
             if entry is not None and entry.is_p2p:
                 group.p2p.append(entry)
@@ -226,13 +241,24 @@ class _Reducer:
                 group.p2p_seqs.append(p2p_seq)
                 group.record_ids.append(rid)
                 group.bodies.append(body)
+                group.raw_index.append(index)
             n_valid += 1
+            if last_rid is not None and rid <= last_rid:
+                ordered = False
+            last_rid = rid
             if first_rid is None:
                 first_rid = rid
             if latest is None or rid > latest[0]:
                 latest = (rid, index, entry)
             if backend and not backend_seen:
                 backend_seen = backend
+        for group in self.groups.values():
+            for position in range(max(0, len(group.seqs) - TAIL), len(group.seqs)):
+                if position not in group.kept:
+                    index = group.raw_index[position]
+                    whole = convert(index, self.entries_raw[index])
+                    assert whole is not None  # the fast path read it
+                    group.kept[position] = whole
         newest = None
         if latest is not None:
             newest = latest[2] or convert(latest[1], self.entries_raw[latest[1]])
@@ -245,7 +271,8 @@ class _Reducer:
             latest=self.ship(newest) if newest is not None else None,
             bodies=self.bodies, stacks=self.stacks,
             groups={name: self.part(group) for name, group in self.groups.items()},
-            problems=self.problems[:MAX_PROBLEMS], n_problems=len(self.problems))
+            problems=self.problems[:MAX_PROBLEMS], n_problems=len(self.problems),
+            tail_exact=ordered and timed)
 
     def part(self, group: _Group) -> GroupPart:
         """The group's arrays in the order ``correlate`` sorts collectives: by seq, stably."""
@@ -395,12 +422,26 @@ class DumpEntries(Sequence[FrEntry]):
     groups come from the digest; anything that reads the records themselves (the report, for the
     few ranks it details) reads the dump again, in full."""
 
-    __slots__ = ("first_record_id", "groups", "latest", "n", "path", "rank")
+    __slots__ = ("exact", "first_record_id", "groups", "latest", "n", "path", "rank")
 
     def __init__(self, path: str, rank: int, n: int, first_record_id: int | None,
-                 latest: FrEntry | None, groups: dict[str, RankGroup]) -> None:
+                 latest: FrEntry | None, groups: dict[str, RankGroup], exact: bool) -> None:
         self.path, self.rank, self.n = path, rank, n
         self.first_record_id, self.latest, self.groups = first_record_id, latest, groups
+        self.exact = exact
+
+    def _records(self) -> list[FrEntry]:
+        """Every record, in file order. Rebuilt from the digest where that gives what the report
+        shows (the newest :data:`TAIL` records of each group whole, with their times; the others
+        without times), else read again from the dump."""
+        if not self.exact:
+            return _full_entries(self.path, self.rank)
+        out: list[FrEntry] = []
+        for group in self.groups.values():
+            out.extend(group.entries[:])
+            out.extend(group.p2p)
+        out.sort(key=lambda e: e.record_id)
+        return out
 
     def __len__(self) -> int:
         return self.n
@@ -412,10 +453,10 @@ class DumpEntries(Sequence[FrEntry]):
     def __getitem__(self, index: slice) -> list[FrEntry]: ...
 
     def __getitem__(self, index: int | slice) -> FrEntry | list[FrEntry]:
-        return _full_entries(self.path, self.rank)[index]
+        return self._records()[index]
 
     def __iter__(self) -> Iterator[FrEntry]:
-        return iter(_full_entries(self.path, self.rank))
+        return iter(self._records())
 
 
 @functools.lru_cache(maxsize=8)
@@ -511,7 +552,7 @@ def hydrate(digest: DumpDigest, tables: Tables) -> FrDump:
                         for name, desc, spec in digest.pg_config},
         pg_status=digest.pg_status,
         entries=DumpEntries(digest.path, digest.rank, digest.n_entries,  # type: ignore[arg-type]
-                            digest.first_record_id, latest, groups))
+                            digest.first_record_id, latest, groups, digest.tail_exact))
 
 
 # ------------------------------------------------------------------ reading many dumps
