@@ -212,3 +212,45 @@ def test_torchruns_placeholder_run_id_is_no_job_id() -> None:
                              own_env={})
     assert "job_id" not in fields and notes == []
     assert fields["local_world_size"] == 2 and fields["node"] == "h"
+
+
+def fanned(root: Path, node: str, ranks: list[int], node_clock: float,
+           sent_at: float, back_at: float) -> Path:
+    """A bundle as a fan-out gathers it: collected 1000.5-1002 s by the node's clock, which
+    runs ``node_clock`` s ahead of the gathering host's; its client lived sent_at-back_at."""
+    from hangscope.cluster.clocks import record_clock_offsets
+    from hangscope.cluster.runner import FanoutResult, NodeResult
+
+    path = node_bundle(root, node, ranks, window=(1000.5 + node_clock, 1002.0 + node_clock))
+    record_clock_offsets(FanoutResult("ssh", "host", [NodeResult(
+        node, str(path), "ok", sent_at=sent_at, back_at=back_at)]))
+    return path
+
+
+def test_the_fan_out_measures_each_nodes_clock_offset_into_its_manifest(tmp_path: Path) -> None:
+    n2 = fanned(tmp_path / "b", "n2", [2, 3], node_clock=5.0, sent_at=1000.0, back_at=1002.5)
+    measured = json.loads((n2 / MANIFEST).read_text())["clock_offset_s"]
+    # between (its end - our end) and (its start - our start)
+    assert (measured["low"], measured["high"]) == (4.5, 5.5) and measured["reference"]
+
+
+def test_a_node_whose_clock_is_off_is_said_and_windows_compare_corrected(tmp_path: Path
+                                                                         ) -> None:
+    n1 = fanned(tmp_path / "b", "n1", [0, 1], node_clock=0.0, sent_at=1000.0, back_at=1002.5)
+    n2 = fanned(tmp_path / "b", "n2", [2, 3], node_clock=5.0, sent_at=1000.0, back_at=1002.5)
+    evidence, _ = load_paths([str(n1), str(n2)], LoadOptions())
+    clocks = [g for g in evidence.gaps if "clock" in g]
+    assert clocks == ["n2's clock is 4.5-5.5 s ahead of the clock of the host that gathered "
+                      "the bundles (measured around its collection): times from n2 compare "
+                      "with other nodes' only after that correction"], evidence.gaps
+    # the two collections ran at once: by raw clocks they look 3.5 s apart, corrected they are not
+    assert not any("apart" in g for g in evidence.gaps)
+
+
+def test_an_impossible_window_measures_nothing(tmp_path: Path) -> None:
+    from hangscope.cluster.clocks import offset_bounds
+
+    assert offset_bounds({"wall_start": 10.0, "wall_end": 20.0}, 100.0, 102.0) is None
+    assert offset_bounds({"wall_start": True, "wall_end": 1.0}, 0.0, 2.0) is None
+    assert offset_bounds(None, 0.0, 2.0) is None
+    assert offset_bounds({"wall_start": 1.0, "wall_end": 1.5}, 0.5, 2.5) == (-1.0, 0.5)

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Callable
 
+from hangscope.cluster.clocks import record_clock_offsets
 from hangscope.cluster.remote import RemoteOptions, fan_out_remote
 from hangscope.cluster.runner import FanoutResult, node_gaps
 from hangscope.cluster.slurm import FanoutOptions, fan_out
@@ -65,4 +66,5 @@ def _attach(collect: Callable[[str], FanoutResult], load: LoadOptions,
 def _some(result: FanoutResult) -> FanoutResult:
     if not result.bundles:
         raise CollectError(result.nothing())
+    record_clock_offsets(result)
     return result

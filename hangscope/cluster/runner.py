@@ -31,6 +31,8 @@ class NodeResult:
     status: str  # ok | failed | timeout
     detail: str = ""
     seconds: float = 0.0
+    sent_at: float | None = None  # this host's wall clock when the node's client started
+    back_at: float | None = None  # ... and when it was seen to end
 
 
 @dataclass(slots=True)
@@ -93,11 +95,13 @@ def run_steps(steps: Sequence[Step], timeout: float, finish: Finish, *, started:
     pending = list(steps)
     running: dict[str, tuple[Step, subprocess.Popen[bytes], float]] = {}
     results: dict[str, NodeResult] = {}
+    sent: dict[str, float] = {}
     try:
         while pending or running:
             while pending and len(running) < MAX_PARALLEL and time.monotonic() < deadline:
                 step = pending.pop(0)
                 try:
+                    sent[step.node] = time.time()
                     running[step.node] = (step, _start(step), time.monotonic())
                 except OSError as exc:
                     results[step.node] = finish(step, None, 0.0, f"could not start "
@@ -107,6 +111,7 @@ def run_steps(steps: Sequence[Step], timeout: float, finish: Finish, *, started:
                 if proc.poll() is not None:
                     del running[node]
                     results[node] = finish(step, proc.returncode, time.monotonic() - t0, "")
+                    results[node].sent_at, results[node].back_at = sent[node], time.time()
                 elif max_output is not None and _output(step) > max_output:
                     cut[node] = f"sent more than {max_output >> 20} MiB"
                 elif time.monotonic() >= deadline:

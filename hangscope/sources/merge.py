@@ -52,6 +52,7 @@ class BundleInfo:
     group: int | None = None  # the node's index in the job: group_rank, else node_index
     expected_nodes: list[str] = field(default_factory=list)
     window: tuple[float, float] | None = None  # wall clock at start and end of the collection
+    offset: tuple[float, float] | None = None  # its clock minus the fan-out host's (low, high)
 
     @property
     def name(self) -> str:
@@ -98,6 +99,12 @@ def read_info(path: str) -> BundleInfo:
         start = float(clock["wall_start"])
         end = _num(clock.get("wall_end"))
         window = (start, float(end) if end is not None else start)
+    measured = manifest.get("clock_offset_s")
+    offset = None
+    if isinstance(measured, dict) and _num(measured.get("low")) is not None \
+            and _num(measured.get("high")) is not None \
+            and float(measured["low"]) <= float(measured["high"]):
+        offset = (float(measured["low"]), float(measured["high"]))
     hosts = manifest.get("hosts")
     host = _str(manifest.get("host")) or (
         str(hosts[0]) if isinstance(hosts, list) and len(hosts) == 1 else None)
@@ -109,7 +116,7 @@ def read_info(path: str) -> BundleInfo:
         local_world_size=_int(manifest.get("local_world_size")),
         group=group if group is not None else _int(manifest.get("node_index")),
         expected_nodes=[str(n) for n in nodes] if isinstance(nodes, list) else [],
-        window=window)
+        window=window, offset=offset)
 
 
 def merge_bundles(paths: Iterable[str], evidence: JobEvidence,
@@ -297,10 +304,46 @@ def _silent_nodes(infos: list[BundleInfo]) -> list[str]:
 
 
 def clock_gaps(infos: list[BundleInfo]) -> list[str]:
-    """Bundles whose collection windows lie more than CLOCK_SLACK_S apart."""
+    """Nodes whose clocks a fan-out measured to be off by more than CLOCK_SLACK_S, and bundles
+    whose collection windows lie more than CLOCK_SLACK_S apart (on corrected clocks where every
+    bundle's offset was measured)."""
+    gaps = [f"{info.name}'s clock is {_span(info.offset)} s "
+            f"{'ahead of' if info.offset[0] > 0 else 'behind'} the clock of the host that "
+            f"gathered the bundles (measured around its collection): times from {info.name} "
+            "compare with other nodes' only after that correction"
+            for info in infos if info.offset is not None
+            and (info.offset[0] > CLOCK_SLACK_S or info.offset[1] < -CLOCK_SLACK_S)]
     timed = [info for info in infos if info.window is not None]
     if len(timed) < 2:
+        return gaps
+    if all(info.offset is not None for info in timed):
+        return gaps + _corrected_window_gaps(timed)
+    return gaps + _window_gaps(timed)
+
+
+def _span(offset: tuple[float, float]) -> str:
+    low, high = sorted(abs(v) for v in offset)
+    return f"{low:.1f}-{high:.1f}" if f"{low:.1f}" != f"{high:.1f}" else f"{low:.1f}"
+
+
+def _corrected_window_gaps(timed: list[BundleInfo]) -> list[str]:
+    """Windows on the gathering host's clock: shifted by each offset's middle; the gap must
+    exceed the slack plus the offsets' uncertainty to be said."""
+    def shifted(info: BundleInfo) -> tuple[float, float, float]:
+        assert info.window is not None and info.offset is not None
+        middle, spread = sum(info.offset) / 2, (info.offset[1] - info.offset[0]) / 2
+        return info.window[0] - middle, info.window[1] - middle, spread
+    first_end = min(timed, key=lambda info: shifted(info)[1])
+    last_start = max(timed, key=lambda info: shifted(info)[0])
+    apart = shifted(last_start)[0] - shifted(first_end)[1]
+    if apart <= CLOCK_SLACK_S + shifted(last_start)[2] + shifted(first_end)[2]:
         return []
+    return [f"the collections of {first_end.name} and {last_start.name} are {apart:.1f} s apart "
+            f"(clocks corrected by the offsets the fan-out measured): their stacks and states "
+            f"are not of the same moment"]
+
+
+def _window_gaps(timed: list[BundleInfo]) -> list[str]:
     first_end = min(timed, key=lambda info: info.window[1] if info.window else 0.0)
     last_start = max(timed, key=lambda info: info.window[0] if info.window else 0.0)
     assert first_end.window is not None and last_start.window is not None
