@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import pickle
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ def _fr_fixture_dirs() -> list[Path]:
 def _analyze(paths: list[str], mode: str, monkeypatch: pytest.MonkeyPatch,
              jobs: int | None = None) -> tuple[dict[str, Any], Result]:
     """Verdict JSON and result of one way of reading: "full", "reduced" or "pool"."""
+    # the pool is used only where no other thread runs (see fr_digest.load_reduced)
+    assert mode != "pool" or threading.active_count() == 1
     with monkeypatch.context() as patch:
         patch.setattr(fr_digest, "STREAM_FROM", 10**9 if mode == "full" else 0)
         patch.setattr(fr_digest, "POOL_FROM", 0 if mode == "pool" else 10**9)

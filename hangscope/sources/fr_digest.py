@@ -36,6 +36,7 @@ import gc
 import logging
 import multiprocessing
 import os
+import threading
 from array import array
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -48,11 +49,12 @@ from hangscope.sources import flight_recorder
 
 log = logging.getLogger(__name__)
 
-# From this many dumps on, they are reduced as they are read (below, the full records cost little).
-STREAM_FROM = 64
-# From this many dumps on, a pool of worker processes reads them (below, starting it costs more
-# than it saves; measured in bench/bench_fr.py, see docs/benchmarks.md).
-POOL_FROM = 48
+# From this many dumps on, they are reduced as they are read, by a pool of worker processes where
+# more than one core is usable. Below, the full records cost little and starting a pool costs more
+# than it saves: 2000-entry dumps on 2 cores, best of 3, load only: 8 dumps 0.38-0.72 s in one
+# process, 0.62-0.76 s with a pool; 16 dumps 0.65 s vs 0.47 s; 64 dumps 3.3 s vs 2.3 s.
+STREAM_FROM = 16
+POOL_FROM = 16
 MAX_PROBLEMS = 20  # per dump, as the full loader reports them
 # The newest records of each group kept whole: the report shows the last 20 per group of the ranks
 # it details (report.payload.MAX_FR_ENTRIES, report.timeline.LAST), with their times.
@@ -591,7 +593,9 @@ def load_reduced(items: list[tuple[int, str]], jobs: int | None) -> Iterator[Loa
     """``items`` (rank, path), reduced (see :func:`load_dumps`)."""
     tables = Tables()
     workers = min(jobs or usable_cores(), len(items))
-    if workers <= 1 or len(items) < POOL_FROM:
+    # A forked worker keeps only the forking thread: a lock another thread held (logging's,
+    # an allocator's) would stay locked in it. With other threads alive, read in this process.
+    if workers <= 1 or len(items) < POOL_FROM or threading.active_count() > 1:
         yield from _hydrated(items, map(_work, items), tables)
         return
     context = multiprocessing.get_context("fork")
