@@ -36,7 +36,8 @@ def _verdict(out: Path) -> dict:
 
 
 @pytest.mark.parametrize("scenario", ["pg_order_deadlock", "collective_mismatch", "missing_rank"])
-def test_attach_names_the_culprit_from_the_probes_fr_traces(scenario: str, tmp_path: Path) -> None:
+def test_attach_names_the_culprit_from_the_probes_fr_traces(scenario: str, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN a hung job with the probe on and no FR dump file anywhere
     truth = SCENARIOS[scenario]
     env = probe_env(tmp_path)
@@ -53,6 +54,7 @@ def test_attach_names_the_culprit_from_the_probes_fr_traces(scenario: str, tmp_p
     assert (root["kind"], root["culprit_ranks"]) == (truth.kind, truth.culprit_ranks), \
         root["summary"]
     assert root["waiting_ranks"] == truth.waiting_ranks
+    assert f"in-job probe answered in {truth.nproc}" in capsys.readouterr().out
     fr_cited = [e for e in root["evidence"] if e["source"] == "flight_recorder"]
     assert fr_cited and all("probe-fr.json" in e["detail"] + e["where"] for e in fr_cited)
     for rank in range(truth.nproc):

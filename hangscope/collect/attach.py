@@ -59,6 +59,8 @@ class CollectSummary:
         ranks = sorted(r.rank for r in self.job.ranks)
         stacks = len(set(self.ok.get("py-spy", [])))
         parts = [f"{len(ranks)} ranks found, stacks from {stacks}"]
+        if self.ok.get("probe"):
+            parts.append(f"in-job probe answered in {len(set(self.ok['probe']))}")
         if self.failed:
             parts.append(f"{len(self.failed)} with problems (" + "; ".join(
                 f"rank {rank}: {msgs[0]}" for rank, msgs in sorted(self.failed.items())[:3])
