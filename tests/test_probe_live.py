@@ -83,6 +83,33 @@ def test_no_probe_leaves_the_ordering_deadlock_unnamed(tmp_path: Path) -> None:
     assert code != ExitCode.HANG_FOUND or findings[0]["kind"] != "pg_order_deadlock"
 
 
+def test_probe_answers_where_ptrace_is_denied(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN an ordering deadlock with the probe on, and no rank that may be traced (as in a
+    # container without CAP_SYS_PTRACE: the access check is what says so, here replaced)
+    from hangscope.collect import permissions
+
+    def denied(pids, readers=None):  # noqa: ANN001, ANN202 - the signature of check_access
+        return {pid: permissions.AccessProblem(pid, "ptrace denied (test)", "") for pid in pids}
+
+    monkeypatch.setattr(permissions, "check_access", denied)
+    env = probe_env(tmp_path)
+    out = tmp_path / "out"
+    with running_job("pg_order_deadlock", ready_dir=tmp_path / "ready", env=env) as job:
+        wait_sockets(tmp_path / "sockets", job.rank_pids.values())
+        time.sleep(1.0)
+        # WHEN attaching
+        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out)])
+    # THEN attach still names the culprits, from the probes alone: their FR traces and stacks
+    root = _verdict(out)["findings"][0]
+    assert code == ExitCode.HANG_FOUND
+    assert (root["kind"], root["culprit_ranks"]) == ("pg_order_deadlock", [0, 1]), root["summary"]
+    assert not list((out / "bundle").rglob("stacks-*.json"))
+    record = json.loads((out / "bundle" / "ranks" / "0" / "probe.json").read_text())
+    main_thread = next(t for t in record["answer"]["threads"] if t["is_main"])
+    assert any(f["name"] == "sync_groups" for f in main_thread["frames"])
+
+
 # ---------------------------------------------------------------------------------------------
 # training: bit-identical with and without the probe
 

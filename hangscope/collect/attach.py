@@ -91,7 +91,7 @@ def collect(options: AttachOptions, bundle_dir: str,
     summary.gaps.extend(job.notes)
     rank_of_pid = {r.pid: r.rank for r in job.ranks}
     worker_of = {w: r.rank for r in job.ranks for w in r.workers}
-    traceable, workers = _traceable(job, rank_of_pid, worker_of, summary)
+    traceable, workers = _traceable(job, rank_of_pid, worker_of, summary, options.probe)
     budget.report("ranks", str(len(job.ranks)))
     writer = BundleWriter(bundle_dir)
     pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="collect")
@@ -146,9 +146,10 @@ def _describe_node(writer: BundleWriter, job: JobProcesses, summary: CollectSumm
 
 
 def _traceable(job: JobProcesses, rank_of_pid: dict[int, int], worker_of: dict[int, int],
-               summary: CollectSummary) -> tuple[list[int], list[int]]:
+               summary: CollectSummary, probe: bool = False) -> tuple[list[int], list[int]]:
     """Rank and worker pids we may trace; the others become failures and gaps, each with its fix.
-    Raises PtraceDenied when no rank at all can be read."""
+    Raises PtraceDenied when no rank at all can be read, unless (``probe``) some rank runs an
+    in-job probe, which answers without ptrace."""
     problems = permissions.check_access(list(rank_of_pid) + list(worker_of))
     for pid, problem in problems.items():
         rank = rank_of_pid.get(pid, worker_of.get(pid))
@@ -157,7 +158,8 @@ def _traceable(job: JobProcesses, rank_of_pid: dict[int, int], worker_of: dict[i
             summary.failed.setdefault(rank_of_pid[pid], []).append(line)
         summary.gaps.append(f"rank {rank} (pid {pid}): {line}")
     traceable = [pid for pid in rank_of_pid if pid not in problems]
-    if job.ranks and not traceable:
+    if job.ranks and not traceable and not (
+            probe and any(probe_client.has_probe(rank) for rank in job.ranks)):
         raise permissions.PtraceDenied(
             f"cannot read any rank: {next(iter(problems.values())).cause}")
     return traceable, [pid for pid in worker_of if pid not in problems]
