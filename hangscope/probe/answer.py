@@ -41,6 +41,7 @@ MAX_LOADERS = 16
 MAX_OUTSTANDING = 256
 _STDLIB_WAITS = {"threading.py", "queue.py"}
 _OWNER = re.compile(r"owner=(\d+)")
+_NO_ENTRIES = re.compile(rb'"entries"\s*:\s*\[\s*\]')
 
 
 def build(want: tuple[str, ...], skip_ident: int | None, installed_wall: float,
@@ -82,11 +83,11 @@ def _fr_trace(limit: int, notes: list[str]) -> tuple[bytes, dict[str, Any]]:
         notes.append(f"flight-recorder trace of {len(data)} bytes is over the {limit}-byte "
                      "limit: not sent")
         return b"", {"bytes": len(data), "note": "too large"}
-    buffer = os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get(
-        "TORCH_NCCL_TRACE_BUFFER_SIZE")
-    if not buffer or buffer.strip() in ("0", ""):
-        notes.append("TORCH_FR_BUFFER_SIZE is not set in this process: the flight recorder "
-                     "may have recorded nothing")
+    if _NO_ENTRIES.search(data[:1 << 16]) or b'"entries"' not in data[:1 << 20]:
+        buffer = os.environ.get("TORCH_FR_BUFFER_SIZE", os.environ.get(
+            "TORCH_NCCL_TRACE_BUFFER_SIZE", "unset"))
+        notes.append(f"the flight recorder holds no entries (TORCH_FR_BUFFER_SIZE={buffer}; or "
+                     "no collective was issued yet)")
     return data, {"bytes": len(data), "note": ""}
 
 
