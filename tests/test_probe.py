@@ -189,7 +189,8 @@ class TestAccess:
                 assert sock.recv(16) == b""
             assert _ask(tmp_path, proc.pid)["pid"] == proc.pid
 
-    @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create a second user")
+    @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
+                        reason="needs root and useradd to create a second user")
     def test_other_uid_is_refused(self, tmp_path: Path) -> None:
         user = f"hsprobe{os.getpid() % 100000}"
         subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user],
