@@ -2,7 +2,7 @@
 
 The header (JSON)::
 
-    {"protocol": 1, "pid": 1234, "ppid": 1200, "argv": ["train.py"],
+    {"protocol": 1, "pid": 1234, "ppid": 1200,
      "time": {"wall": 1795456933.1, "monotonic": 8123.4, "installed_wall": 1795456900.0,
               "build_ms": 3.2},
      "fr": {"bytes": 51234, "entries": null, "note": ""},
@@ -49,8 +49,8 @@ def build(want: tuple[str, ...], skip_ident: int | None, installed_wall: float,
     """The header and the FR trace bytes (empty when there is none or it was not wanted)."""
     started = time.perf_counter()
     notes: list[str] = []
-    header: dict[str, Any] = {"protocol": 1, "pid": os.getpid(), "ppid": os.getppid(),
-                              "argv": list(sys.argv[:8])}
+    # no argv, environment or frame locals: they may hold secrets, and a bundle travels
+    header: dict[str, Any] = {"protocol": 1, "pid": os.getpid(), "ppid": os.getppid()}
     fr = b""
     if "fr" in want:
         fr, header["fr"] = _fr_trace(fr_limit, notes)
