@@ -1,6 +1,7 @@
 """``hangscope watch`` on real gloo jobs: it fires on a job that trains and then hangs (right
 culprit, exit 3, within --stall plus the collection), stays quiet on a healthy one (exit 0 at
---timeout), and ends promptly on SIGTERM; none leaves a process behind.
+--timeout), ends promptly on SIGTERM, and names a rank SIGKILLed from outside once the whole
+job is gone, from the ranks' own logs (no launcher console); none leaves a process behind.
 
 Every process the watch starts inherits a marker in its environment; after each test no live
 process may carry it (checked by pid, from /proc/PID/environ), and every one found is killed by
@@ -138,3 +139,34 @@ def test_sigterm_ends_a_running_watch_promptly_and_leaves_nothing(tmp_path: Path
         assert time.monotonic() - sent < 5
         assert "stopped by SIGTERM" in err
         assert marked(watch.mark) == []
+
+
+def test_watch_names_a_rank_killed_from_outside_once_the_job_is_gone(tmp_path: Path) -> None:
+    # GIVEN a DDP job whose rank 1 gets SIGKILLed mid-training (no traceback, no dump), started
+    # with nobody keeping the launcher's console: only the ranks' own logs in torchrun's
+    # --log-dir. The others fail within milliseconds and exit, too fast to attach to
+    job = start_job("killed_mid_training", env={"HANGSCOPE_KILL_AFTER_S": "12"},
+                    workdir=tmp_path / "job", launcher_output=False)
+    watch: Watch | None = None
+    try:
+        deadline = time.monotonic() + 90
+        while not any(b"step 5/" in p.read_bytes() for p in job.log_dir.rglob("stdout.log")):
+            assert job.poll() is None and time.monotonic() < deadline, "no step 5"
+            time.sleep(0.1)
+        watch = Watch(["--pid-group", str(job.pgid), "--stall", "60", "--timeout", "120"],
+                      tmp_path / "out")
+        # WHEN watch, started while it trained, sees every rank gone
+        rc, out, err, _ = watch.wait(timeout=150)
+        # THEN it analyzes the rank logs it followed and names the killed rank from where its
+        # log stopped, not the ranks that reported losing it
+        assert rc == 3, (out, err)
+        assert "every rank exited while watched" in err
+        verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+        root = verdict["findings"][0]
+        assert (root["kind"], root["culprit_ranks"]) == ("rank_died", [1]), out
+        assert not any("launcher" in item["where"] for item in root["evidence"]), root
+        assert marked(watch.mark) == []
+    finally:
+        if watch is not None:
+            watch.kill_all()
+        job.stop()
