@@ -18,9 +18,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from hangscope.bundle import load_bundle
 from hangscope.cli import main
 from hangscope.collect.probe import ask
 from hangscope.errors import ExitCode
+from hangscope.model import JobEvidence
 
 torch = pytest.importorskip("torch")
 from probe_env import REPO, probe_env, sockets_in, wait_sockets  # noqa: E402
@@ -105,9 +107,14 @@ def test_probe_answers_where_ptrace_is_denied(tmp_path: Path,
     assert code == ExitCode.HANG_FOUND
     assert (root["kind"], root["culprit_ranks"]) == ("pg_order_deadlock", [0, 1]), root["summary"]
     assert not list((out / "bundle").rglob("stacks-*.json"))
-    record = json.loads((out / "bundle" / "ranks" / "0" / "probe.json").read_text())
-    main_thread = next(t for t in record["answer"]["threads"] if t["is_main"])
-    assert any(f["name"] == "sync_groups" for f in main_thread["frames"])
+    # AND the probes' stacks are the ranks' stack samples, which the analysis reads
+    evidence, problems = JobEvidence(), []
+    load_bundle(str(out / "bundle"), evidence, problems)
+    for rank in (0, 1):
+        (sample,) = evidence.rank(rank).samples
+        main_thread = next(t for t in sample.threads if t.is_main)
+        assert sample.source == "probe"
+        assert any(f.name == "sync_groups" for f in main_thread.frames)
 
 
 # ---------------------------------------------------------------------------------------------
