@@ -22,8 +22,8 @@ from hangscope.analysis.engine import analyze
 from hangscope.options import LoadOptions, OutputOptions
 from hangscope.pipeline import Result
 from hangscope.report.payload import build_payload
-from hangscope.sources import fr_digest
-from hangscope.sources.fr_digest import DumpEntries
+from hangscope.sources import fr_digest, fr_stream
+from hangscope.sources.fr_stream import DumpEntries
 from hangscope.sources.load import load_paths
 
 from fixtures import synth_fr
@@ -41,11 +41,11 @@ def _fr_fixture_dirs() -> list[Path]:
 def _analyze(paths: list[str], mode: str, monkeypatch: pytest.MonkeyPatch,
              jobs: int | None = None) -> tuple[dict[str, Any], Result]:
     """Verdict JSON and result of one way of reading: "full", "reduced" or "pool"."""
-    # the pool is used only where no other thread runs (see fr_digest.load_reduced)
+    # the pool is used only where no other thread runs (see fr_stream.load_reduced)
     assert mode != "pool" or threading.active_count() == 1
     with monkeypatch.context() as patch:
-        patch.setattr(fr_digest, "STREAM_FROM", 10**9 if mode == "full" else 0)
-        patch.setattr(fr_digest, "POOL_FROM", 0 if mode == "pool" else 10**9)
+        patch.setattr(fr_stream, "STREAM_FROM", 10**9 if mode == "full" else 0)
+        patch.setattr(fr_stream, "POOL_FROM", 0 if mode == "pool" else 10**9)
         evidence, _ = load_paths(paths, LoadOptions(jobs=jobs or (2 if mode == "pool" else 1)))
         verdict, ctx = analyze(evidence)
     dumps = evidence.fr_dumps()
@@ -121,9 +121,9 @@ def test_benchmark_faults_do_not_change(tmp_path: Path, monkeypatch: pytest.Monk
 def test_ranks_share_histories(tmp_path: Path) -> None:
     # GIVEN 64 ranks of the benchmark layout, reduced
     synth_fr.write_large(tmp_path, 64, 200)
-    tables = fr_digest.Tables()
+    tables = fr_stream.Tables()
     files = {r: str(tmp_path / f"{synth_fr.DEFAULT_PREFIX}{r}") for r in range(64)}
-    dumps = [fr_digest.hydrate(fr_digest.reduce_dump(path, rank), tables)
+    dumps = [fr_stream.hydrate(fr_digest.reduce_dump(path, rank), tables)
              for rank, path in files.items()]
     # THEN the groups' histories are few (classes of identical ranks), not one per rank
     per_rank = sum(len(d.entries.groups) for d in dumps if isinstance(d.entries, DumpEntries))
@@ -139,8 +139,8 @@ def test_unreadable_dump_is_one_problem_in_the_pool(tmp_path: Path,
     synth_fr.write_large(tmp_path, 8, 50)
     bad = tmp_path / f"{synth_fr.DEFAULT_PREFIX}3"
     bad.write_bytes(b"\x80\x02garbage")
-    monkeypatch.setattr(fr_digest, "STREAM_FROM", 0)
-    monkeypatch.setattr(fr_digest, "POOL_FROM", 0)
+    monkeypatch.setattr(fr_stream, "STREAM_FROM", 0)
+    monkeypatch.setattr(fr_stream, "POOL_FROM", 0)
     # WHEN they are read by a pool
     evidence, report = load_paths([str(tmp_path)], LoadOptions(jobs=2))
     # THEN the other seven are analyzed and the bad one is a one-line problem naming it
@@ -151,7 +151,7 @@ def test_unreadable_dump_is_one_problem_in_the_pool(tmp_path: Path,
 
 def test_analyze_cli_takes_jobs(tmp_path: Path) -> None:
     # GIVEN the benchmark layout just above the streaming threshold
-    truth = synth_fr.write_large(tmp_path / "dumps", fr_digest.STREAM_FROM, 60)
+    truth = synth_fr.write_large(tmp_path / "dumps", fr_stream.STREAM_FROM, 60)
     from hangscope.cli import main
 
     # WHEN analyze runs with --jobs 2 and with --jobs 1
@@ -192,8 +192,8 @@ def test_bad_records_are_the_same_problems(tmp_path: Path,
     seen = []
     for mode in ("full", "reduced"):
         with monkeypatch.context() as patch:
-            patch.setattr(fr_digest, "STREAM_FROM", 10**9 if mode == "full" else 0)
-            patch.setattr(fr_digest, "POOL_FROM", 10**9)
+            patch.setattr(fr_stream, "STREAM_FROM", 10**9 if mode == "full" else 0)
+            patch.setattr(fr_stream, "POOL_FROM", 10**9)
             evidence, report = load_paths([str(tmp_path)], LoadOptions(jobs=1))
             verdict, _ = analyze(evidence)
         seen.append((report.problems, verdict.to_json()))

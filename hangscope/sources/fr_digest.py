@@ -21,7 +21,9 @@ The digest of one dump, per process group (:class:`GroupPart`), is:
 
 A record rebuilt from the digest equals the one the full loader builds, except that its times
 and duration are None: only p2p matching and the report read those, and both get full records
-(p2p records are kept whole; the report reads a rank's dump again, see :class:`DumpEntries`).
+(p2p records are kept whole; each group's newest :data:`TAIL` records, which the report shows, are
+kept whole too, and where that is not enough the report reads the dump again: see
+``fr_stream.DumpEntries``).
 So every detector sees the same records and gives the same answers; ``tests/test_fr_streaming.py``
 compares both paths on every FR fixture.
 
@@ -34,27 +36,16 @@ from __future__ import annotations
 import functools
 import gc
 import logging
-import multiprocessing
-import os
-import threading
 from array import array
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, overload
+from dataclasses import dataclass
+from typing import Any
 
 from hangscope.errors import BadInputError
-from hangscope.model import Frame, FrDump, FrEntry, ProcessGroupInfo
+from hangscope.model import Frame, FrEntry
 from hangscope.sources import flight_recorder
 
 log = logging.getLogger(__name__)
 
-# From this many dumps on, they are reduced as they are read, by a pool of worker processes where
-# more than one core is usable. Below, the full records cost little and starting a pool costs more
-# than it saves: 2000-entry dumps on 2 cores, best of 3, load only: 8 dumps 0.38-0.72 s in one
-# process, 0.62-0.76 s with a pool; 16 dumps 0.65 s vs 0.47 s; 64 dumps 3.3 s vs 2.3 s.
-STREAM_FROM = 16
-POOL_FROM = 16
 MAX_PROBLEMS = 20  # per dump, as the full loader reports them
 # The newest records of each group kept whole: the report shows the last 20 per group of the ranks
 # it details (report.payload.MAX_FR_ENTRIES, report.timeline.LAST), with their times.
@@ -345,7 +336,7 @@ def _ranks_spec(ranks: tuple[int, ...] | None) -> RanksSpec:
 
 
 @functools.lru_cache(maxsize=4096)
-def _ranks_of(spec: RanksSpec) -> tuple[int, ...] | None:
+def ranks_of(spec: RanksSpec) -> tuple[int, ...] | None:
     if spec is None:
         return None
     if len(spec) == 3 and spec[2] < 0:
@@ -353,279 +344,14 @@ def _ranks_of(spec: RanksSpec) -> tuple[int, ...] | None:
     return spec
 
 
-# ------------------------------------------------------------------ parent side: hydrate
+# ------------------------------------------------------------------ worker processes
 
 
-@dataclass(slots=True, eq=False)
-class SharedHistory:
-    """The collectives of one process group as one or more ranks hold them: the ranks with equal
-    digests share one of these (an equivalence class of ``correlate.history_classes``)."""
-
-    seqs: array  # type: ignore[type-arg]
-    p2p_seqs: array  # type: ignore[type-arg]
-    bodies: array  # type: ignore[type-arg]  # index into Tables.bodies
-
-
-class GroupEntries(Sequence[FrEntry]):
-    """One rank's collectives of one group, as ``RankInGroup.entries``: records are rebuilt on
-    access from the shared history, the rank's record ids and its records kept whole."""
-
-    __slots__ = ("_bodies", "kept", "pg_name", "record_ids", "shared")
-
-    def __init__(self, pg_name: str, shared: SharedHistory, record_ids: array,  # type: ignore[type-arg]
-                 kept: dict[int, FrEntry], bodies: list[Body]) -> None:
-        self.pg_name = pg_name
-        self.shared = shared
-        self.record_ids = record_ids
-        self.kept = kept
-        self._bodies = bodies
-
-    def __len__(self) -> int:
-        return len(self.record_ids)
-
-    @overload
-    def __getitem__(self, index: int) -> FrEntry: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[FrEntry]: ...
-
-    def __getitem__(self, index: int | slice) -> FrEntry | list[FrEntry]:
-        if isinstance(index, slice):
-            return [self._at(i) for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        return self._at(index)
-
-    def _at(self, index: int) -> FrEntry:
-        entry = self.kept.get(index)
-        if entry is not None:
-            return entry
-        shared = self.shared
-        b = self._bodies[shared.bodies[index]]
-        return FrEntry(self.record_ids[index], self.pg_name, b[0], shared.seqs[index],
-                       shared.p2p_seqs[index], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8],
-                       b[9], None, None, None, None, b[10], b[11], (), b[12])
-
-
-@dataclass(slots=True)
-class RankGroup:
-    """One rank's view of one group, from its digest (what ``correlate._rank_view`` computes)."""
-
-    desc: str
-    entries: GroupEntries
-    pending: FrEntry | None
-    p2p: list[FrEntry]
-
-
-class DumpEntries(Sequence[FrEntry]):
-    """``FrDump.entries`` of a reduced dump. Its length, first record id, newest record and
-    groups come from the digest; anything that reads the records themselves (the report, for the
-    few ranks it details) reads the dump again, in full."""
-
-    __slots__ = ("exact", "first_record_id", "groups", "latest", "n", "path", "rank")
-
-    def __init__(self, path: str, rank: int, n: int, first_record_id: int | None,
-                 latest: FrEntry | None, groups: dict[str, RankGroup], exact: bool) -> None:
-        self.path, self.rank, self.n = path, rank, n
-        self.first_record_id, self.latest, self.groups = first_record_id, latest, groups
-        self.exact = exact
-
-    def _records(self) -> list[FrEntry]:
-        """Every record, in file order. Rebuilt from the digest where that gives what the report
-        shows (the newest :data:`TAIL` records of each group whole, with their times; the others
-        without times), else read again from the dump."""
-        if not self.exact:
-            return _full_entries(self.path, self.rank)
-        out: list[FrEntry] = []
-        for group in self.groups.values():
-            out.extend(group.entries[:])
-            out.extend(group.p2p)
-        out.sort(key=lambda e: e.record_id)
-        return out
-
-    def __len__(self) -> int:
-        return self.n
-
-    @overload
-    def __getitem__(self, index: int) -> FrEntry: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[FrEntry]: ...
-
-    def __getitem__(self, index: int | slice) -> FrEntry | list[FrEntry]:
-        return self._records()[index]
-
-    def __iter__(self) -> Iterator[FrEntry]:
-        return iter(self._records())
-
-
-@functools.lru_cache(maxsize=8)
-def _full_entries(path: str, rank: int) -> list[FrEntry]:
-    log.debug("reading %s again for its records", path)
-    return flight_recorder.load_dump(path, rank)[0].entries
-
-
-def latest_entry(dump: FrDump) -> FrEntry | None:
-    """The dump's record with the highest record id, without reading a reduced dump again."""
-    if isinstance(dump.entries, DumpEntries):
-        return dump.entries.latest
-    return max(dump.entries, key=lambda e: e.record_id) if dump.entries else None
-
-
-def first_record_id(dump: FrDump) -> int | None:
-    if isinstance(dump.entries, DumpEntries):
-        return dump.entries.first_record_id
-    return dump.entries[0].record_id if dump.entries else None
-
-
-def group_names(dump: FrDump) -> set[str]:
-    """The process groups the dump has records of."""
-    if isinstance(dump.entries, DumpEntries):
-        return set(dump.entries.groups)
-    return {entry.pg_name for entry in dump.entries}
-
-
-def rank_groups(dump: FrDump) -> dict[str, RankGroup] | None:
-    """The per-group digests of a reduced dump; None for a dump held in full."""
-    return dump.entries.groups if isinstance(dump.entries, DumpEntries) else None
-
-
-@dataclass(slots=True)
-class Tables:
-    """What the parent interns across digests, so that ranks share it."""
-
-    bodies: list[Body] = field(default_factory=list)
-    body_ids: dict[Body, int] = field(default_factory=dict)
-    frames: dict[tuple[str, str, int | None], Frame] = field(default_factory=dict)
-    stacks: dict[tuple[tuple[str, str, int | None], ...], tuple[Frame, ...]] = \
-        field(default_factory=dict)
-    histories: dict[bytes, SharedHistory] = field(default_factory=dict)
-
-    def body_map(self, bodies: list[Body]) -> list[int]:
-        ids = self.body_ids
-        out = []
-        for body in bodies:
-            found = ids.get(body)
-            if found is None:
-                found = ids[body] = len(self.bodies)
-                self.bodies.append(body)
-            out.append(found)
-        return out
-
-    def stack(self, raw: tuple[tuple[str, str, int | None], ...]) -> tuple[Frame, ...]:
-        found = self.stacks.get(raw)
-        if found is None:
-            frames = self.frames
-            found = self.stacks[raw] = tuple(
-                frames.get(key) or frames.setdefault(key, Frame(*key)) for key in raw)
-        return found
-
-
-def hydrate(digest: DumpDigest, tables: Tables) -> FrDump:
-    """The dump a digest stands for, sharing histories and frames with the dumps before it."""
-    stacks = [tables.stack(raw) for raw in digest.stacks]
-    body_map = tables.body_map(digest.bodies)
-    identity = body_map == list(range(len(body_map)))
-
-    def entry(shipped: Shipped) -> FrEntry:
-        stack = shipped[20]
-        return FrEntry(*shipped[:20], stacks[stack] if stack >= 0 else (),  # type: ignore[call-arg]
-                       shipped[21])
-
-    groups: dict[str, RankGroup] = {}
-    for name, part in digest.groups.items():
-        ids = part.bodies if identity else array("I", map(body_map.__getitem__, part.bodies))
-        key = b"".join((name.encode(), b"\0", part.seqs.tobytes(), part.p2p_seqs.tobytes(),
-                        ids.tobytes()))
-        shared = tables.histories.get(key)
-        if shared is None:
-            shared = tables.histories[key] = SharedHistory(part.seqs, part.p2p_seqs, ids)
-        kept = {position: entry(shipped) for position, shipped in part.kept.items()}
-        entries = GroupEntries(name, shared, part.record_ids, kept, tables.bodies)
-        groups[name] = RankGroup(desc=part.desc, entries=entries,
-                                 pending=kept[part.pending] if part.pending >= 0 else None,
-                                 p2p=[entry(shipped) for shipped in part.p2p])
-    latest = entry(digest.latest) if digest.latest is not None else None
-    return FrDump(
-        rank=digest.rank, path=digest.path, version=digest.version, backend=digest.backend,
-        process_groups={name: ProcessGroupInfo(name=name, desc=desc, ranks=_ranks_of(spec))
-                        for name, desc, spec in digest.pg_config},
-        pg_status=digest.pg_status,
-        entries=DumpEntries(digest.path, digest.rank, digest.n_entries,  # type: ignore[arg-type]
-                            digest.first_record_id, latest, groups, digest.tail_exact))
-
-
-# ------------------------------------------------------------------ reading many dumps
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-LoadResult = tuple[int, str, FrDump | None, list[str]]  # rank, path, dump, problems
-
-
-def load_dumps(by_rank: dict[int, str], jobs: int | None) -> Iterator[LoadResult]:
-    """Every dump of ``by_rank`` in rank order, with its problems (at most :data:`MAX_PROBLEMS`
-    lines, then a count). From :data:`STREAM_FROM` dumps on they are reduced as they are read,
-    by ``jobs`` worker processes (None: one per usable core; 1, or fewer dumps than
-    :data:`POOL_FROM`: in this process); below, held in full. A dump that cannot be read gives
-    its one-line problem and no dump."""
-    items = sorted(by_rank.items())
-    if len(items) < STREAM_FROM:
-        for rank, path in items:
-            try:
-                dump, problems = flight_recorder.load_dump(path, rank)
-            except BadInputError as exc:
-                yield rank, path, None, [str(exc)]
-                continue
-            yield rank, path, dump, _capped(path, problems[:MAX_PROBLEMS], len(problems))
-        return
-    yield from load_reduced(items, jobs)
-
-
-def load_reduced(items: list[tuple[int, str]], jobs: int | None) -> Iterator[LoadResult]:
-    """``items`` (rank, path), reduced (see :func:`load_dumps`)."""
-    tables = Tables()
-    workers = min(jobs or usable_cores(), len(items))
-    # A forked worker keeps only the forking thread: a lock another thread held (logging's,
-    # an allocator's) would stay locked in it. With other threads alive, read in this process.
-    if workers <= 1 or len(items) < POOL_FROM or threading.active_count() > 1:
-        yield from _hydrated(items, map(_work, items), tables)
-        return
-    context = multiprocessing.get_context("fork")
-    chunk = max(1, min(16, len(items) // (workers * 8)))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                             initializer=_worker_init) as pool:
-        yield from _hydrated(items, pool.map(_work, items, chunksize=chunk), tables)
-
-
-def _capped(path: str, problems: list[str], total: int) -> list[str]:
-    if total > len(problems):
-        return [*problems, f"{path}: {total - len(problems)} more bad entries"]
-    return problems
-
-
-def _hydrated(items: list[tuple[int, str]], results: Iterator[DumpDigest | str],
-              tables: Tables) -> Iterator[LoadResult]:
-    for (rank, path), result in zip(items, results):
-        if isinstance(result, str):
-            yield rank, path, None, [result]
-            continue
-        yield (rank, path, hydrate(result, tables),
-               _capped(path, result.problems, result.n_problems))
-
-
-def _worker_init() -> None:
+def worker_init() -> None:
     gc.disable()  # a worker's objects die by reference counting, dump after dump
 
 
-def _work(item: tuple[int, str]) -> DumpDigest | str:
+def reduce_item(item: tuple[int, str]) -> DumpDigest | str:
     rank, path = item
     try:
         return reduce_dump(path, rank)

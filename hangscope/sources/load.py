@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, StackSample
 from hangscope.options import LoadOptions
-from hangscope.sources import flight_recorder, fr_digest, merge, pyspy, stack_pastes
+from hangscope.sources import flight_recorder, fr_stream, merge, pyspy, stack_pastes
 from hangscope.sources.logs import loader as log_loader
 from hangscope.sources.logs.scan import sniff_log
 
@@ -138,7 +138,7 @@ def _load_fr(files: list[str], options: LoadOptions, evidence: JobEvidence,
 
 def _load_fr_files(by_rank: dict[int, str], evidence: JobEvidence, report: LoadReport,
                    jobs: int | None) -> None:
-    for rank, path, dump, problems in fr_digest.load_dumps(by_rank, jobs):
+    for rank, path, dump, problems in fr_stream.load_dumps(by_rank, jobs):
         report.problems.extend(problems)
         if dump is None:
             continue
