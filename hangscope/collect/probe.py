@@ -78,10 +78,8 @@ def ask(path: str, timeout_s: float = 5.0,
         sock.connect(path)
         wire.send_frame(sock, json.dumps({"protocol": wire.PROTOCOL, "want": list(want)})
                         .encode())
-        sock.settimeout(max(0.05, deadline - time.monotonic()))
-        raw = wire.recv_frame(sock, wire.MAX_HEADER)
-        sock.settimeout(max(0.05, deadline - time.monotonic()))
-        fr = wire.recv_frame(sock, wire.MAX_FR)
+        raw = wire.recv_frame(sock, wire.MAX_HEADER, deadline)
+        fr = wire.recv_frame(sock, wire.MAX_FR, deadline)
     try:
         header = json.loads(raw)
     except ValueError as exc:

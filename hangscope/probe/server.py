@@ -214,7 +214,9 @@ def _handle(conn: socket.socket, me: int) -> None:
     from hangscope.probe import answer
 
     conn.settimeout(ANSWER_TIMEOUT_S)
-    request = json.loads(wire.recv_frame(conn, wire.MAX_REQUEST))
+    request = json.loads(wire.recv_frame(conn, wire.MAX_REQUEST,
+                                         time.monotonic() + ANSWER_TIMEOUT_S))
+    conn.settimeout(ANSWER_TIMEOUT_S)  # each send of the answer
     asked = request.get("want") if isinstance(request, dict) else None
     want = tuple(w for w in (asked if isinstance(asked, list) else wire.WANT_ALL)
                  if w in wire.WANT_ALL)

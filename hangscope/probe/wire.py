@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import time
 
 ENV_ON = "HANGSCOPE_PROBE"
 ENV_DIR = "HANGSCOPE_PROBE_DIR"
@@ -52,19 +53,25 @@ def send_frame(sock: socket.socket, data: bytes) -> None:
         sock.sendall(data)
 
 
-def recv_frame(sock: socket.socket, limit: int) -> bytes:
-    """One frame of at most ``limit`` bytes; WireError on a short read or a larger frame. The
-    socket's own timeout bounds each read."""
-    size = _LEN.unpack(_recv_exact(sock, _LEN.size))[0]
+def recv_frame(sock: socket.socket, limit: int, deadline: float | None = None) -> bytes:
+    """One frame of at most ``limit`` bytes; WireError on a short read, a larger frame, or when
+    ``deadline`` (a ``time.monotonic()`` instant) passes; without one, the socket's own timeout
+    bounds each read."""
+    size = _LEN.unpack(_recv_exact(sock, _LEN.size, deadline))[0]
     if size > limit:
         raise WireError(f"frame of {size} bytes is over the {limit}-byte limit")
-    return _recv_exact(sock, size)
+    return _recv_exact(sock, size, deadline)
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
+def _recv_exact(sock: socket.socket, size: int, deadline: float | None) -> bytes:
     parts: list[bytes] = []
     got = 0
     while got < size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WireError("timed out")
+            sock.settimeout(left)
         try:
             chunk = sock.recv(min(size - got, 1 << 20))
         except TimeoutError as exc:
