@@ -407,13 +407,13 @@ def _collect_ras(job: JobProcesses, writer: BundleWriter, summary: CollectSummar
                                               seconds=round(time.time() - began, 3)))
 
 
+
 def _from_probe(rank: RankProcess, writer: BundleWriter, summary: CollectSummary,
                 timeout_s: float) -> bool:
-    """Ask the rank's in-job probe (``collect.probe``); True when it sent an FR trace. Its
-    answer goes into the bundle either way; a probe that does not answer is a gap."""
-    began = time.time()
+    """Ask the rank's in-job probe and store its answer (``collect.probe``); True when it sent
+    an FR trace. A probe that does not answer is a gap; one rank's failure never stops others."""
     try:
-        got = probe_client.collect(rank, timeout_s=timeout_s)
+        got = probe_client.collect_into(rank, writer, timeout_s)
     except Exception as exc:  # noqa: BLE001 - one rank's failure is a gap
         summary.gaps.append(f"rank {rank.rank}: asking its probe failed: {exc}")
         return False
@@ -421,16 +421,7 @@ def _from_probe(rank: RankProcess, writer: BundleWriter, summary: CollectSummary
         return False  # no probe in this rank
     if got.note:
         summary.gaps.append(f"rank {rank.rank}: {got.note}")
-    if got.answered:
-        writer.add_file(rank.rank, "probe", probe_client.RECORD_NAME, got.record)
-        summary.ok.setdefault("probe", []).append(rank.rank)
-    if got.fr:
-        writer.add_file(rank.rank, "fr", probe_client.FR_NAME, got.fr)
-        summary.ok.setdefault("flight_recorder", []).append(rank.rank)
-    writer.collection.append(CollectionRecord(
-        source="probe", rank=rank.rank, status="ok" if got.answered else "failed",
-        detail=(f"probe {got.socket} answered in {got.seconds * 1000:.0f} ms"
-                + (f", FR trace {len(got.fr)} bytes" if got.fr else ", no FR trace")
-                if got.answered else got.note), started_at=began,
-        seconds=round(time.time() - began, 3)))
+    for source, ok in (("probe", got.answered), ("flight_recorder", bool(got.fr))):
+        if ok:
+            summary.ok.setdefault(source, []).append(rank.rank)
     return bool(got.fr)

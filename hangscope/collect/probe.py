@@ -25,6 +25,7 @@ import stat
 import time
 from dataclasses import dataclass
 
+from hangscope.bundle import BundleWriter, CollectionRecord
 from hangscope.discover import RankProcess
 from hangscope.discover.environ import read_environ
 from hangscope.probe import wire
@@ -122,3 +123,25 @@ def collect(rank: RankProcess, timeout_s: float = 5.0) -> ProbeResult | None:
     result.record = (json.dumps(record, sort_keys=True)[:-1].encode() + b', "answer": '
                      + raw + b"}\n")
     return result
+
+
+def collect_into(rank: RankProcess, writer: BundleWriter,
+                 timeout_s: float = 5.0) -> ProbeResult | None:
+    """``collect`` and store what came back: the record as ``probe.json`` (kind ``probe``), the
+    FR trace as ``probe-fr.json`` (kind ``fr``), and a collection record. None: no probe."""
+    began = time.time()
+    got = collect(rank, timeout_s)
+    if got is None:
+        return None
+    if got.answered:
+        writer.add_file(rank.rank, "probe", RECORD_NAME, got.record)
+    if got.fr:
+        writer.add_file(rank.rank, "fr", FR_NAME, got.fr)
+    detail = got.note
+    if got.answered:
+        detail = (f"probe {got.socket} answered in {got.seconds * 1000:.0f} ms, "
+                  + (f"FR trace {len(got.fr)} bytes" if got.fr else "no FR trace"))
+    writer.collection.append(CollectionRecord(
+        source="probe", rank=rank.rank, status="ok" if got.answered else "failed",
+        detail=detail, started_at=began, seconds=round(time.time() - began, 3)))
+    return got
