@@ -77,7 +77,7 @@ def collection_options(func: F) -> F:
                           "CPU of another), keep sampling up to this many, to tell a slow rank "
                           "from stuck and healthy ones: at most MAX_SAMPLES x INTERVAL seconds "
                           "of sampling. A job whose ranks all sit still, or all move alike, "
-                          "stops at --samples."),
+                          "stops at --samples (once the samples span 1.5 s)."),
         click.option("--dump-timeout", type=click.FloatRange(0.5, 120), default=5.0,
                      show_default=True,
                      help="Seconds allowed for one py-spy dump or flight-recorder trigger."),

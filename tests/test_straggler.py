@@ -136,6 +136,16 @@ def test_more_samples_while_one_rank_burns_several_times_the_cpu() -> None:
     assert worth_more(dumps, _states({1: 0.15, 2: 0.6}), [1, 2])
 
 
+def test_ranks_still_over_a_short_window_are_sampled_longer() -> None:
+    # two samples 0.2 s apart on a crowded machine: no CPU tick, one stack each
+    still = _dumps({1: [in_backward()] * 2, 2: [in_backward()] * 2})
+    short = {pid: [ProcessState(pid=pid, sampled_at=100.0 + 0.2 * i, status="S",
+                                cpu_time_s=5.0) for i in range(2)] for pid in (1, 2)}
+    assert worth_more(still, short, [1, 2])
+    # the same stillness over 2 s (the default 3 samples) is a hang: no more samples
+    assert not worth_more(still, _states({1: 0.0, 2: 0.0}), [1, 2])
+
+
 def test_no_more_samples_for_a_job_that_sits_still_or_moves_alike() -> None:
     still = _dumps({1: [in_backward()] * 3, 2: [forward(40)] * 3})
     assert not worth_more(still, _states({1: 0.0, 2: 0.01}), [1, 2])

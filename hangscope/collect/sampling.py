@@ -7,7 +7,9 @@ samples of a 30 ms step land anywhere in it. What does tell them apart is where 
 its time over a longer window: the CPU time it gains and how often its stack changes. So while
 the ranks differ in that way (one moves while another sits; one burns several times the CPU of
 another), ``attach`` keeps sampling, up to ``--max-samples``. A job whose ranks all sit still
-(a hang), or all move alike (healthy), stops at ``--samples``.
+(a hang), or all move alike (healthy), stops at ``--samples``, once the samples span at least
+``MIN_STILL_WINDOW_S``: over a shorter window (``--interval 0.2``) a rank that computes on a
+crowded machine can gain no CPU tick and keep one stack, and look as still as a hung one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from hangscope.model import ProcessState
 MOVING_CPU_SHARE = 0.2  # of one core: a rank gaining this much computes
 STILL_CPU_SHARE = 0.05
 CPU_SPREAD = 2.0  # the busiest rank burns this many times the CPU of the least busy
+MIN_STILL_WINDOW_S = 1.5  # "every rank sits still" needs samples spanning this long (the
+# default 3 samples 1 s apart span 2 s: a hung job costs no extra sample)
 
 
 def worth_more(dumps: Mapping[int, Sequence[DumpResult]],
@@ -40,12 +44,21 @@ def worth_more(dumps: Mapping[int, Sequence[DumpResult]],
         return False
     moving = any(changed) or any(share >= MOVING_CPU_SHARE for share in shares)
     if not moving:
-        return False  # every rank sits still: a hang, and more samples will not change that
+        # every rank sits still: a hang, which more samples will not change, once they span
+        # long enough to tell it from ranks starved of CPU for a moment
+        return _window(states, rank_pids) < MIN_STILL_WINDOW_S
     if any(changed) and not all(changed):
         return True
     busiest = max(shares, default=0.0)
     return busiest >= MOVING_CPU_SHARE and \
         busiest >= CPU_SPREAD * max(STILL_CPU_SHARE, min(shares, default=0.0))
+
+
+def _window(states: Mapping[int, Sequence[ProcessState]], rank_pids: Sequence[int]) -> float:
+    """Seconds the ranks' state samples span so far (the longest of them)."""
+    spans = [s[-1].sampled_at - s[0].sampled_at for pid in rank_pids
+             if len(s := states.get(pid, ())) >= 2]
+    return max(spans, default=0.0)
 
 
 def cpu_share(states: Sequence[ProcessState]) -> float | None:
