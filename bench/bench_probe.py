@@ -55,10 +55,12 @@ def step():
 for _ in range(int(sys.argv[2])):
     step()
 print("READY", flush=True)
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 for _ in range(int(sys.argv[3])):
     step()
-print(f"STEPS_PER_S {int(sys.argv[3]) / (time.perf_counter() - t):.3f}", flush=True)
+n = int(sys.argv[3])
+print(f"STEPS_PER_S {n / (time.perf_counter() - t):.3f} {n / (time.process_time() - c):.3f}",
+      flush=True)
 dist.destroy_process_group()
 os._exit(0)
 """
@@ -91,7 +93,7 @@ def _env(work: str, hook: bool, on: bool) -> dict[str, str]:
 
 
 def train_once(work: str, mode: str, warmup: int, steps: int, ask_every: float,
-               latencies: list[float]) -> float:
+               latencies: list[float]) -> tuple[float, float]:
     env = _env(work, hook=True, on=mode != "off")
     proc = subprocess.Popen([sys.executable, "-c", TRAIN, str(_free_port()), str(warmup),
                              str(steps)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -121,10 +123,10 @@ def train_once(work: str, mode: str, warmup: int, steps: int, ask_every: float,
         stop.set()
         if asker is not None:
             asker.join()
-        found = re.search(r"STEPS_PER_S ([0-9.]+)", out)
+        found = re.search(r"STEPS_PER_S ([0-9.]+) ([0-9.]+)", out)
         if not found:
             raise RuntimeError(f"{mode}: no result\n{err[-2000:]}")
-        return float(found.group(1))
+        return float(found.group(1)), float(found.group(2))
     finally:
         stop.set()
         if proc.poll() is None:
@@ -169,20 +171,23 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="hangscope-bench-probe-")
     try:
         rates: dict[str, list[float]] = {"off": [], "idle": [], "asked": []}
+        cpu: dict[str, list[float]] = {"off": [], "idle": [], "asked": []}
         latencies: list[float] = []
         for index in range(args.repeat):
             order = list(rates) if index % 2 == 0 else list(reversed(rates))
             for mode in order:
-                rates[mode].append(train_once(work, mode, args.warmup, args.steps,
-                                              args.ask_every, latencies))
+                wall, per_cpu = train_once(work, mode, args.warmup, args.steps,
+                                           args.ask_every, latencies)
+                rates[mode].append(wall)
+                cpu[mode].append(per_cpu)
             print(f"repeat {index + 1}: " + ", ".join(
-                f"{m} {rates[m][-1]:.1f}" for m in rates), flush=True)
+                f"{m} {rates[m][-1]:.0f}/s {cpu[m][-1]:.0f}/cpu-s" for m in rates), flush=True)
         starts = {"no hook file": startup_ms(work, False, False, 20),
                   "hook, HANGSCOPE_PROBE unset": startup_ms(work, True, False, 20),
                   "hook, HANGSCOPE_PROBE=1": startup_ms(work, True, True, 20)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    table = render(rates, latencies, starts, args)
+    table = render(rates, cpu, latencies, starts, args)
     print(table)
     if args.write_docs:
         with open(args.write_docs) as handle:
@@ -192,19 +197,22 @@ def main() -> None:
             handle.write(doc[:begin] + "\n" + table + doc[end:])
 
 
-def render(rates: dict[str, list[float]], latencies: list[float], starts: dict[str, float],
-           args: argparse.Namespace) -> str:
-    base = statistics.median(rates["off"])
+def render(rates: dict[str, list[float]], cpu: dict[str, list[float]], latencies: list[float],
+           starts: dict[str, float], args: argparse.Namespace) -> str:
+    base, base_cpu = statistics.median(rates["off"]), statistics.median(cpu["off"])
     lines = [f"{platform.machine()}, {os.cpu_count()} cores (shared), Python "
              f"{platform.python_version()}; {args.repeat} interleaved repeats of {args.steps} "
              f"steps after {args.warmup} warm-up steps; asked every {args.ask_every:g} s.", "",
-             "| set-up | steps/s (median) | min-max | vs off |", "|---|---|---|---|"]
+             "| set-up | steps/s, wall (median, min-max) | vs off | steps per CPU-second "
+             "(median, min-max) | vs off |", "|---|---|---|---|---|"]
     for mode, label in (("off", "hook installed, HANGSCOPE_PROBE unset"),
                         ("idle", "probe on, never asked"),
                         ("asked", f"probe on, asked every {args.ask_every:g} s")):
-        med = statistics.median(rates[mode])
-        lines.append(f"| {label} | {med:.1f} | {min(rates[mode]):.1f}-{max(rates[mode]):.1f} "
-                     f"| {(med / base - 1) * 100:+.1f}% |")
+        med, med_cpu = statistics.median(rates[mode]), statistics.median(cpu[mode])
+        lines.append(f"| {label} | {med:.0f} ({min(rates[mode]):.0f}-{max(rates[mode]):.0f}) "
+                     f"| {(med / base - 1) * 100:+.1f}% | {med_cpu:.0f} "
+                     f"({min(cpu[mode]):.0f}-{max(cpu[mode]):.0f}) "
+                     f"| {(med_cpu / base_cpu - 1) * 100:+.1f}% |")
     lines += ["", "| interpreter start-up (`python -c pass`, best of 20) | ms |", "|---|---|"]
     lines += [f"| {name} | {ms:.1f} |" for name, ms in starts.items()]
     lines += ["", f"The hook's line itself, HANGSCOPE_PROBE unset: {hook_line_ns():.0f} ns "
