@@ -171,3 +171,39 @@ def test_a_saved_attach_bundle_of_a_straggler_names_it_postmortem() -> None:
     assert (root.kind, root.culprit_ranks, root.waiting_ranks) == (Kind.STRAGGLER, [3], [0, 1, 2])
     assert root.measures["fastest_rank"] == 0 and root.measures["slowdown"] >= 2.0
     assert root.measures["hot_frame"].startswith("_engine_run_backward")
+
+
+# --- a job that ends while attach looks at it ---------------------------------------------------
+
+
+def _ended(codes: dict[int, int | None], waiting: tuple[int, ...] = ()) -> JobEvidence:
+    """Ranks seen computing, then as zombies with these exit codes (None: still alive and
+    waiting in all_reduce, for ranks in ``waiting``)."""
+    in_all_reduce = _main(Frame("all_reduce", C10D, 3252), Frame("train", TRAIN, 43))
+    stacks = {r: [forward(26)] * 3 for r in codes}
+    stacks.update({r: [in_all_reduce] * 3 for r in waiting})
+    evidence = job(stacks, cpu=dict.fromkeys(stacks, 0.0))
+    for rank, code in codes.items():
+        if code is not None:
+            last = evidence.ranks[rank].proc[-1]
+            evidence.ranks[rank].proc[-1] = ProcessState(pid=last.pid, sampled_at=last.sampled_at,
+                                                         status="Z", exit_code=code)
+    return evidence
+
+
+def test_ranks_that_exit_with_status_0_are_a_finished_job_not_a_crash() -> None:
+    verdict, _ = analyze(_ended({0: 0, 1: 0}))
+    assert verdict.status is Status.HEALTHY and verdict.findings == []
+    assert "every rank exited with status 0 while it was looked at: the job finished" \
+        in verdict.evidence_gaps
+
+
+def test_a_rank_that_exits_0_while_others_wait_for_it_is_still_the_culprit() -> None:
+    verdict, _ = analyze(_ended({0: 0, 1: None, 2: None}, waiting=(1, 2)))
+    root = verdict.findings[0]
+    assert (root.kind, root.culprit_ranks) == (Kind.RANK_DIED, [0]), verdict.findings
+
+
+def test_a_non_zero_exit_is_still_a_death() -> None:
+    verdict, _ = analyze(_ended({0: 1, 1: 0}))
+    assert verdict.findings[0].kind is Kind.RANK_DIED and 0 in verdict.findings[0].culprit_ranks

@@ -194,6 +194,9 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
                     "stacks cannot tell apart (which group, which seq): a flight-recorder dump "
                     "(TORCH_FR_BUFFER_SIZE=2000 and a dump) would")
         return Status.INCONCLUSIVE
+    if ctx.stacks and _all_finished(ctx):
+        gaps.append("every rank exited with status 0 while it was looked at: the job finished")
+        return Status.HEALTHY
     if ctx.stacks and not ctx.picture.dumps:
         if any(s.progress == "moving" for s in ctx.stacks.values()):
             return Status.HEALTHY
@@ -213,6 +216,15 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
                     "may be blocked in point-to-point ops or outside torch.distributed")
         return Status.INCONCLUSIVE
     return Status.HEALTHY
+
+
+def _all_finished(ctx: Context) -> bool:
+    """Every rank's process ended with exit status 0 (no signal) by the last /proc sample."""
+    for rank in ctx.stacks:
+        proc = ctx.evidence.ranks[rank].proc if rank in ctx.evidence.ranks else []
+        if not proc or proc[-1].exit_code != 0 or proc[-1].exit_signal is not None:
+            return False
+    return True
 
 
 def _failed_mismatch(ctx: Context, root: Finding) -> bool:

@@ -8,8 +8,9 @@ gave up on it); /proc state ``gone`` or ``Z``; a main thread in ``threading._shu
 module raised or returned; non-daemon threads keep the process alive). Ranks are ordered by the
 time of their first failure where logs carry one (a RAS report carries none: its time is when it was
 asked). RAS alone gives 0.85, 0.9 when the wait graph shows others waiting on the rank, +0.05 when a
-log or /proc agrees. Cites: the log or RAS report line or process state, and the stack. False
-positives: a rank that finished its work normally; a gloo enforce failure on the rank that
+log or /proc agrees. A rank that exited with status 0 while no live rank waits finished its work
+(the job ended while it was looked at): no finding. Cites: the log or RAS report line or process
+state, and the stack. False positives: a gloo enforce failure on the rank that
 *received* mismatched data (a symptom of another rank's size mismatch: cited with low confidence so
 the mismatch outranks it); a RAS "dead" process whose node or link went away while it lived on
 (when its stacks show it alive, RAS is not believed here and missing_rank reports it unresponsive).
@@ -33,6 +34,10 @@ def detect(ctx: Context) -> list[Finding]:
     logged = {rank: items for rank, items in logged.items() if items}
     from_stacks = {rank for rank, state in ctx.stacks.items()
                    if state.gone or state.main_finished}
+    finished = {rank for rank in from_stacks - set(logged) if _exited_cleanly(ctx, rank)}
+    if finished and not any(r not in from_stacks for _, (sources, _) in ctx.graph.waits.items()
+                            for r in sources):
+        from_stacks -= finished  # done, with nobody left waiting for them: the job finished
     dead = sorted(set(logged) | from_stacks,
                   key=lambda r: (_first_time(logged.get(r, [])) is None,
                                  _first_time(logged.get(r, [])) or 0.0, r))
@@ -89,6 +94,13 @@ def detect(ctx: Context) -> list[Finding]:
                     _first_time(logged.get(dead[0], [])) is not None else dead,
                     waiting_ranks=waiting or others, confidence=confidence, summary=summary,
                     evidence=evidence)]
+
+
+def _exited_cleanly(ctx: Context, rank: int) -> bool:
+    """The rank's process ended with exit status 0 (reaped or a zombie), not by a signal."""
+    proc = ctx.evidence.ranks[rank].proc if rank in ctx.evidence.ranks else []
+    last = proc[-1] if proc else None
+    return last is not None and last.exit_code == 0 and last.exit_signal is None
 
 
 def _cited(items: list[Failure]) -> list[Failure]:
