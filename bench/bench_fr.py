@@ -1,23 +1,27 @@
 #!/usr/bin/env python3
-"""Benchmark: analyzing N ranks x 2000 NCCL flight-recorder entries.
+"""Benchmark: analyzing N ranks x 2000 NCCL flight-recorder entries, side by side in one run.
 
-For each N (default 8,64,512,4096) the script builds (once, cached under --work) the
+For each N (default 8,64,256,1024,4096) the script builds (once, cached under --work) the
 benchmark layout of fixtures/synth_fr.py (default group + tp groups of 8 + dp groups,
 ring buffer of 2000 entries per rank, one tp rank missing from the last tp all_reduce),
-then times, each in its own child process, side by side:
+then times, each in its own child process, one after the other:
 
-  load-only   a child that reads every dump with a restricted unpickler (find_class
-              refuses everything) and throws it away: the floor for any analyzer;
-  torchfrtrace  torch 2.13's analyzer, `torchfrtrace DIR -p nccl_trace_rank_`
-              (analysis mode; `-j` only prints the raw entries, and needs `tabulate`);
-  hangscope   `python -m hangscope analyze DIR --out TMP --json`.
+  floor        a child that reads every dump with a restricted unpickler (find_class
+               refuses everything) and throws it away, on one core: the floor for any analyzer;
+  hangscope -j1  `python -m hangscope analyze DIR --out TMP --json --jobs 1`;
+  hangscope -jN  the same with --jobs N (N = usable cores: the default);
+  torchfrtrace torch 2.13's analyzer, `torchfrtrace DIR -p nccl_trace_rank_` (analysis mode),
+               up to --frtrace-max-ranks ranks (beyond, it ran out of memory at 16 GiB).
 
-Wall time and peak RSS come from os.wait4() on each child (ru_maxrss of that child).
-Children run under an address-space limit (--mem-limit-gb) so that a tool that would
-exhaust the machine fails with MemoryError instead of taking the box down.
+Wall time from the parent; peak RSS two ways: the largest single process of the tree
+(ru_maxrss of os.wait4, which covers the waited-for descendants) and the whole tree (the sum
+of every live descendant's RSS, sampled every 50 ms with psutil). Children run under an
+address-space limit (--mem-limit-gb) so that a tool that would exhaust the machine fails with
+MemoryError instead of taking the box down. With playwright, the report of the -jN run is
+opened in headless Chromium (median of 3 fresh pages, navigation to load event).
 
 Usage:
-  python bench/bench_fr.py --work /tmp/hs-bench [--ranks 8,64,512] [--timeout 1800]
+  python bench/bench_fr.py --work /tmp/hs-bench [--ranks 8,64,256,1024,4096] [--timeout 1800]
                            [--write-docs docs/benchmarks.md]
 """
 
@@ -75,25 +79,56 @@ def _load_only(d: str) -> int:
 # ------------------------------------------------------------------ measuring children
 
 
+def _tree_rss(pid: int, cmd: list[str]) -> int:
+    """Bytes resident in pid and all its descendants now (0 once it is gone, and 0 before it
+    has exec'd cmd: a child between fork and exec still counts the parent's pages)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        if root.cmdline() != cmd:
+            return 0
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
 def run_child(cmd: list[str], log: Path, timeout: float, mem_limit_gb: float, env=None) -> dict:
-    """Run cmd with stdout+stderr to log; return wall, peak RSS (MiB), rc, timed_out."""
+    """Run cmd with stdout+stderr to log; return wall, peak RSS (MiB: largest process, and the
+    whole tree, sampled), rc, timed_out.
+
+    The tool runs under /usr/bin/time, which reports the largest ru_maxrss among the processes it
+    waited for. Not os.wait4 on a child of this script: Linux carries the hiwater RSS of the
+    address space a process had before exec (this script's, after fork or vfork) into its
+    ru_maxrss, so every tool would report at least this script's size. The address-space limit
+    is set right after the start."""
     limit = int(mem_limit_gb * 1024**3)
-
-    def pre():
-        os.setsid()
-        if limit > 0:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
+    rss_file = Path(str(log) + ".maxrss")
+    rss_file.unlink(missing_ok=True)
+    full = ["/usr/bin/time", "-f", "%M", "-o", str(rss_file), *cmd]
     t0 = time.monotonic()
+    tree_peak = 0
     with open(log, "wb") as out:
-        p = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=pre, env=env, cwd=str(ROOT)
-        )
+        p = subprocess.Popen(full, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                             env=env, cwd=str(ROOT))
+        if limit > 0:
+            try:
+                resource.prlimit(p.pid, resource.RLIMIT_AS, (limit, limit))
+            except (OSError, ValueError):
+                pass
         timed_out = False
         while True:
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
             if pid:
                 break
+            tree_peak = max(tree_peak, _tree_rss(p.pid, full))
             if time.monotonic() - t0 > timeout:
                 timed_out = True
                 os.killpg(p.pid, signal.SIGKILL)
@@ -103,9 +138,14 @@ def run_child(cmd: list[str], log: Path, timeout: float, mem_limit_gb: float, en
     wall = time.monotonic() - t0
     rc = os.waitstatus_to_exitcode(status)
     p.returncode = rc
+    try:
+        largest = int(rss_file.read_text().split()[-1]) / 1024
+    except (OSError, ValueError, IndexError):
+        largest = 0.0  # killed: time wrote nothing
     return {
         "wall_s": wall,
-        "rss_mib": ru.ru_maxrss / 1024,
+        "rss_mib": largest,
+        "tree_mib": max(tree_peak / 1024**2, largest),
         "rc": rc,
         "timed_out": timed_out,
         "log": str(log),
@@ -229,21 +269,34 @@ def fmt_cell(r: dict | None) -> str:
         return "-"
     if r.get("timed_out"):
         return f"> {r['wall_s']:.0f} s"
-    return f"{r['wall_s']:.2f} s / {r['rss_mib']:.0f} MiB"
+    tree = r.get("tree_mib", r["rss_mib"])
+    return f"{r['wall_s']:.2f} s / {tree:.0f} MiB"
+
+
+def _ratio(a: dict | None, b: dict | None) -> str:
+    if not a or not b or a.get("timed_out") or b.get("timed_out") or a.get("rc", 0) not in (0, 3) \
+            or b.get("rc", 0) not in (0, 3):
+        return "-"
+    return f"{a['wall_s'] / b['wall_s']:.2f}x"
 
 
 def table(rows: list[dict]) -> str:
     out = [
-        "| ranks x entries | dumps on disk | load-only (wall / peak RSS) | torchfrtrace (wall / peak RSS) "
-        "| torchfrtrace result | hangscope analyze (wall / peak RSS) | hangscope result |",
-        "|---|---|---|---|---|---|---|",
+        "| ranks x entries | dumps on disk | floor: load and drop, 1 process | hangscope --jobs 1 "
+        "| hangscope --jobs N | jobs N / floor | torchfrtrace | torchfrtrace / jobs N "
+        "| hangscope result | torchfrtrace result | report opens in |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    out.extend(
-        f"| {r['ranks']} x {r['entries']} | {r['bytes'] / 1024**2:.0f} MiB | {fmt_cell(r.get('load'))} "
-        f"| {fmt_cell(r.get('frtrace'))} | {r.get('frtrace_result', '-')} | {fmt_cell(r.get('hangscope'))} "
-        f"| {r.get('hangscope_result', 'pending')} |"
-        for r in rows
-    )
+    for r in rows:
+        report = r.get("report_load_s")
+        out.append(
+            f"| {r['ranks']} x {r['entries']} | {r['bytes'] / 1024**2:.0f} MiB "
+            f"| {fmt_cell(r.get('load'))} | {fmt_cell(r.get('hs1'))} | {fmt_cell(r.get('hsn'))} "
+            f"| {_ratio(r.get('hsn'), r.get('load'))} | {fmt_cell(r.get('frtrace'))} "
+            f"| {_ratio(r.get('frtrace'), r.get('hsn'))} | {r.get('hangscope_result', '-')} "
+            f"| {r.get('frtrace_result', '-')} "
+            f"| {f'{report:.2f} s' if isinstance(report, float) else report or '-'} |"
+        )
     return "\n".join(out)
 
 
@@ -253,9 +306,11 @@ def render_section(rows: list[dict], m: dict, args) -> str:
             BEGIN,
             f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), {m['mem_gib']} GiB RAM, "
             f"Linux {m['kernel']}, Python {m['python']}, torch {m['torch']}. "
-            f"FR format {args.version}, pickle. Each tool in its own child process; wall time and peak RSS "
-            f"from `os.wait4`; children limited to {args.mem_limit_gb:g} GiB address space; "
-            f"torchfrtrace timeout {args.timeout:g} s. Command: `python bench/bench_fr.py {' '.join(args.argv)}`.",
+            f"FR format {args.version}, pickle. N = {args.jobs_n} (usable cores). Each tool in its "
+            "own child process, one after the other; wall time / peak RSS of the whole process "
+            "tree (sum over live descendants, sampled every 50 ms; at least the largest process's "
+            f"`ru_maxrss`); children limited to {args.mem_limit_gb:g} GiB address space; "
+            f"timeout {args.timeout:g} s. Command: `python bench/bench_fr.py {' '.join(args.argv)}`.",
             "",
             table(rows),
             END,
@@ -276,18 +331,48 @@ def write_docs(path: Path, section: str) -> None:
 # ------------------------------------------------------------------ main
 
 
+def report_load_s(path: Path) -> float | str:
+    """Seconds from navigation to the load event of the report in headless Chromium (median of
+    3 fresh pages), via bench_report's playwright helper."""
+    if not path.exists():
+        return "no report"
+    try:
+        sys.path.insert(0, str(ROOT / "bench"))
+        from bench_report import browser_times
+
+        load, _ = browser_times(str(path), 3)
+        return float(load)
+    except Exception as exc:  # noqa: BLE001 - the table says why
+        return f"not measured ({type(exc).__name__})"
+
+
+def _cited_records(out: Path) -> str:
+    try:
+        v = json.loads((out / "verdict.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    cites = [e for f in v.get("findings", []) for e in f.get("evidence", [])
+             if "[record " in e.get("detail", "")]
+    return f"; cites {len(cites)} FR records" if cites else "; cites no FR record"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_load_only":
         return _load_only(argv[1])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ranks", default="8,64,512,4096")
+    ap.add_argument("--ranks", default="8,64,256,1024,4096")
     ap.add_argument("--entries", type=int, default=2000)
     ap.add_argument("--version", default="2.10")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "hangscope-bench"))
     ap.add_argument("--timeout", type=float, default=1800.0, help="per tool run, seconds")
     ap.add_argument("--mem-limit-gb", type=float, default=16.0)
-    ap.add_argument("--tools", default="load,frtrace,hangscope")
+    ap.add_argument("--tools", default="load,hs1,hsn,frtrace,report")
+    ap.add_argument("--jobs", type=int, default=None, help="N for hangscope --jobs N "
+                    "(default: usable cores)")
+    ap.add_argument("--frtrace-max-ranks", type=int, default=1024,
+                    help="skip torchfrtrace above this many ranks (it ran out of memory at "
+                    "16 GiB at 4096 ranks)")
     ap.add_argument(
         "--frtrace-args",
         default="-p " + PREFIX,
@@ -295,25 +380,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--write-docs", default=None)
     ap.add_argument("--json-out", default=None, help="also write the raw results as JSON")
-    ap.add_argument(
-        "--from-json",
-        default=None,
-        help="re-render the table (and --write-docs) from a previous --json-out, "
-        "re-reading the tools' logs",
-    )
+    ap.add_argument("--from-json", default=None,
+                    help="re-render the table (and --write-docs) from previous --json-out files "
+                    "(comma-separated; rows are merged in order)")
     args = ap.parse_args(argv)
     args.argv = argv
+    args.jobs_n = args.jobs or len(os.sched_getaffinity(0))
     work = Path(args.work).resolve()
     if str(work).startswith(str(ROOT)):
         ap.error("--work must be outside the repository")
     work.mkdir(parents=True, exist_ok=True)
     if args.from_json:
-        prev = json.loads(Path(args.from_json).read_text())
-        rows, m = prev["rows"], prev["machine"]
-        for r in rows:
-            if r.get("frtrace"):
-                r["frtrace_result"] = summarize_frtrace(r["frtrace"], r["truth"], args.timeout)
-        args.argv = prev.get("argv", argv)
+        rows, m = [], None
+        for name in args.from_json.split(","):
+            prev = json.loads(Path(name).read_text())
+            rows += prev["rows"]
+            m = m or prev["machine"]
+            args.argv = prev.get("argv", argv)
+            args.jobs_n = prev.get("jobs_n", args.jobs_n)
         print(table(rows))
         if args.write_docs:
             write_docs(Path(args.write_docs), render_section(rows, m, args))
@@ -321,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     tools = set(args.tools.split(","))
     frtrace = shutil.which("torchfrtrace")
     rows = []
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
     for n in [int(x) for x in args.ranks.split(",") if x]:
         d, truth, info = ensure_dumps(work, n, args.entries, args.version)
         row = {
@@ -331,58 +417,50 @@ def main(argv: list[str] | None = None) -> int:
             "truth": {k: truth.get(k) for k in ("kind", "culprit_ranks", "collective")},
         }
         if info["generated"]:
-            print(
-                f"[{n}] generated {info['bytes'] / 1024**2:.0f} MiB in {info['gen_s']:.1f} s",
-                flush=True,
-            )
-        logs = work / "logs"
-        logs.mkdir(exist_ok=True)
+            print(f"[{n}] generated {info['bytes'] / 1024**2:.0f} MiB in {info['gen_s']:.1f} s",
+                  flush=True)
         if "load" in tools:
-            row["load"] = run_child(
-                [sys.executable, __file__, "_load_only", str(d)],
-                logs / f"load_{n}.log",
-                args.timeout,
-                args.mem_limit_gb,
-            )
-            print(f"[{n}] load-only      {fmt_cell(row['load'])}", flush=True)
+            row["load"] = run_child([sys.executable, __file__, "_load_only", str(d)],
+                                    logs / f"load_{n}.log", args.timeout, args.mem_limit_gb)
+            print(f"[{n}] floor          {fmt_cell(row['load'])}", flush=True)
+        for key, jobs in (("hs1", 1), ("hsn", args.jobs_n)):
+            if key not in tools:
+                continue
+            out = work / f"hangscope_out_{n}_j{jobs}"
+            if out.exists():
+                shutil.rmtree(out)
+            r = run_child([sys.executable, "-m", "hangscope", "analyze", str(d), "--out", str(out),
+                           "--json", "--jobs", str(jobs)],
+                          logs / f"hangscope_{n}_j{jobs}.log", args.timeout, args.mem_limit_gb)
+            result = summarize_hangscope(r, out, truth, args.timeout) + _cited_records(out)
+            if (out / "verdict.json").exists() or r["timed_out"]:
+                row[key] = r
+            if key == "hsn" or "hsn" not in tools:
+                row["hangscope_result"] = result
+            print(f"[{n}] hangscope -j{jobs:<3} {fmt_cell(row.get(key))}  {result}", flush=True)
+            if key == "hsn" and "report" in tools:
+                row["report_load_s"] = report_load_s(out / "report.html")
+                print(f"[{n}] report opens   {row['report_load_s']}", flush=True)
         if "frtrace" in tools:
             if frtrace is None:
                 row["frtrace_result"] = "not available (torchfrtrace not on PATH)"
+            elif n > args.frtrace_max_ranks:
+                row["frtrace_result"] = (f"skipped above {args.frtrace_max_ranks} ranks (ran out "
+                                         "of memory at 16 GiB at 4096 x 2000)")
             else:
-                r = run_child(
-                    [frtrace, str(d), *args.frtrace_args.split()],
-                    logs / f"frtrace_{n}.log",
-                    args.timeout,
-                    args.mem_limit_gb,
-                )
+                r = run_child([frtrace, str(d), *args.frtrace_args.split()],
+                              logs / f"frtrace_{n}.log", args.timeout, args.mem_limit_gb)
                 row["frtrace"] = r
                 row["frtrace_result"] = summarize_frtrace(r, truth, args.timeout)
                 print(f"[{n}] torchfrtrace   {fmt_cell(r)}  {row['frtrace_result']}", flush=True)
-        if "hangscope" in tools:
-            out = work / f"hangscope_out_{n}"
-            if out.exists():
-                shutil.rmtree(out)
-            r = run_child(
-                [sys.executable, "-m", "hangscope", "analyze", str(d), "--out", str(out), "--json"],
-                logs / f"hangscope_{n}.log",
-                args.timeout,
-                args.mem_limit_gb,
-            )
-            row["hangscope_result"] = summarize_hangscope(r, out, truth, args.timeout)
-            if (out / "verdict.json").exists() or r["timed_out"]:
-                row["hangscope"] = r
-            print(
-                f"[{n}] hangscope      {fmt_cell(row.get('hangscope'))}  {row['hangscope_result']}",
-                flush=True,
-            )
         rows.append(row)
+        if args.json_out:  # after every size: a long run that is cut short keeps its rows
+            Path(args.json_out).write_text(json.dumps(
+                {"machine": machine(), "rows": rows, "argv": argv, "jobs_n": args.jobs_n},
+                indent=2, default=str))
     m = machine()
     print()
     print(table(rows))
-    if args.json_out:
-        Path(args.json_out).write_text(
-            json.dumps({"machine": m, "rows": rows, "argv": argv}, indent=2, default=str)
-        )
     if args.write_docs:
         write_docs(Path(args.write_docs), render_section(rows, m, args))
         print(f"\nwrote {args.write_docs}")

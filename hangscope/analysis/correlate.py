@@ -5,7 +5,10 @@ The result, :class:`Picture`, says for each group who its members are, where eac
 what the logs observed of collectives (``observations``: watchdog timeouts, desync reports, DETAIL
 mismatches, failed barriers, store waits). Detectors and the wait graph read only this. Work is
 per group and per *class* of identical ranks, so 4096 ranks
-in 3 kinds of group cost about as much as the few distinct histories they hold.
+in 3 kinds of group cost about as much as the few distinct histories they hold. Dumps read as
+digests (``sources.fr_stream``, from 16 dumps on) arrive with their classes made: ranks whose
+histories of a group are equal share one ``SharedHistory``, and their records are rebuilt on
+access.
 
 Ring buffers: each rank keeps only its last N entries, so histories are compared only on the
 sequence numbers every member still holds (torch's ``align_trace_from_beginning`` idea, but per
