@@ -22,6 +22,7 @@ from hangscope.analysis.engine import analyze
 from hangscope.options import LoadOptions, OutputOptions
 from hangscope.pipeline import Result
 from hangscope.report.payload import build_payload
+from hangscope.report.timeline import timeline_svg
 from hangscope.sources import fr_digest, fr_stream
 from hangscope.sources.fr_stream import DumpEntries
 from hangscope.sources.load import load_paths
@@ -56,7 +57,9 @@ def _analyze(paths: list[str], mode: str, monkeypatch: pytest.MonkeyPatch,
 
 
 def _payload(result: Result) -> str:
-    return json.dumps(build_payload(result), sort_keys=True, default=str)
+    """The report's data and its timeline (drawn from the newest records' times)."""
+    return json.dumps(build_payload(result), sort_keys=True, default=str) + \
+        str(timeline_svg(result))
 
 
 def _assert_same(paths: list[str], monkeypatch: pytest.MonkeyPatch,
@@ -202,3 +205,20 @@ def test_bad_records_are_the_same_problems(tmp_path: Path,
     entries_named = [re.search(r": entry (\d+): ", p) for p in seen[0][0]]
     assert [int(m.group(1)) for m in entries_named if m][:4] == [5, 6, 7, 9]
     assert any("entry 9" in p for p in seen[0][0])  # the duration
+
+
+def test_untimed_dumps_are_read_again_for_the_report(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the benchmark layout where some records have no creation time: a digest cannot stand
+    # in for the records the report shows (which records have times decides which ones it shows)
+    synth_fr.write_large(tmp_path, 16, 120)
+    for path in tmp_path.glob(f"{synth_fr.DEFAULT_PREFIX}*"):
+        dump = pickle.loads(path.read_bytes())
+        for entry in dump["entries"][-60:]:  # the newest records: the report shows older ones
+            entry["time_created_ns"] = 0
+        path.write_bytes(pickle.dumps(dump, protocol=2))
+    _, result = _analyze([str(tmp_path)], "reduced", monkeypatch)
+    dumps = result.evidence.fr_dumps().values()
+    assert not any(isinstance(d.entries, DumpEntries) and d.entries.exact for d in dumps)
+    # WHEN the report's data is built THEN it reads the dumps again and equals the full path's
+    _assert_same([str(tmp_path)], monkeypatch, modes=("reduced",))
