@@ -122,9 +122,9 @@ def cli() -> None:
                                "file names do not say the rank unambiguously.")
 @click.option("--world-size", type=click.IntRange(min=1),
               help="Number of ranks in the job, when the evidence may not show all of them.")
-@quiet_option
 @click.option("-j", "--jobs", type=click.IntRange(min=1),
               help="Processes that read flight-recorder dumps (default: one per usable core).")
+@quiet_option
 @output_options
 def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None, quiet: bool,
             out_dir: str | None, force: bool, as_json: bool, no_redact: bool,
