@@ -188,15 +188,9 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
         result = run_slurm_attach(fan, LoadOptions(), output)
         _print_result(result, as_json, quiet)
         return result.exit_code
-    if pid_group is None and not pids and not match and slurm_job_local is None:
-        raise click.UsageError("give --pid-group PGID, --pid PID, --match PATTERN, "
-                               "--slurm-job JOBID or --slurm-job-local JOBID")
-    options = AttachOptions(pid_group=pid_group, pids=pids, match=match, samples=samples,
-                            interval=interval, max_samples=max(samples, max_samples),
-                            dump_timeout=dump_timeout, native=native,
-                            nonblocking=nonblocking, trigger_fr=not no_fr_trigger,
-                            query_ras=not no_ras, slurm_job=slurm_job_local,
-                            slurm_node=slurm_node, timeout=timeout, probe=not no_probe)
+    options = _attach_options(pid_group, pids, match, samples, interval, max_samples,
+                              dump_timeout, native, nonblocking, no_fr_trigger, no_ras,
+                              slurm_job_local, slurm_node, timeout, probe=not no_probe)
     result = run_attach(options, LoadOptions(), output, progress=_progress(quiet, timeout))
     _print_result(result, as_json, quiet)
     return result.exit_code
@@ -248,15 +242,9 @@ def collect(pid_group: int | None, pids: tuple[int, ...], match: str | None, sam
             for node in fanned.missing:
                 click.echo(f"  {node.node}: {node.detail}")
         return int(ExitCode.NO_HANG)
-    if pid_group is None and not pids and not match and slurm_job_local is None:
-        raise click.UsageError("give --pid-group PGID, --pid PID, --match PATTERN, "
-                               "--slurm-job JOBID or --slurm-job-local JOBID")
-    options = AttachOptions(pid_group=pid_group, pids=pids, match=match, samples=samples,
-                            interval=interval, max_samples=max(samples, max_samples),
-                            dump_timeout=dump_timeout, native=native,
-                            nonblocking=nonblocking, trigger_fr=not no_fr_trigger,
-                            query_ras=not no_ras, slurm_job=slurm_job_local,
-                            slurm_node=slurm_node, timeout=timeout)
+    options = _attach_options(pid_group, pids, match, samples, interval, max_samples,
+                              dump_timeout, native, nonblocking, no_fr_trigger, no_ras,
+                              slurm_job_local, slurm_node, timeout)
     collected = run_collect(options, out_dir, force=force, progress=_progress(quiet, timeout))
     if not quiet:
         click.echo(_collect_line(collected))
@@ -342,6 +330,23 @@ def watch(pid_group: int | None, pids: tuple[int, ...], match: str | None,
     click.echo(f"hangscope: {result.reason}", err=True)
     _print_result(result.summary, as_json)
     return result.exit_code
+
+
+def _attach_options(pid_group: int | None, pids: tuple[int, ...], match: str | None,
+                    samples: int, interval: float, max_samples: int, dump_timeout: float,
+                    native: bool, nonblocking: bool, no_fr_trigger: bool, no_ras: bool,
+                    slurm_job_local: str | None, slurm_node: str | None,
+                    timeout: float | None, probe: bool = True) -> AttachOptions:
+    """What attach and collect collect on this node, from their shared options."""
+    if pid_group is None and not pids and not match and slurm_job_local is None:
+        raise click.UsageError("give --pid-group PGID, --pid PID, --match PATTERN, "
+                               "--slurm-job JOBID or --slurm-job-local JOBID")
+    return AttachOptions(pid_group=pid_group, pids=pids, match=match, samples=samples,
+                         interval=interval, max_samples=max(samples, max_samples),
+                         dump_timeout=dump_timeout, native=native, nonblocking=nonblocking,
+                         trigger_fr=not no_fr_trigger, query_ras=not no_ras,
+                         slurm_job=slurm_job_local, slurm_node=slurm_node, timeout=timeout,
+                         probe=probe)
 
 
 def _print_result(result: Summary, as_json: bool, quiet: bool = False) -> None:
