@@ -34,6 +34,7 @@ from types import FrameType
 from hangscope.collect.fr_trigger import dump_paths
 from hangscope.collect.logs import _log_dir_files, fd_target, read_bounded
 from hangscope.collect.nbsample import Sampler, Signature
+from hangscope.collect.procstate import cpu_seconds
 from hangscope.discover import JobProcesses, RankProcess, discover
 from hangscope.errors import CollectError
 from hangscope.options import AttachOptions, LoadOptions, OutputOptions
@@ -364,21 +365,6 @@ def find_tails(job: JobProcesses) -> list[LogTail]:
     for tail in found:
         tail.skip_to_end()
     return found
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a live process; None when it is gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if fields[0] in (b"Z", b"X"):
-        return None
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _explicit_fr(rank: RankProcess) -> bool:

@@ -73,6 +73,25 @@ def sample_many(pids: Iterable[int], proc_root: str = "/proc") -> dict[int, Proc
             for pid in wanted}
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a live process, from one small read; None when it is gone or a zombie
+    (what ``watch`` reads at every check, without the rest of ``sample_process``)."""
+    fields = read_stat_fields(f"/proc/{pid}/stat")
+    if fields is None or _LETTER.get(fields[0]) in ("Z", "gone"):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def read_stat_fields(path: str) -> list[str] | None:
+    """``stat_fields`` of a /proc stat file (a process's or a thread's); None when unreadable."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return stat_fields(raw)
+
+
 def stat_fields(raw: str) -> list[str] | None:
     """Fields 3.. of /proc/PID/stat (after ``pid (comm)``; comm may hold spaces and parens)."""
     end = raw.rfind(")")

@@ -23,26 +23,18 @@ import os
 import signal
 import time
 
+from hangscope.collect.procstate import read_stat_fields
+
 STOPPED_STATES = ("T", "t")  # stopped (job control) / tracing stop
 SETTLE_S = 0.1  # how long a stop still in flight may take to land after py-spy died
 POLL_S = 0.005
 
 
 def proc_state(pid: int, tid: int | None = None) -> str | None:
-    """The one-letter state of a process (or one of its threads) from ``/proc``; None if gone.
-
-    The command name in field 2 may hold spaces and parentheses: the state follows the last
-    ``)``."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    try:
-        with open(path, "rb") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    end = text.rfind(b")")
-    if end < 0 or len(text) < end + 3:
-        return None
-    return text[end + 2:end + 3].decode("ascii", "replace")
+    """The kernel's one-letter state of a process (or one of its threads); None if gone."""
+    fields = read_stat_fields(f"/proc/{pid}/stat" if tid is None
+                              else f"/proc/{pid}/task/{tid}/stat")
+    return fields[0] if fields else None
 
 
 def tracer_pid(pid: int) -> int | None:
