@@ -156,12 +156,17 @@ class BundleWriter:
             "collection": [vars_of(record) for record in list(self.collection)],
             "gaps": list(self.gaps),
         }
-        path = os.path.join(self.root, MANIFEST)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-        return path
+        return write_manifest(self.root, manifest)
+
+
+def write_manifest(root: str, manifest: dict[str, Any]) -> str:
+    """Write ``root``'s manifest whole or not at all (a reader never sees half of it)."""
+    path = os.path.join(root, MANIFEST)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(manifest, handle, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+    return path
 
 
 OWN_ENTRIES = frozenset({MANIFEST, MANIFEST + ".tmp", "ranks", "job"})

@@ -13,14 +13,13 @@ with the interval, and collection windows are compared on corrected clocks.
 
 from __future__ import annotations
 
-import json
-import os
 import socket
 from typing import Any
 
-from hangscope.bundle import MANIFEST, read_manifest
+from hangscope.bundle import read_manifest, write_manifest
 from hangscope.cluster.runner import FanoutResult
 from hangscope.errors import BadInputError
+from hangscope.sources.merge import clock_window
 
 
 def record_clock_offsets(result: FanoutResult) -> None:
@@ -40,27 +39,16 @@ def record_clock_offsets(result: FanoutResult) -> None:
             continue
         manifest["clock_offset_s"] = {"low": round(bounds[0], 3), "high": round(bounds[1], 3),
                                       "reference": reference}
-        path = os.path.join(node.bundle, MANIFEST)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        write_manifest(node.bundle, manifest)
 
 
 def offset_bounds(clock: Any, sent_at: float, back_at: float) -> tuple[float, float] | None:
     """(low, high) of the node's clock minus ours, or None when the manifest gives no window or
     a window that cannot have happened inside the client's lifetime on any single offset."""
-    if not isinstance(clock, dict):
+    window = clock_window(clock)
+    if window is None:
         return None
-    start, end = _number(clock.get("wall_start")), _number(clock.get("wall_end"))
-    if start is None or end is None:
-        return None
-    low, high = end - back_at, start - sent_at
+    low, high = window[1] - back_at, window[0] - sent_at
     if low > high:  # the node's collection took longer than its client lived: not our clock's
         return None
     return low, high
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else None

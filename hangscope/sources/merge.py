@@ -93,12 +93,7 @@ def read_info(path: str) -> BundleInfo:
         raise BadInputError(where, "'ranks' is not a mapping")
     held = {int(key): entry for key, entry in ranks.items()
             if isinstance(key, str) and key.isdigit() and isinstance(entry, dict)}
-    clock = manifest.get("clock")
-    window = None
-    if isinstance(clock, dict) and _num(clock.get("wall_start")) is not None:
-        start = float(clock["wall_start"])
-        end = _num(clock.get("wall_end"))
-        window = (start, float(end) if end is not None else start)
+    window = clock_window(manifest.get("clock"))
     measured = manifest.get("clock_offset_s")
     offset = None
     if isinstance(measured, dict) and _num(measured.get("low")) is not None \
@@ -117,6 +112,17 @@ def read_info(path: str) -> BundleInfo:
         group=group if group is not None else _int(manifest.get("node_index")),
         expected_nodes=[str(n) for n in nodes] if isinstance(nodes, list) else [],
         window=window, offset=offset)
+
+
+def clock_window(clock: Any) -> tuple[float, float] | None:
+    """A manifest's ``clock``: (wall_start, wall_end) of the collection by its host's clock; the
+    end is the start where it was not written."""
+    if not isinstance(clock, dict):
+        return None
+    start, end = _num(clock.get("wall_start")), _num(clock.get("wall_end"))
+    if start is None:
+        return None
+    return start, end if end is not None else start
 
 
 def merge_bundles(paths: Iterable[str], evidence: JobEvidence,
