@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hangscope.discover import JobProcesses
-from hangscope.discover.environ import env_int, read_environ
+from hangscope.discover.environ import env_int
 
 NODE_VARS = ("SLURMD_NODENAME", "SLURM_NODENAME", "NODE_NAME", "KUBERNETES_NODE_NAME")
 JOB_ID_VARS = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
@@ -32,7 +32,7 @@ NODELIST_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
 MAX_NODES = 100_000
 # torchrun sets TORCHELASTIC_RUN_ID=none without --rdzv-id: no id at all
 PLACEHOLDERS = frozenset({"none", "None", ""})
-MAX_ENV_READS = 256  # ranks on one node whose environment is read for the node name
+MAX_NAME = 256  # characters of a node name kept
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 
 
@@ -41,12 +41,12 @@ def describe(job: JobProcesses, own_env: Mapping[str, str] | None = None
     """Manifest fields (host, node, job_id, expected_nodes, node_index, group_rank,
     local_world_size, group_world_size) and notes about what could not be told."""
     own = os.environ if own_env is None else own_env
-    envs = [{**r.env, **_node_vars(r.pid)} for r in job.ranks[:MAX_ENV_READS]]
+    envs = [r.env for r in job.ranks]
     notes: list[str] = []
     host = job.host or socket.gethostname()
     fields: dict[str, Any] = {"host": host}
     node = _first_agreed(envs, NODE_VARS, notes, "node name") or _first_of(own, NODE_VARS)
-    fields["node"] = node or host
+    fields["node"] = (node or host)[:MAX_NAME]
     job_id = _first_agreed(envs, JOB_ID_VARS, notes, "job id")
     if job_id:
         fields["job_id"] = job_id
@@ -66,15 +66,6 @@ def describe(job: JobProcesses, own_env: Mapping[str, str] | None = None
     if "local_world_size" not in fields and len(sizes) == 1:
         fields["local_world_size"] = sizes.pop()
     return fields, notes
-
-
-def _node_vars(pid: int) -> dict[str, str]:
-    """The node-name variables of a rank's environment. Discovery keeps only an allow-list
-    (SLURM_* among it, not SLURMD_NODENAME or NODE_NAME); these few are read here."""
-    env = read_environ(pid)
-    if not isinstance(env, dict):
-        return {}
-    return {name: env[name][:256] for name in NODE_VARS if env.get(name)}
 
 
 def _first_agreed(envs: Iterable[Mapping[str, str]], names: tuple[str, ...], notes: list[str],

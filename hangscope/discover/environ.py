@@ -26,6 +26,8 @@ ENV_ALLOW: frozenset[str] = frozenset({
     "CUDA_VISIBLE_DEVICES", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE",
     "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+    # the node a rank runs on, for bundle manifests (collect/identity.py)
+    "SLURMD_NODENAME", "NODE_NAME", "KUBERNETES_NODE_NAME",
 })
 ENV_ALLOW_PREFIXES: tuple[str, ...] = ("SLURM_",)
 # Secrets are sometimes stashed in SLURM_* (job comments, exported vars): never keep these.
