@@ -12,7 +12,7 @@ from hangscope.analysis.log_progress import log_states
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.moved_since_dump import reconcile
 from hangscope.analysis.pg_order import stack_only_note
-from hangscope.analysis.rank_state import rank_states
+from hangscope.analysis.rank_state import exited_cleanly, rank_states
 from hangscope.analysis.ras_facts import is_ras_evidence, ras_facts, ras_unmapped
 from hangscope.analysis.snapshot_gaps import single_sample_gap
 from hangscope.analysis.thread_causes import cite_dead_threads
@@ -194,7 +194,7 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
                     "stacks cannot tell apart (which group, which seq): a flight-recorder dump "
                     "(TORCH_FR_BUFFER_SIZE=2000 and a dump) would")
         return Status.INCONCLUSIVE
-    if ctx.stacks and _all_finished(ctx):
+    if ctx.stacks and all(exited_cleanly(ctx.evidence, rank) for rank in ctx.stacks):
         gaps.append("every rank exited with status 0 while it was looked at: the job finished")
         return Status.HEALTHY
     if ctx.stacks and not ctx.picture.dumps:
@@ -216,15 +216,6 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
                     "may be blocked in point-to-point ops or outside torch.distributed")
         return Status.INCONCLUSIVE
     return Status.HEALTHY
-
-
-def _all_finished(ctx: Context) -> bool:
-    """Every rank's process ended with exit status 0 (no signal) by the last /proc sample."""
-    for rank in ctx.stacks:
-        proc = ctx.evidence.ranks[rank].proc if rank in ctx.evidence.ranks else []
-        if not proc or proc[-1].exit_code != 0 or proc[-1].exit_signal is not None:
-            return False
-    return True
 
 
 def _failed_mismatch(ctx: Context, root: Finding) -> bool:

@@ -70,6 +70,14 @@ def rank_states(evidence: JobEvidence) -> dict[int, RankStackState]:
     return states
 
 
+def exited_cleanly(evidence: JobEvidence, rank: int) -> bool:
+    """The rank's process ended with exit status 0 (reaped or a zombie), not by a signal, by its
+    last /proc sample."""
+    proc = evidence.ranks[rank].proc if rank in evidence.ranks else []
+    last = proc[-1] if proc else None
+    return last is not None and last.exit_code == 0 and last.exit_signal is None
+
+
 def _is_native(sample: StackSample) -> bool:
     return any(frame.native for thread in sample.threads for frame in thread.frames)
 

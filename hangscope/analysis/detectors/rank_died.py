@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from hangscope.analysis.context import Context
 from hangscope.analysis.log_causes import Failure, failures
+from hangscope.analysis.rank_state import exited_cleanly
 from hangscope.analysis.ras_facts import seen_alive
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.ranges import ranks_phrase
@@ -34,7 +35,7 @@ def detect(ctx: Context) -> list[Finding]:
     logged = {rank: items for rank, items in logged.items() if items}
     from_stacks = {rank for rank, state in ctx.stacks.items()
                    if state.gone or state.main_finished}
-    finished = {rank for rank in from_stacks - set(logged) if _exited_cleanly(ctx, rank)}
+    finished = {rank for rank in from_stacks - set(logged) if exited_cleanly(ctx.evidence, rank)}
     if finished and not any(r not in from_stacks for _, (sources, _) in ctx.graph.waits.items()
                             for r in sources):
         from_stacks -= finished  # done, with nobody left waiting for them: the job finished
@@ -94,13 +95,6 @@ def detect(ctx: Context) -> list[Finding]:
                     _first_time(logged.get(dead[0], [])) is not None else dead,
                     waiting_ranks=waiting or others, confidence=confidence, summary=summary,
                     evidence=evidence)]
-
-
-def _exited_cleanly(ctx: Context, rank: int) -> bool:
-    """The rank's process ended with exit status 0 (reaped or a zombie), not by a signal."""
-    proc = ctx.evidence.ranks[rank].proc if rank in ctx.evidence.ranks else []
-    last = proc[-1] if proc else None
-    return last is not None and last.exit_code == 0 and last.exit_signal is None
 
 
 def _cited(items: list[Failure]) -> list[Failure]:
