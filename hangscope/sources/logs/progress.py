@@ -29,7 +29,8 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from statistics import median
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import (
@@ -220,27 +221,23 @@ class _Times:
 
     key: str
     unit: str
-    values: list[float] | None = None
+    values: list[float] = field(default_factory=list)
     first_line: int = 0
 
     def wants(self) -> bool:
-        return self.values is None or len(self.values) < TIMING_SAMPLES
+        return len(self.values) < TIMING_SAMPLES
 
     def add(self, timing: tuple[str, float, str] | None, line_no: int) -> bool:
         if timing is None or (timing[0], timing[2]) != (self.key, self.unit):
             return False
-        if self.values is None:
-            self.values = []
         self.values.append(timing[1])
         self.first_line = line_no
         return True
 
     def fields(self) -> dict[str, str | int | float]:
-        values = sorted(self.values or [])
-        middle = len(values) // 2
-        typical = values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
-        return {"timing": self.key, "timing_value": round(typical, 3), "timing_unit": self.unit,
-                "timing_samples": len(values), "timing_first_line": self.first_line}
+        return {"timing": self.key, "timing_value": round(median(self.values), 3),
+                "timing_unit": self.unit, "timing_samples": len(self.values),
+                "timing_first_line": self.first_line}
 
 
 def _continuations(lines: list[bytes]) -> set[int]:
