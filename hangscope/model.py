@@ -204,6 +204,8 @@ class JobEvidence:
     gaps: list[str] = field(default_factory=list)
     unattributed_logs: list[LogEvent] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)  # files and folders the evidence came from
+    # the job's source lines its stacks cite, as read where the job ran: {file: {line: text}}
+    source_lines: dict[str, dict[int, str]] = field(default_factory=dict)
 
     def rank(self, rank: int) -> RankEvidence:
         """The rank's evidence, created empty on first use."""
