@@ -222,6 +222,9 @@ def _failed_mismatch(ctx: Context, root: Finding) -> bool:
     """The root is an FR mismatch at a collective that failed (every rank retired it and went no
     further) rather than one the ranks hang in."""
     ref = root.collective
+    if root.kind in (Kind.SIZE_MISMATCH, Kind.COLLECTIVE_MISMATCH) \
+            and root.measures.get("outcome") == "failed":
+        return True  # told by the error a rank raised (detectors/mismatch_error.py)
     if root.kind not in (Kind.SIZE_MISMATCH, Kind.COLLECTIVE_MISMATCH) or ref is None:
         return False
     group = ctx.picture.groups.get(ref.pg) if ref.pg is not None else None

@@ -143,16 +143,17 @@ def refine_idle(activity: ThreadActivity, lines: Mapping[str, Mapping[int, str]]
     py-spy shows no frame for a C call made straight from the job's code, so the stack ends at
     the job's line; that line usually says what it waits on. The line comes from ``lines`` (carried
     in the bundle, read where the job ran) or from the file when it is readable here. Without
-    either (a py-spy dump analyzed away from the job): the function's name (``acquire_lock``),
-    the process's ``wchan`` (main thread only) and the other threads (see ``_sourceless``). Only a
-    hint: marked in ``op``.
+    either (a py-spy dump analyzed away from the job): the process's ``wchan`` (main thread only)
+    and the other threads (see ``_sourceless``); library frames (``Lock.acquire``,
+    ``Condition.wait``) and native frames were already read by ``classify_thread``. Only a hint:
+    marked in ``op``.
     """
     frame = activity.user_frame
     if activity.kind != "idle" or frame is None or frame.line is None:
         return activity
     text = line_text(lines or {}, frame.filename, frame.line)
     if text is None:
-        return _sourceless(activity, frame, siblings, wchan)
+        return _sourceless(activity, siblings, wchan)
     text = text.strip()
     for pattern, kind, op in _LINE_WAITS:
         if pattern.search(text):
@@ -162,33 +163,27 @@ def refine_idle(activity: ThreadActivity, lines: Mapping[str, Mapping[int, str]]
 
 # the op of a lock wait told only by the other threads' shape (no source, name or wchan said it)
 INFERRED_LOCK = "a lock, inferred"
-_NAME_LOCK = re.compile(r"(^|[._])(acquire|lock|locked|mutex|with_lock)([._]|$)", re.I)
 # /proc/PID/wchan of a thread asleep in the kernel -> what it waits for
 _WCHAN_WAITS: tuple[tuple[re.Pattern[str], Kind, str], ...] = (
-    (re.compile(r"^(futex_wait\w*|do_futex|futex_\w*wait\w*)$"), "lock", "lock.acquire"),
-    (re.compile(r"^(pipe_read|pipe_wait\w*|unix_stream_read_generic|sk_wait_data|wait_woken|"
-                r"do_sys_poll|do_select|ep_poll|do_epoll_wait)$"), "io", "read"),
+    (re.compile(r"^(pipe_read|pipe_wait\w*|unix_stream_read_generic|sk_wait_data)$"), "io",
+     "read"),
     (re.compile(r"^(hrtimer_nanosleep|do_nanosleep|clock_nanosleep)$"), "sleep", "time.sleep"),
 )
 
 
-def _sourceless(activity: ThreadActivity, frame: Frame, siblings: Sequence[ThreadActivity],
+def _sourceless(activity: ThreadActivity, siblings: Sequence[ThreadActivity],
                 wchan: str | None) -> ThreadActivity:
     """What an idle thread waits on when its source line cannot be read.
 
-    - a function named for a lock (``acquire_lock``, ``Pool._with_lock``): a lock;
-    - the process's ``wchan`` (it is the main thread's): ``futex_wait_queue`` is a lock,
-      condition or C++ wait; a pipe or socket read; a sleep;
+    - the process's ``wchan`` (it is the main thread's): a pipe or socket read, a sleep (a futex
+      says nothing: every blocked wait of CPython and torch sleeps on one);
     - another thread of the same process also blocked in the job's own code (idle at a job
       frame, or in a lock/queue wait called from one): two threads of one program stopped in
       their own code, with nothing of a collective or I/O in sight, is the shape of a lock
       inversion.
-    False positives: a ``work.wait()`` made from the job's code also waits on a futex; two
-    threads that each sleep in the job's own code look like the last rule.
+    False positives: two threads that each sleep in the job's own code (with no wchan to say so)
+    look like the last rule.
     """
-    if _NAME_LOCK.search(frame.name):
-        return dataclasses.replace(activity, kind="lock",
-                                   op=f"lock.acquire (function name: {frame.name})")
     if wchan:
         for pattern, kind, op in _WCHAN_WAITS:
             if pattern.match(wchan):
