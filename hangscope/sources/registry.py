@@ -10,6 +10,8 @@ from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence
 from hangscope.sources import flight_recorder
 from hangscope.sources.logs.loader import load_log_file
+from hangscope.sources.oswaits import KIND as OSWAITS_KIND
+from hangscope.sources.oswaits import load_oswaits
 from hangscope.sources.probe import RECORD_KIND as PROBE_KIND
 from hangscope.sources.probe import load_probe_record
 from hangscope.sources.pyspy import RECORD_KIND, load_pyspy_record
@@ -42,4 +44,5 @@ FILE_LOADERS: dict[str, FileLoader] = {
     "log": load_log_file,
     PROBE_KIND: load_probe_record,
     SOURCE_LINES_KIND: load_source_lines,
+    OSWAITS_KIND: load_oswaits,
 }
