@@ -7,6 +7,7 @@ import json
 import shutil
 import time
 
+import psutil
 import pytest
 
 from hangscope.analysis.engine import analyze
@@ -107,3 +108,38 @@ def test_ranks_blocked_on_a_file_lock_name_the_rank_holding_it(tmp_path) -> None
     root = analyze(evidence)[0].findings[0]
     assert (root.kind.value, root.culprit_ranks, root.summary) == (
         live["kind"], live["culprit_ranks"], live["summary"])
+
+
+@pytest.mark.live
+@pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy not installed")
+def test_a_rank_reading_its_helpers_pipe_names_the_helper_and_the_cycle(tmp_path) -> None:
+    # GIVEN the tokenizer_pipe job: rank 2 blocks reading its helper's stdout while the helper
+    # blocks reading the stdin rank 2 never flushed; the other ranks' helpers idle on their stdin
+    jobs = tmp_path / "job-src"
+    shutil.copytree(JOBS_DIR, jobs, ignore=shutil.ignore_patterns("__pycache__"))
+    truth = SCENARIOS["tokenizer_pipe"]
+    out = tmp_path / "out"
+    with running_job("tokenizer_pipe", ready_dir=tmp_path / "ready", jobs_dir=jobs) as job:
+        time.sleep(1.0)
+        helper = next(c.pid for c in psutil.Process(job.rank_pids[2]).children())
+        # WHEN attached live with default options
+        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out), "--force",
+                     "--quiet"])
+    verdict = json.loads((out / "verdict.json").read_text())
+    live = verdict["findings"][0]
+    # THEN rank 2, with its helper as the holder of the pipe it reads, and nothing about the
+    # helpers that only wait for their next request
+    assert code == ExitCode.HANG_FOUND
+    assert (live["kind"], live["culprit_ranks"]) == (truth.kind, truth.culprit_ranks), \
+        live["summary"]
+    assert live["waiting_ranks"] == truth.waiting_ranks
+    assert live["measures"]["holder"].startswith(f"pid {helper}, a child of rank 2")
+    assert live["measures"]["resource"].startswith("pipe:[")
+    assert "a cycle" in live["summary"]
+    assert [f["culprit_ranks"] for f in verdict["findings"] if f["kind"] == truth.kind] == [[2]]
+    # AND the bundle alone, with the scripts moved away, says the same
+    jobs.rename(tmp_path / "moved")
+    evidence, _ = load_paths([str(out / "bundle")], LoadOptions())
+    root = analyze(evidence)[0].findings[0]
+    assert (root.kind.value, root.culprit_ranks, root.measures) == (
+        live["kind"], live["culprit_ranks"], live["measures"])

@@ -22,7 +22,7 @@ from hangscope.model import JobEvidence, OsProcess, OsSnapshot
 
 # x86-64 numbers of the calls a blocked reader sits in (other architectures: wchan only)
 _READ_CALLS = {"0": "read", "17": "pread64", "19": "readv"}
-_PIPE_WCHAN = ("pipe_read", "pipe_wait", "pipe_wait_readable")
+_PIPE_WCHAN = ("pipe_read", "anon_pipe_read", "pipe_wait", "pipe_wait_readable")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,7 @@ def describe(proc: OsProcess | None, pid: int) -> str:
     if proc.rank is not None:
         return f"rank {proc.rank} (pid {pid})"
     owner = f", a child of rank {proc.worker_of}" if proc.worker_of is not None else ""
-    cmd = f" ({proc.cmdline[:80]})" if proc.cmdline else ""
+    cmd = f" ({' '.join(proc.cmdline.split())[:80]})" if proc.cmdline else ""
     return f"pid {pid}{owner}{cmd}"
 
 

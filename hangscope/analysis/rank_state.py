@@ -165,7 +165,7 @@ def refine_idle(activity: ThreadActivity, lines: Mapping[str, Mapping[int, str]]
 INFERRED_LOCK = "a lock, inferred"
 # /proc/PID/wchan of a thread asleep in the kernel -> what it waits for
 _WCHAN_WAITS: tuple[tuple[re.Pattern[str], Kind, str], ...] = (
-    (re.compile(r"^(pipe_read|pipe_wait\w*|unix_stream_read_generic|sk_wait_data)$"), "io",
+    (re.compile(r"^(anon_pipe_read|pipe_read|pipe_wait\w*|unix_stream_read_generic|sk_wait_data)$"), "io",
      "read"),
     (re.compile(r"^(hrtimer_nanosleep|do_nanosleep|clock_nanosleep)$"), "sleep", "time.sleep"),
 )

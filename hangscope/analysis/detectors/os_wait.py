@@ -17,6 +17,7 @@ from __future__ import annotations
 from hangscope.analysis.context import Context
 from hangscope.analysis.os_waits import OsEdge, os_edges, rank_of
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
+from hangscope.model import OsProcess
 from hangscope.ranges import ranks_phrase
 
 
@@ -29,8 +30,10 @@ def detect(ctx: Context) -> list[Finding]:
     findings = []
     for (holder, resource), group in by_holder.items():
         snap = group[0].snapshot
-        waiters = sorted({r for e in group if (r := rank_of(snap.processes.get(e.waiter)))
-                          is not None})
+        # a rank's own wait; a helper that waits (for its next request) is only a link
+        waiters = sorted({proc.rank for e in group
+                          if (proc := snap.processes.get(e.waiter)) is not None
+                          and proc.rank is not None})
         if not waiters:
             continue
         chain = [group[0]]
@@ -41,15 +44,15 @@ def detect(ctx: Context) -> list[Finding]:
         holder_rank = rank_of(snap.processes.get(holder))
         culprit = [holder_rank] if holder_rank is not None and holder_rank not in waiters \
             else waiters[:1]
-        waiting = sorted(set(waiters) | {r for _, (sources, targets) in ctx.graph.waits.items()
-                                         if targets & set(waiters) for r in sources}
+        waiting = sorted((set(waiters) | {r for _, (sources, targets) in ctx.graph.waits.items()
+                                          if targets & set(waiters) for r in sources})
                          - set(culprit))
         summary = (f"{ranks_phrase(waiters)} {'is' if len(waiters) == 1 else 'are'} blocked on "
                    f"the {resource}, which {group[0].who(holder)} holds"
-                   + _doing(ctx, holder_rank, snap.processes.get(holder) is not None
-                            and snap.processes[holder].rank is not None))
+                   + _doing(ctx, holder_rank, snap.processes.get(holder)))
         for link in chain[1:]:
-            summary += f"; it is itself blocked on the {link.resource}, held by {link.who(link.holder)}"
+            summary += (f"; it is itself blocked on the {link.resource}, held by "
+                        f"{link.who(link.holder)}")
         if chain[-1].holder in {e.waiter for e in group}:
             summary += ": a cycle, nobody can go on"
         evidence = [EvidenceItem("proc", rank_of(snap.processes.get(e.waiter)),
@@ -57,7 +60,8 @@ def detect(ctx: Context) -> list[Finding]:
         evidence += [EvidenceItem("proc", rank_of(snap.processes.get(link.waiter)),
                                   f"{link.who(link.waiter)}: {link.how}", snap.path)
                      for link in chain[1:]]
-        if holder_rank is not None:
+        holder_proc = snap.processes.get(holder)
+        if holder_proc is not None and holder_proc.rank is not None:
             cited = ctx.stack_evidence(holder_rank, f"{group[0].who(holder)}, the holder: ")
             if cited is not None:
                 evidence.append(cited)
@@ -69,8 +73,9 @@ def detect(ctx: Context) -> list[Finding]:
     return findings
 
 
-def _doing(ctx: Context, rank: int | None, is_rank: bool) -> str:
-    state = ctx.stacks.get(rank) if rank is not None and is_rank else None
+def _doing(ctx: Context, rank: int | None, proc: OsProcess | None) -> str:
+    state = ctx.stacks.get(rank) if rank is not None and proc is not None \
+        and proc.rank is not None else None
     if state is None or state.main is None:
         return ""
     return f" while its main thread is in {state.main.describe()}"
