@@ -121,6 +121,11 @@ def _state(rank_ev: RankEvidence, lines: Mapping[str, Mapping[int, str]]) -> Ran
     if len(procs) >= 2:
         state.window_s = max(0.0, procs[-1].sampled_at - procs[0].sampled_at)
     state.progress = _progress(samples, state.cpu_share)
+    if state.progress == "moving" and len(samples) >= 2 and set(state.kinds) == {"init"} \
+            and len({_stack_key(s) for s in samples}) == 1:
+        # process-group setup that keeps the same frame: gloo and the store retry their
+        # connects in C++ and burn CPU doing it, but no data moves; setup is stuck
+        state.progress = "stuck"
     return state
 
 
@@ -213,14 +218,16 @@ def _cpu_share(procs: list[ProcessState]) -> float | None:
     return max(0.0, (timed[-1].cpu_time_s or 0.0) - (timed[0].cpu_time_s or 0.0)) / wall
 
 
+def _stack_key(sample: StackSample) -> tuple[tuple[str, str, int | None], ...]:
+    """The main thread's Python frames by function, file name and line: the JSON and text forms
+    of one dump print the same frame with a full and a short path."""
+    main = main_thread(sample)
+    return tuple((f.name, f.filename.rsplit("/", 1)[-1], f.line) for f in main.frames
+                 if not f.native) if main else ()
+
+
 def _progress(samples: list[StackSample], cpu_share: float | None) -> Progress:
-    keys = set()
-    for sample in samples:
-        main = main_thread(sample)
-        # by function, file name and line: the JSON and text forms of one dump print the same
-        # frame with a full and a short path
-        keys.add(tuple((f.name, f.filename.rsplit("/", 1)[-1], f.line) for f in main.frames
-                       if not f.native) if main else ())
+    keys = {_stack_key(sample) for sample in samples}
     if cpu_share is not None and cpu_share >= BUSY_CPU_SHARE:
         return "moving"
     if len(samples) >= 2 and len(keys) > 1:
