@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hangscope.analysis.context import Detector
 from hangscope.analysis.detectors import (
+    busy_rank,
     collective_mismatch,
     dataloader_stall,
     deadlock_cycle,
@@ -40,5 +41,6 @@ ALL: tuple[Detector, ...] = (
     init_hang.detect,
     lone_waits.detect,
     straggler.detect,
+    busy_rank.detect,
     straggler_logs.detect,
 )
