@@ -3,17 +3,13 @@ inside it and who is not, and the odd side is the culprit, live and from the bun
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 
 import pytest
+from live_jobs import attach_quietly, bundle_verdict_moved_away, copy_of_jobs
 
-from hangscope.analysis.engine import analyze
-from hangscope.cli import main
 from hangscope.errors import ExitCode
-from hangscope.options import LoadOptions
-from hangscope.sources.load import load_paths
 
 torch = pytest.importorskip("torch")
 from fixtures.jobrunner import JOBS_DIR, SCENARIOS, running_job  # noqa: E402
@@ -42,16 +38,14 @@ def _settled(pids: list[int], timeout: float = 60.0) -> None:
 def test_a_rank_that_skips_new_group_is_named_with_who_is_inside(tmp_path) -> None:
     # GIVEN eval_group_subset: ranks 0, 1 inside new_group, rank 2 skipped it and waits in the
     # next all_reduce; run from a copy of the scripts
-    jobs = tmp_path / "job-src"
-    shutil.copytree(JOBS_DIR, jobs, ignore=shutil.ignore_patterns("__pycache__"))
+    jobs = copy_of_jobs(tmp_path, JOBS_DIR)
     truth = SCENARIOS["eval_group_subset"]
     out = tmp_path / "out"
     with running_job("eval_group_subset", ready_dir=tmp_path / "ready", jobs_dir=jobs) as job:
         _settled(list(job.rank_pids.values()))
         # WHEN attached live with default options
-        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out), "--force",
-                     "--quiet"])
-    live = json.loads((out / "verdict.json").read_text())["findings"][0]
+        code, verdict = attach_quietly(job.pgid, out)
+    live = verdict["findings"][0]
     # THEN init_hang on rank 2, saying ranks 0 and 1 are inside new_group
     assert code == ExitCode.HANG_FOUND
     assert (live["kind"], live["culprit_ranks"], live["waiting_ranks"]) == (
@@ -59,8 +53,6 @@ def test_a_rank_that_skips_new_group_is_named_with_who_is_inside(tmp_path) -> No
     assert live["summary"].startswith("ranks 0,1 are inside new_group"), live["summary"]
     assert "rank 2 is not in it" in live["summary"]
     # AND the bundle alone, with the job's scripts moved away, says the same
-    jobs.rename(tmp_path / "moved")
-    evidence, _ = load_paths([str(out / "bundle")], LoadOptions())
-    root = analyze(evidence)[0].findings[0]
+    root = bundle_verdict_moved_away(out, jobs).findings[0]
     assert (root.kind.value, root.culprit_ranks, root.waiting_ranks) == (
         live["kind"], live["culprit_ranks"], live["waiting_ranks"])

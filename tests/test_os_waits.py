@@ -9,14 +9,11 @@ import time
 
 import psutil
 import pytest
+from live_jobs import attach_quietly, bundle_verdict_moved_away, copy_of_jobs
 
-from hangscope.analysis.engine import analyze
 from hangscope.analysis.os_waits import os_edges
-from hangscope.cli import main
 from hangscope.errors import ExitCode
 from hangscope.model import JobEvidence
-from hangscope.options import LoadOptions
-from hangscope.sources.load import load_paths
 from hangscope.sources.oswaits import load_oswaits
 
 
@@ -82,8 +79,7 @@ from fixtures.jobrunner import JOBS_DIR, SCENARIOS, running_job  # noqa: E402
 def test_ranks_blocked_on_a_file_lock_name_the_rank_holding_it(tmp_path) -> None:
     # GIVEN the eval_summary_lock job, run from its own copy of the scripts: rank 1 holds the
     # results file's flock inside a barrier, ranks 0, 2, 3 wait for the flock
-    jobs = tmp_path / "job-src"
-    shutil.copytree(JOBS_DIR, jobs, ignore=shutil.ignore_patterns("__pycache__"))
+    jobs = copy_of_jobs(tmp_path, JOBS_DIR)
     truth = SCENARIOS["eval_summary_lock"]
     out = tmp_path / "out"
     results = tmp_path / "results"
@@ -91,9 +87,8 @@ def test_ranks_blocked_on_a_file_lock_name_the_rank_holding_it(tmp_path) -> None
                      env={"RESULTS_DIR": str(results)}) as job:
         time.sleep(1.0)
         # WHEN attached live with default options
-        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out), "--force",
-                     "--quiet"])
-    live = json.loads((out / "verdict.json").read_text())["findings"][0]
+        code, verdict = attach_quietly(job.pgid, out)
+    live = verdict["findings"][0]
     # THEN the holder is the culprit, and the finding names the file and the holder
     assert code == ExitCode.HANG_FOUND
     assert (live["kind"], live["culprit_ranks"]) == (truth.kind, truth.culprit_ranks), \
@@ -103,9 +98,7 @@ def test_ranks_blocked_on_a_file_lock_name_the_rank_holding_it(tmp_path) -> None
     assert live["measures"]["holder"].startswith("rank 1 (pid ")
     assert "barrier" in live["summary"]
     # AND from the bundle, after the job is gone and its scripts moved away, the same
-    jobs.rename(tmp_path / "moved")
-    evidence, _ = load_paths([str(out / "bundle")], LoadOptions())
-    root = analyze(evidence)[0].findings[0]
+    root = bundle_verdict_moved_away(out, jobs).findings[0]
     assert (root.kind.value, root.culprit_ranks, root.summary) == (
         live["kind"], live["culprit_ranks"], live["summary"])
 
@@ -115,17 +108,14 @@ def test_ranks_blocked_on_a_file_lock_name_the_rank_holding_it(tmp_path) -> None
 def test_a_rank_reading_its_helpers_pipe_names_the_helper_and_the_cycle(tmp_path) -> None:
     # GIVEN the tokenizer_pipe job: rank 2 blocks reading its helper's stdout while the helper
     # blocks reading the stdin rank 2 never flushed; the other ranks' helpers idle on their stdin
-    jobs = tmp_path / "job-src"
-    shutil.copytree(JOBS_DIR, jobs, ignore=shutil.ignore_patterns("__pycache__"))
+    jobs = copy_of_jobs(tmp_path, JOBS_DIR)
     truth = SCENARIOS["tokenizer_pipe"]
     out = tmp_path / "out"
     with running_job("tokenizer_pipe", ready_dir=tmp_path / "ready", jobs_dir=jobs) as job:
         time.sleep(1.0)
         helper = next(c.pid for c in psutil.Process(job.rank_pids[2]).children())
         # WHEN attached live with default options
-        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out), "--force",
-                     "--quiet"])
-    verdict = json.loads((out / "verdict.json").read_text())
+        code, verdict = attach_quietly(job.pgid, out)
     live = verdict["findings"][0]
     # THEN rank 2, with its helper as the holder of the pipe it reads, and nothing about the
     # helpers that only wait for their next request
@@ -138,8 +128,6 @@ def test_a_rank_reading_its_helpers_pipe_names_the_helper_and_the_cycle(tmp_path
     assert "a cycle" in live["summary"]
     assert [f["culprit_ranks"] for f in verdict["findings"] if f["kind"] == truth.kind] == [[2]]
     # AND the bundle alone, with the scripts moved away, says the same
-    jobs.rename(tmp_path / "moved")
-    evidence, _ = load_paths([str(out / "bundle")], LoadOptions())
-    root = analyze(evidence)[0].findings[0]
+    root = bundle_verdict_moved_away(out, jobs).findings[0]
     assert (root.kind.value, root.culprit_ranks, root.measures) == (
         live["kind"], live["culprit_ranks"], live["measures"])

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from live_jobs import attach_quietly, bundle_verdict_moved_away, copy_of_jobs
 
 from hangscope.analysis.engine import analyze
-from hangscope.cli import main
 from hangscope.errors import ExitCode
 from hangscope.model import JobEvidence
 from hangscope.options import LoadOptions
@@ -111,27 +111,22 @@ from fixtures.jobrunner import JOBS_DIR, SCENARIOS, running_job  # noqa: E402
 @pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy not installed")
 def test_a_bundle_carries_the_lines_its_verdict_needs(tmp_path) -> None:
     # GIVEN the lock-inversion job running from its own copy of the fixture scripts
-    jobs = tmp_path / "job-src"
-    shutil.copytree(JOBS_DIR, jobs, ignore=shutil.ignore_patterns("__pycache__"))
+    jobs = copy_of_jobs(tmp_path, JOBS_DIR)
     truth = SCENARIOS["python_deadlock"]
     out = tmp_path / "out"
     with running_job("python_deadlock", ready_dir=tmp_path / "ready", jobs_dir=jobs) as job:
         time.sleep(1.0)
         # WHEN attached live
-        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out), "--force",
-                     "--samples", "2", "--interval", "0.5", "--quiet"])
-    live = json.loads((out / "verdict.json").read_text())["findings"][0]
+        code, verdict = attach_quietly(job.pgid, out, "--samples", "2", "--interval", "0.5")
+    live = verdict["findings"][0]
     assert code == ExitCode.HANG_FOUND
     assert (live["kind"], live["culprit_ranks"]) == (truth.kind, truth.culprit_ranks), \
         live["summary"]
     carried = sorted((out / "bundle").glob("ranks/0/source-lines-*.json"))
     assert carried, "no source lines in the bundle"
     # AND the job's scripts are then moved away, as on the machine a bundle is sent to
-    jobs.rename(tmp_path / "renamed")
-    assert not (jobs / "python_deadlock.py").exists()
     # THEN the bundle alone gives the same verdict, from the lines it carries
-    evidence, _ = load_paths([str(out / "bundle")], LoadOptions())
-    root = analyze(evidence)[0].findings[0]
+    root = bundle_verdict_moved_away(out, jobs).findings[0]
     assert (root.kind.value, root.culprit_ranks) == (truth.kind, truth.culprit_ranks), \
         root.summary
     assert "source line: with self.stats_lock" in root.summary, root.summary

@@ -74,15 +74,14 @@ def _lock_edges(snap: OsSnapshot) -> list[OsEdge]:
     for lock in snap.locks:
         if not lock.blocked:
             holders.setdefault(lock.dev_ino, []).append(lock.pid)
-    edges = []
+    edges: list[OsEdge] = []
     for lock in snap.locks:
         if not lock.blocked:
             continue
         path = paths.get(lock.dev_ino, f"inode {lock.dev_ino}")
-        for holder in holders.get(lock.dev_ino, []):
-            if holder != lock.pid:
-                edges.append(OsEdge(lock.pid, holder, f"file lock on {path} ({lock.kind} "
-                                    f"{lock.mode})", f"/proc/locks: {lock.line}", snap))
+        resource = f"file lock on {path} ({lock.kind} {lock.mode})"
+        edges.extend(OsEdge(lock.pid, holder, resource, f"/proc/locks: {lock.line}", snap)
+                     for holder in holders.get(lock.dev_ino, []) if holder != lock.pid)
     return edges
 
 
@@ -92,13 +91,13 @@ def _pipe_edges(snap: OsSnapshot) -> list[OsEdge]:
         for fd in proc.fds.values():
             if fd.target.startswith("pipe:") and fd.flags is not None and fd.flags & 3:
                 writers.setdefault(fd.target, []).append(proc.pid)
-    edges = []
+    edges: list[OsEdge] = []
     for proc in snap.processes.values():
         target, how = _blocked_read(proc)
         if target is None:
             continue
-        for writer in sorted(set(writers.get(target, [])) - {proc.pid}):
-            edges.append(OsEdge(proc.pid, writer, target, how, snap))
+        edges.extend(OsEdge(proc.pid, writer, target, how, snap)
+                     for writer in sorted(set(writers.get(target, [])) - {proc.pid}))
     return edges
 
 

@@ -7,10 +7,9 @@ or slow one (stacks change, CPU time grows). One sample, or none, leaves progres
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-from dataclasses import dataclass, field
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 from hangscope.analysis.stacks import (
@@ -170,8 +169,8 @@ def refine_idle(activity: ThreadActivity, lines: Mapping[str, Mapping[int, str]]
 INFERRED_LOCK = "a lock, inferred"
 # /proc/PID/wchan of a thread asleep in the kernel -> what it waits for
 _WCHAN_WAITS: tuple[tuple[re.Pattern[str], Kind, str], ...] = (
-    (re.compile(r"^(anon_pipe_read|pipe_read|pipe_wait\w*|unix_stream_read_generic|sk_wait_data)$"), "io",
-     "read"),
+    (re.compile(r"^(anon_pipe_read|pipe_read|pipe_wait\w*|unix_stream_read_generic"
+                r"|sk_wait_data)$"), "io", "read"),
     (re.compile(r"^(hrtimer_nanosleep|do_nanosleep|clock_nanosleep)$"), "sleep", "time.sleep"),
 )
 

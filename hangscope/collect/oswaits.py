@@ -43,7 +43,8 @@ def snapshot(ranks: Mapping[int, int], workers: Mapping[int, int],
              proc_root: str = "/proc") -> bytes:
     """``ranks`` maps pid -> rank, ``workers`` worker pid -> its rank. Returns the bundle file."""
     known: dict[int, dict[str, Any]] = {}
-    queue = [(pid, rank, None) for pid, rank in ranks.items()]
+    queue: list[tuple[int, int | None, int | None]] = [(pid, rank, None)
+                                                       for pid, rank in ranks.items()]
     queue += [(pid, None, rank) for pid, rank in workers.items() if pid not in ranks]
     while queue and len(known) < MAX_PROCS:
         pid, rank, parent_rank = queue.pop(0)

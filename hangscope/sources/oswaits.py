@@ -15,11 +15,10 @@ Malformed entries are skipped; a file that is not this format is one problem nam
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 from hangscope.model import JobEvidence, OsFd, OsLock, OsProcess, OsSnapshot
+from hangscope.sources.jsonfile import read_schema_file
 
 KIND = "oswaits"
 SCHEMA = "hangscope.oswaits/1"
@@ -28,17 +27,8 @@ MAX_BYTES = 32 << 20
 
 def load_oswaits(path: str, rank: int | None, evidence: JobEvidence,
                  problems: list[str]) -> None:
-    try:
-        if os.path.getsize(path) > MAX_BYTES:
-            problems.append(f"{path}: OS wait snapshot larger than {MAX_BYTES >> 20} MiB")
-            return
-        with open(path, "rb") as handle:
-            doc = json.loads(handle.read())
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
-        problems.append(f"{path}: unreadable OS wait snapshot ({type(exc).__name__})")
-        return
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        problems.append(f"{path}: not a {SCHEMA} file")
+    doc = read_schema_file(path, SCHEMA, MAX_BYTES, "OS wait snapshot", problems)
+    if doc is None:
         return
     taken = doc.get("taken_at")
     snap = OsSnapshot(path=path, taken_at=float(taken) if isinstance(taken, (int, float)) else 0.0)

@@ -26,6 +26,7 @@ import os
 from collections.abc import Iterable, Mapping
 
 from hangscope.model import JobEvidence, StackSample
+from hangscope.sources.jsonfile import read_schema_file
 
 KIND = "source_lines"
 SCHEMA = "hangscope.source_lines/1"
@@ -81,18 +82,9 @@ def load_source_lines(path: str, rank: int | None, evidence: JobEvidence,
                       problems: list[str]) -> None:
     """Bundle loader: adds the file's lines to ``evidence.source_lines`` (all ranks share them,
     by file name)."""
-    try:
-        if os.path.getsize(path) > MAX_BYTES:
-            problems.append(f"{path}: source lines larger than {MAX_BYTES >> 20} MiB, skipped")
-            return
-        with open(path, "rb") as handle:
-            doc = json.loads(handle.read())
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
-        problems.append(f"{path}: unreadable source lines ({type(exc).__name__})")
-        return
-    files = doc.get("files") if isinstance(doc, dict) else None
-    if doc.get("schema") != SCHEMA or not isinstance(files, dict):
-        problems.append(f"{path}: not a {SCHEMA} file")
+    doc = read_schema_file(path, SCHEMA, MAX_BYTES, "source lines", problems)
+    files = doc.get("files") if doc is not None else None
+    if not isinstance(files, dict):
         return
     for name, numbers in files.items():
         if not isinstance(name, str) or not isinstance(numbers, dict):

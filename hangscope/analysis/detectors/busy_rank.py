@@ -31,7 +31,7 @@ def busy(state: RankStackState | None) -> bool:
 
 def detect(ctx: Context) -> list[Finding]:
     found: dict[tuple[int, ...], set[int]] = {}
-    for _, (waiting, targets) in ctx.graph.waits.items():
+    for waiting, targets in ctx.graph.waits.values():
         culprits = tuple(sorted(targets - waiting))
         if culprits and all(busy(ctx.stacks.get(r)) for r in culprits):
             found.setdefault(culprits, set()).update(waiting)

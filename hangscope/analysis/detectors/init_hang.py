@@ -94,7 +94,8 @@ def _group_creation(ctx: Context) -> list[Finding]:
         # above missing_rank's 0.9: the ranks FR sees missing are inside group creation, and
         # group creation waits for the ranks that are not
         culprits, waiting, confidence = odd.odd, odd.majority, 0.92
-        summary += f"; {ranks_phrase(culprits)} {'is' if len(culprits) == 1 else 'are'} the odd one out"
+        verb = "is" if len(culprits) == 1 else "are"
+        summary += f"; {ranks_phrase(culprits)} {verb} the odd one out"
     else:
         culprits, waiting, confidence = outside, inside, 0.55
         summary += " (no majority: either side may have the extra or missing call)"
@@ -103,7 +104,7 @@ def _group_creation(ctx: Context) -> list[Finding]:
     return [Finding(kind=Kind.INIT_HANG, culprit_ranks=culprits, waiting_ranks=waiting,
                     confidence=confidence, summary=summary,
                     evidence=list({(e.rank, e.detail): e for e in evidence}.values()),
-                    collective=CollectiveRef(pg=None, seq=None, op=main.op))]
+                    collective=CollectiveRef(pg=None, seq=None, op=main.op or "new_group"))]
 
 
 # what each init wait needs from the other ranks (the op comes from analysis.stacks.is_init_wait)

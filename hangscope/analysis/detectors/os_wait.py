@@ -62,7 +62,7 @@ def detect(ctx: Context) -> list[Finding]:
                      for link in chain[1:]]
         holder_proc = snap.processes.get(holder)
         if holder_proc is not None and holder_proc.rank is not None:
-            cited = ctx.stack_evidence(holder_rank, f"{group[0].who(holder)}, the holder: ")
+            cited = ctx.stack_evidence(holder_proc.rank, f"{group[0].who(holder)}, the holder: ")
             if cited is not None:
                 evidence.append(cited)
         findings.append(Finding(kind=Kind.PYTHON_DEADLOCK, culprit_ranks=sorted(culprit),
