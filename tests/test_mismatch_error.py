@@ -113,3 +113,23 @@ def test_a_live_vocab_mismatch_names_the_rank_with_the_extra_word(tmp_path) -> N
     assert (root["kind"], root["culprit_ranks"]) == (truth.kind, truth.culprit_ranks), \
         [(f["kind"], f["culprit_ranks"], f["summary"][:200]) for f in verdict["findings"]]
     assert verdict["status"] == "crashed"
+
+
+def _stacks_in(tmp_path, ops: dict[int, str]) -> Path:
+    stacks = tmp_path / "stacks.txt"
+    stacks.write_text("".join(
+        f'[rank{r}]:Thread {100 + r} (idle): "MainThread"\n'
+        f"[rank{r}]:    {op} (torch/distributed/distributed_c10d.py:2501)\n"
+        f"[rank{r}]:    train (job.py:40)\n" for r, op in ops.items()))
+    return stacks
+
+
+@pytest.mark.parametrize("ops, culprits, clear", [
+    ({0: "all_reduce", 1: "all_reduce", 2: "all_gather"}, [2], True),
+    ({0: "all_reduce", 1: "all_gather", 2: "all_reduce", 3: "broadcast"}, [1, 3], False),
+], ids=["one-of-three", "two-of-four-split"])
+def test_stacks_in_different_collectives_pick_the_odd_side_by_majority(tmp_path, ops, culprits,
+                                                                      clear) -> None:
+    root = _verdict(_stacks_in(tmp_path, ops)).findings[0]
+    assert (root.kind, root.culprit_ranks) == (Kind.COLLECTIVE_MISMATCH, culprits), root.summary
+    assert ("no majority" in root.summary) is not clear
