@@ -17,28 +17,31 @@ from hangscope.errors import ExitCode
 from hangscope.options import LoadOptions
 from hangscope.sources.load import load_paths
 
-RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "recorded" / "periodic_checkpoint"
+RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "recorded"
 _JOB_PATH = "/fixtures/jobs/"
 
 
-def test_saved_stacks_and_logs_taken_during_the_checkpoint_are_not_a_hang(tmp_path) -> None:
-    # GIVEN the recorded stacks (taken while rank 0 checkpointed) and logs, with the paths to
-    # the job's scripts leading nowhere
+@pytest.mark.parametrize("scenario, culprit, frame", [
+    ("periodic_checkpoint", [0], "save_checkpoint"), ("python_loop_straggler", [2], "features")])
+def test_saved_stacks_and_logs_of_a_slow_phase_are_not_a_hang(tmp_path, scenario, culprit,
+                                                              frame) -> None:
+    # GIVEN recorded stacks (one snapshot, taken while one rank computed and the others waited
+    # for it) and logs, with the paths to the job's scripts leading nowhere
     for part in ("stacks", "logs"):
-        shutil.copytree(RECORDED / part, tmp_path / part)
+        shutil.copytree(RECORDED / scenario / part, tmp_path / part)
         for path in (tmp_path / part).iterdir():
             text = path.read_text(errors="replace")
             path.write_text(text.replace(_JOB_PATH, "/moved-away/jobs/"))
     # WHEN analyzed
     evidence, _ = load_paths([str(tmp_path / "stacks"), str(tmp_path / "logs")], LoadOptions())
     verdict = analyze(evidence)[0]
-    # THEN slow (rank 0 busy in save_checkpoint), not a hang
+    # THEN slow, the busy rank named with where it computes; not a hang
     assert verdict.status.value in ("healthy", "slow"), verdict.findings
     assert all(f.kind.value != "missing_rank" for f in verdict.findings)
     if verdict.findings:
         root = verdict.findings[0]
-        assert (root.kind.value, root.culprit_ranks) == ("straggler", [0]), root.summary
-        assert "save_checkpoint" in root.summary
+        assert (root.kind.value, root.culprit_ranks) == ("straggler", culprit), root.summary
+        assert frame in root.summary
 
 
 torch = pytest.importorskip("torch")
@@ -73,3 +76,22 @@ def test_a_live_look_during_the_checkpoint_is_not_a_hang(tmp_path, options) -> N
     assert verdict["status"] in ("healthy", "slow"), verdict["findings"]
     assert code == ExitCode.NO_HANG
     assert all(f["kind"] != "missing_rank" for f in verdict["findings"])
+
+
+@pytest.mark.live
+@pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy not installed")
+def test_a_rank_in_a_much_slower_python_loop_is_a_straggler(tmp_path) -> None:
+    # GIVEN python_loop_straggler: rank 2 computes its features in a Python loop for most of
+    # each step while ranks 0 and 1 sit idle in the all_reduce (a busy machine shrinks every
+    # rank's CPU, so the ranks are compared with each other)
+    out = tmp_path / "out"
+    with running_job("python_loop_straggler", ready_dir=tmp_path / "ready") as job:
+        time.sleep(1.0)
+        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out), "--force",
+                     "--quiet"])
+    verdict = json.loads((out / "verdict.json").read_text())
+    # THEN slow, rank 2 the straggler, no page
+    assert (verdict["status"], code) == ("slow", ExitCode.NO_HANG), verdict["findings"]
+    root = verdict["findings"][0]
+    assert (root["kind"], root["culprit_ranks"]) == ("straggler", [2]), root["summary"]
+    assert "features" in root["summary"]
