@@ -44,6 +44,18 @@ def test_saved_stacks_and_logs_of_a_slow_phase_are_not_a_hang(tmp_path, scenario
         assert frame in root.summary
 
 
+@pytest.mark.parametrize("scenario", ["periodic_checkpoint", "train_then_hang"])
+def test_logs_alone_that_advance_say_so_but_cannot_clear_the_job(scenario) -> None:
+    # GIVEN only the ranks' logs: steps advancing, no error (a healthy job stopped from outside,
+    # and one that trained and then hung, alike)
+    evidence, _ = load_paths([str(RECORDED / scenario / "logs")], LoadOptions())
+    verdict = analyze(evidence)[0]
+    # THEN not a hang, not healthy either: the gap says what the logs show and what would tell
+    assert verdict.status.value == "inconclusive", verdict.findings
+    assert any(gap.startswith("from the logs alone: training advanced")
+               for gap in verdict.evidence_gaps), verdict.evidence_gaps
+
+
 torch = pytest.importorskip("torch")
 from fixtures.jobrunner import running_job  # noqa: E402
 
