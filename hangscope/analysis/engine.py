@@ -207,7 +207,6 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
         # logs are all there is and they say it trained without a fault; a job that trained
         # and then hung (train_then_hang) reads the same, so this stays inconclusive
         gaps.append(note)
-        return Status.INCONCLUSIVE
     if not ctx.picture.dumps:
         gaps.append(_why_nothing(ctx))
         return Status.INCONCLUSIVE
