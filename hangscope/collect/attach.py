@@ -107,7 +107,7 @@ def collect(options: AttachOptions, bundle_dir: str,
                    "logs": pool.submit(_collect_logs, job, writer, summary, budget),
                    "NCCL RAS": pool.submit(_collect_ras, job, writer, summary, options, budget)}
         _describe_job(writer, job)
-        _collect_os_waits(writer, rank_of_pid, worker_of)
+        oswaits.collect_into(writer, rank_of_pid, worker_of)
         summary.gaps.extend(_describe_node(writer, job, summary, wall_start, started))
         if meanwhile is not None:
             meanwhile()
@@ -133,21 +133,6 @@ def collect(options: AttachOptions, bundle_dir: str,
     writer.close()
     summary.files = writer.file_count()
     return summary
-
-
-def _collect_os_waits(writer: BundleWriter, rank_of_pid: dict[int, int],
-                      worker_of: dict[int, int]) -> None:
-    """One /proc snapshot of locks, pipes and children (a few ms; see ``collect.oswaits``)."""
-    began = time.time()
-    try:
-        data = oswaits.snapshot(rank_of_pid, worker_of)
-    except Exception as exc:  # noqa: BLE001 - never stops the collection
-        writer.collection.append(CollectionRecord("os-waits", None, "failed",
-                                                  f"{type(exc).__name__}: {exc}"[:200], began))
-        return
-    writer.add_job_file(oswaits.KIND, "oswaits.json", data)
-    writer.collection.append(CollectionRecord("os-waits", None, "ok", "", began,
-                                              round(time.time() - began, 4)))
 
 
 def _describe_node(writer: BundleWriter, job: JobProcesses, summary: CollectSummary,

@@ -30,13 +30,29 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from hangscope.bundle import BundleWriter, CollectionRecord
 from hangscope.collect.procstate import children_of
+from hangscope.sources.oswaits import KIND, SCHEMA
 
-SCHEMA = "hangscope.oswaits/1"
-KIND = "oswaits"
 MAX_FDS = 256  # per process
 MAX_PROCS = 512
 MAX_LOCK_LINES = 4096
+
+
+def collect_into(writer: BundleWriter, ranks: Mapping[int, int],
+                 workers: Mapping[int, int]) -> None:
+    """Take the snapshot into ``job/oswaits.json`` (a few ms); a failure is recorded, never
+    raised: it must not stop the collection."""
+    began = time.time()
+    try:
+        data = snapshot(ranks, workers)
+    except Exception as exc:  # noqa: BLE001
+        writer.collection.append(CollectionRecord("os-waits", None, "failed",
+                                                  f"{type(exc).__name__}: {exc}"[:200], began))
+        return
+    writer.add_job_file(KIND, "oswaits.json", data)
+    writer.collection.append(CollectionRecord("os-waits", None, "ok", "", began,
+                                              round(time.time() - began, 4)))
 
 
 def snapshot(ranks: Mapping[int, int], workers: Mapping[int, int],
