@@ -80,6 +80,11 @@ def classify(event: LogEvent) -> str | None:
     return None
 
 
+def rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
+    """Every log event with the rank it belongs to (a launcher's local rank on one host)."""
+    return _rank_events(evidence)
+
+
 def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
     for rank, rank_ev in evidence.ranks.items():
         for event in rank_ev.logs:
