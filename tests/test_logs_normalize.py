@@ -65,4 +65,5 @@ def test_cited_lines_are_the_original_ones(tmp_path) -> None:  # type: ignore[no
 
 def test_wrap_width_needs_a_spike() -> None:
     assert wrap_width([80, 80, 12]) == 80
+    assert wrap_width([93, 93, 12]) is None
     assert wrap_width([93, 12, 40]) is None

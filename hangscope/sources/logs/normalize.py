@@ -92,7 +92,7 @@ def wrap_width(lengths: list[int]) -> int | None:
     if width < MIN_WIDTH:
         return None
     at_width = lengths.count(width)
-    if at_width >= 2 or (at_width == 1 and width in COMMON_WIDTHS):
+    if width in COMMON_WIDTHS and at_width >= 1:
         return width
     return None
 
