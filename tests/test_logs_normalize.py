@@ -63,7 +63,7 @@ def test_cited_lines_are_the_original_ones(tmp_path) -> None:  # type: ignore[no
     assert (event.line_no, event.fields["seq"], event.rank) == (2, 96120, 1)
 
 
-def test_wrap_width_needs_a_spike() -> None:
+def test_wrap_width_is_a_common_terminal_width() -> None:
     assert wrap_width([80, 80, 12]) == 80
     assert wrap_width([93, 93, 12]) is None
     assert wrap_width([93, 12, 40]) is None

@@ -6,10 +6,11 @@ continued on the next line), CRLF line ends, colours. Every parser matches one l
 wrapped record is invisible to all of them. This pass undoes the damage once, for every family:
 
 * **Hard wraps at a fixed width.** A terminal cuts every over-long line at exactly its width ``W``,
-  so a wrapped paste has a spike of lines exactly ``W`` characters long and none longer. Such a line
-  is joined with the next, unless the next one starts a record of its own (a rank or launcher
-  prefix, a timestamp, a glog/c10 head, ``Traceback``): two identical longest lines of a healthy log
-  stay two lines.
+  so a wrapped paste's longest lines are exactly ``W`` characters long, ``W`` one of the widths
+  terminals and trackers use (``COMMON_WIDTHS``: a table of equal rows at some other width is not a
+  wrap). Such a line is joined with the next, unless the next one starts a record of its own (a rank
+  or launcher prefix, a timestamp, a glog/c10 head, ``Traceback``) or opens with the same characters
+  (two lines of one stream): two identical longest lines of a healthy log stay two lines.
 * **Records still open.** A line holding the start of a record whose end is known (a watchdog's
   ``WorkNCCL(`` ... ``before timing out``, a DETAIL ``CollectiveFingerPrint(`` ... ``)``) is joined
   with the lines that complete it (at most ``MAX_JOIN``), as long as they do not start a record of
@@ -17,10 +18,11 @@ wrapped record is invisible to all of them. This pass undoes the damage once, fo
 * CR, ANSI colours: removed (the scanner does this per line too; here it must happen before the
   widths are measured).
 
-Everything else (process prefixes such as ``[rank3]:``, ``srun -l``'s ``12: ``, pytest's ``E   ``,
-timestamps) is peeled per line by :func:`common.parse_line`, which also serves big files this pass
-skips. The output keeps the original line numbers: ``line_map[i]`` is the first original line of
-logical line ``i + 1``, so events cite the file as the user has it.
+Process prefixes (``[rank3]:``, ``[default0]:``, mpirun's ``[1,3]<stderr>:``) and timestamps
+are peeled per line by :func:`common.parse_line`, which also serves big files this pass skips;
+``srun -l``'s ``12: ``, pytest's ``E   `` and ``pod |`` heads are only recognised here as record
+starts, not yet peeled. The output keeps the original line numbers: ``line_map[i]`` is the first
+original line of logical line ``i + 1``, so events cite the file as the user has it.
 
 Cost: files over ``NORMALIZE_MAX`` bytes are not normalized (rank logs that big were written by the
 job, not pasted); below it, one ``split`` and one ``max(map(len))`` decide in C whether any Python
@@ -32,15 +34,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hangscope.sources.logs.common import ANSI_PATTERN
+
 NORMALIZE_MAX = 16 << 20
 MAX_JOIN = 8  # physical lines one logical line may be rebuilt from
-MIN_WIDTH = 40
-HEAD = 8  # a line starting with the same characters as the one before opens a new record  # narrower "widths" are not a terminal's
+HEAD = 8  # a line starting with the same characters as the one before opens a new record
 # widths a terminal or tracker commonly cuts at: one line cut at one of these is enough evidence
 COMMON_WIDTHS = frozenset((72, 76, 78, 79, 80, 100, 110, 119, 120, 128, 132, 140, 150, 160, 180,
                            200, 220, 240, 250, 256))
 
-_ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]")
+_ANSI = re.compile(ANSI_PATTERN.encode())
 
 # A line that starts a record of its own is never the continuation of the line before it.
 _RECORD_START = re.compile(
@@ -76,7 +79,6 @@ class Normalized:
 
     data: bytes
     line_map: list[int]
-    width: int | None  # the hard-wrap width found, if any
 
     def original_line(self, logical: int) -> int:
         if 1 <= logical <= len(self.line_map):
@@ -86,15 +88,8 @@ class Normalized:
 
 def wrap_width(lengths: list[int]) -> int | None:
     """The width a paste was hard-wrapped at, from its line lengths, or None."""
-    if not lengths:
-        return None
-    width = max(lengths)
-    if width < MIN_WIDTH:
-        return None
-    at_width = lengths.count(width)
-    if width in COMMON_WIDTHS and at_width >= 1:
-        return width
-    return None
+    width = max(lengths, default=0)
+    return width if width in COMMON_WIDTHS else None
 
 
 def normalize(raw: bytes) -> Normalized | None:
@@ -133,17 +128,15 @@ def normalize(raw: bytes) -> Normalized | None:
             i += 1
             joined += 1
         if has_open:
-            end = _open_end(line)
-            while end is not None and i < n and joined < MAX_JOIN \
+            while _is_open(line) and i < n and joined < MAX_JOIN \
                     and _continues(text[i - 1], text[i]):
-                cut = lengths[i - 1] == width or lengths[i - 1] in COMMON_WIDTHS
+                cut = lengths[i - 1] in COMMON_WIDTHS  # else a word wrap: the space it ate
                 line += text[i] if cut else " " + text[i].lstrip()
                 i += 1
                 joined += 1
-                end = _open_end(line)
         out.append(line)
         line_map.append(start + 1)
-    return Normalized(("\n".join(out) + "\n").encode("utf-8"), line_map, width)
+    return Normalized(("\n".join(out) + "\n").encode("utf-8"), line_map)
 
 
 def _continues(before: str, after: str) -> bool:
@@ -157,11 +150,11 @@ def _continues(before: str, after: str) -> bool:
 
 
 def _identity(data: bytes, count: int) -> Normalized:
-    return Normalized(data + b"\n", list(range(1, count + 1)), None)
+    return Normalized(data + b"\n", list(range(1, count + 1)))
 
 
-def _open_end(line: str) -> str | None:
-    """The text that would close the record this line leaves open, or None."""
+def _is_open(line: str) -> bool:
+    """Whether the line starts a record it does not finish."""
     for start, end in _OPEN_RECORDS:
         at = line.rfind(start)
         if at < 0:
@@ -169,7 +162,7 @@ def _open_end(line: str) -> str | None:
         rest = line[at + len(start):]
         if end == ")":
             if rest.count("(") + 1 > rest.count(")"):
-                return end
+                return True
         elif end not in rest:
-            return end
-    return None
+            return True
+    return False
