@@ -103,7 +103,8 @@ def test_a_rank_in_a_much_slower_python_loop_is_a_straggler(tmp_path) -> None:
                      "--quiet"])
     verdict = json.loads((out / "verdict.json").read_text())
     # THEN slow, rank 2 the straggler, no page
-    assert (verdict["status"], code) == ("slow", ExitCode.NO_HANG), verdict["findings"]
+    assert (verdict["status"], code) == ("slow", ExitCode.NO_HANG), \
+        (verdict["findings"], verdict["rank_classes"])
     root = verdict["findings"][0]
     assert (root["kind"], root["culprit_ranks"]) == ("straggler", [2]), root["summary"]
     assert "features" in root["summary"]

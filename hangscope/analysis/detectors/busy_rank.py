@@ -4,7 +4,8 @@ Signal: a wait of the graph (FR or stacks) whose targets all run the CPU in the 
 library's code: main thread ``compute`` and, over several samples, moving with at least half a core,
 or, in a single snapshot, py-spy's ``active`` flag (on the CPU when dumped). A rank 0 writing a
 checkpoint while the others wait in a barrier looks like this for as long as the checkpoint
-lasts; so does a rank in a slower Python loop than the others. Cites the busy rank's stack and CPU.
+lasts; so does a rank in a slower Python loop than the others. Over several samples the waiters must be
+held in their wait: two healthy ranks out of phase also wait on each other for a moment. Cites the busy rank's stack and CPU.
 Status ``slow``: the generic ``missing_rank`` for the same ranks gives way to it. Known false
 negative: a rank that spins forever (a busy-wait loop, a livelock) looks the same over one
 window: the summary says to look again, and ``hangscope watch`` pages only when it stays.
@@ -29,10 +30,20 @@ def busy(state: RankStackState | None) -> bool:
     return state.main.active is True
 
 
+def held(state: RankStackState | None) -> bool:
+    """Held in its wait over the samples; a waiter that moves on between samples is a healthy job
+    out of phase (one rank still in backward while its peer already waits), not a straggler."""
+    if state is None or state.samples < 2:
+        return True  # one look cannot tell; the busy rank's ``active`` flag decides
+    return state.progress != "moving"
+
+
 def detect(ctx: Context) -> list[Finding]:
     found: dict[tuple[int, ...], set[int]] = {}
     for waiting, targets in ctx.graph.waits.values():
         culprits = tuple(sorted(targets - waiting))
+        if not all(held(ctx.stacks.get(r)) for r in waiting):
+            continue
         if culprits and all(busy(ctx.stacks.get(r)) for r in culprits):
             found.setdefault(culprits, set()).update(waiting)
     findings = []
