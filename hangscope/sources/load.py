@@ -19,6 +19,7 @@ from hangscope.options import LoadOptions
 from hangscope.sources import flight_recorder, fr_stream, merge, oswaits, pyspy, stack_pastes
 from hangscope.sources.logs import loader as log_loader
 from hangscope.sources.logs.scan import sniff_log
+from hangscope.sources.special import not_a_file
 
 MAX_FILES = 200_000
 SNIFF_BYTES = 4096
@@ -54,6 +55,10 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
             if whole:
                 continue
         for file_path, explicit in _files_under(path, set(bundles)):
+            unreadable = not_a_file(file_path)  # a FIFO or a device would block or never end
+            if unreadable:
+                report.problems.append(unreadable)
+                continue
             kind, paste = _sniff(file_path)
             if paste:
                 paste_files.append(file_path)

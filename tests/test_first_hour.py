@@ -1,0 +1,78 @@
+"""What a new user meets in the first hour (issue 20): inputs that must not block, outputs that
+never collide, and output that does not contradict itself. Through the real entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDED = ROOT / "fixtures" / "recorded"
+
+
+def run_cli(*args: str, timeout: float = 60, cwd: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    """``python -m hangscope ARGS``; a run that blocks fails the test at ``timeout`` (the child
+    is killed by subprocess.run)."""
+    return subprocess.run([sys.executable, "-m", "hangscope", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd)
+
+
+def verdict_of(out: Path) -> tuple[str, list[int]]:
+    verdict = json.loads((out / "verdict.json").read_text())
+    first = verdict["findings"][0] if verdict["findings"] else {}
+    return first.get("kind", ""), first.get("culprit_ranks", [])
+
+
+class TestNothingBlocks:
+    """A FIFO (the FR trigger pipe torch creates beside its dumps), a UNIX socket and a link to
+    /dev/zero among good dumps: each is one gap line, never opened, and the verdict is unchanged."""
+
+    @pytest.fixture()
+    def dumps(self, tmp_path: Path) -> Path:
+        folder = tmp_path / "fr"
+        shutil.copytree(RECORDED / "missing_rank" / "fr" / "json", folder)
+        return folder
+
+    def test_special_files_among_dumps_are_named_not_read(self, tmp_path, dumps) -> None:
+        # GIVEN the verdict on good dumps alone
+        clean = run_cli("analyze", str(dumps), "--out", str(tmp_path / "clean"))
+        # AND the same folder with a FIFO, a listening socket and a link to /dev/zero
+        os.mkfifo(dumps / "nccl_trace_rank_0.pipe")
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(str(dumps / "agent.sock"))
+        listener.listen(1)
+        os.symlink("/dev/zero", dumps / "zero.json")
+        try:
+            # WHEN it is analyzed (subprocess.run's timeout fails the test if anything blocks)
+            proc = run_cli("analyze", str(dumps), "--out", str(tmp_path / "with"), timeout=60)
+        finally:
+            listener.close()
+        # THEN the verdict is the one without them
+        assert proc.returncode == clean.returncode, proc.stderr
+        assert verdict_of(tmp_path / "with") == verdict_of(tmp_path / "clean")
+        # AND each special file is one gap line saying what it is
+        gaps = json.loads((tmp_path / "with" / "verdict.json").read_text())["evidence_gaps"]
+        for name, what in (("nccl_trace_rank_0.pipe", "named pipe (FIFO)"),
+                           ("agent.sock", "UNIX socket"), ("zero.json", "character device")):
+            lines = [gap for gap in gaps if name in gap]
+            assert len(lines) == 1, (name, gaps)
+            assert what in lines[0], lines[0]
+        pipe_line = next(gap for gap in gaps if "nccl_trace_rank_0.pipe" in gap)
+        assert "TORCH_NCCL_DEBUG_INFO_PIPE_FILE" in pipe_line
+        assert "asks the live job for a flight-recorder dump" in pipe_line
+
+    def test_a_fifo_given_alone_is_one_line_not_a_hang(self, tmp_path) -> None:
+        fifo = tmp_path / "nccl_trace_rank_0.pipe"
+        os.mkfifo(fifo)
+        proc = run_cli("analyze", str(fifo), "--out", str(tmp_path / "o"), timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "named pipe (FIFO)" in proc.stderr
