@@ -37,7 +37,8 @@ def output_options(func: F) -> F:
     decorators = [
         click.option("--out", "out_dir", type=click.Path(file_okay=False),
                      help="Directory for verdict.json and report.html "
-                          "[default: ./hangscope-YYYYmmdd-HHMMSS]."),
+                          "[default: a new ./hangscope-YYYYmmdd-HHMMSS, -2 and on "
+                          "for runs in the same second]."),
         click.option("--force", is_flag=True, help="Write into a non-empty --out directory."),
         click.option("--json", "as_json", is_flag=True,
                      help="Print verdict.json to stdout instead of the summary."),

@@ -8,6 +8,7 @@ more than the stack dumps.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -36,12 +37,28 @@ ANALYSIS_MAX_S = 15.0
 
 
 def default_out_dir() -> str:
-    return os.path.abspath(time.strftime("hangscope-%Y%m%d-%H%M%S"))
+    """A new, empty ``./hangscope-YYYYmmdd-HHMMSS``, made here so that two runs in the same second
+    (or at once) never share it: the second gets ``-2``, the next ``-3``."""
+    base = os.path.abspath(time.strftime("hangscope-%Y%m%d-%H%M%S"))
+    for attempt in range(1, 1000):
+        out = base if attempt == 1 else f"{base}-{attempt}"
+        try:
+            os.mkdir(out)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise UsageError(f"{out}: cannot create the output folder ({exc.strerror or exc}); "
+                             "pass --out DIR") from exc
+        return out
+    raise UsageError(f"{base}: 999 output folders of this second exist already; pass --out DIR")
 
 
 def prepare_out_dir(options: OutputOptions) -> str:
-    """Validate ``--out`` before any work: refuse to mix a new run into an old one."""
-    out = os.path.abspath(options.out_dir or default_out_dir())
+    """Validate ``--out`` before any work: refuse to mix a new run into an old one. Without
+    ``--out`` a fresh folder is made (see :func:`default_out_dir`)."""
+    if not options.out_dir:
+        return default_out_dir()
+    out = os.path.abspath(options.out_dir)
     if os.path.exists(out):
         if not os.path.isdir(out):
             raise UsageError(f"{out}: --out exists and is not a directory")
@@ -52,7 +69,14 @@ def prepare_out_dir(options: OutputOptions) -> str:
 
 def run_analyze(paths: list[str], load: LoadOptions, output: OutputOptions) -> Summary:
     started = time.monotonic()
-    result = analyze_paths(paths, load, output, prepare_out_dir(output))
+    out = prepare_out_dir(output)
+    try:
+        result = analyze_paths(paths, load, output, out)
+    except BaseException:
+        if not output.out_dir:  # bad input: leave no empty default folder behind
+            with contextlib.suppress(OSError):
+                os.rmdir(out)
+        raise
     result.seconds = time.monotonic() - started
     return result.summary()
 

@@ -76,3 +76,43 @@ class TestNothingBlocks:
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "named pipe (FIFO)" in proc.stderr
+
+
+class TestDefaultOut:
+    def test_two_runs_in_a_row_get_two_folders(self, tmp_path) -> None:
+        # GIVEN two analyze runs without --out, started in the same working folder
+        dumps = str(RECORDED / "missing_rank" / "fr" / "json")
+        first = run_cli("analyze", dumps, "-q", cwd=str(tmp_path))
+        second = run_cli("analyze", dumps, "-q", cwd=str(tmp_path))
+        # THEN both succeed, each in its own folder with its own verdict
+        assert first.returncode == second.returncode == 3, (first.stderr, second.stderr)
+        folders = sorted(p for p in tmp_path.iterdir() if p.name.startswith("hangscope-"))
+        assert len(folders) == 2, folders
+        assert all((folder / "verdict.json").is_file() for folder in folders)
+
+    def test_the_same_second_gets_a_suffix(self, tmp_path, monkeypatch) -> None:
+        from hangscope.pipeline import default_out_dir
+
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr("time.strftime", lambda fmt, *a: "hangscope-20260101-000000")
+        made = [default_out_dir() for _ in range(3)]
+        assert [os.path.basename(p) for p in made] == [
+            "hangscope-20260101-000000", "hangscope-20260101-000000-2",
+            "hangscope-20260101-000000-3"]
+
+    def test_bad_input_leaves_no_empty_default_folder(self, tmp_path) -> None:
+        garbage = tmp_path / "in" / "x.bin"
+        garbage.parent.mkdir()
+        garbage.write_bytes(b"\x00\x01")
+        proc = run_cli("analyze", str(garbage), cwd=str(tmp_path))
+        assert proc.returncode == 2
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith("hangscope-")]
+
+    def test_an_explicit_out_keeps_the_force_rule(self, tmp_path) -> None:
+        out = tmp_path / "out"
+        out.mkdir()
+        (out / "old").write_text("x")
+        proc = run_cli("analyze", str(RECORDED / "missing_rank" / "fr" / "json"),
+                       "--out", str(out))
+        assert proc.returncode == 2
+        assert "--out is not empty (pass --force to overwrite)" in proc.stderr
