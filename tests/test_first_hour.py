@@ -116,3 +116,35 @@ class TestDefaultOut:
                        "--out", str(out))
         assert proc.returncode == 2
         assert "--out is not empty (pass --force to overwrite)" in proc.stderr
+
+
+class TestOomQuotesTheMessage:
+    """The OOM finding quotes the line's message, not its class, and the rank table agrees."""
+
+    @pytest.mark.parametrize("log, rank, message", [
+        ("own", 0, "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"),
+        (str(ROOT / "fixtures/logs/real/b_msswift_6301_rank11_oom.log"), 11,
+         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.35 GiB"),
+        (str(RECORDED / "rank_oom"), 2,
+         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
+    ], ids=["runtime-error-line", "msswift-rank11", "recorded-rank-oom"])
+    def test_summary_quotes_the_message(self, tmp_path, log, rank, message) -> None:
+        if log == "own":
+            path = tmp_path / "rank0.log"
+            path.write_text(
+                "[rank0]: Traceback (most recent call last):\n"
+                '[rank0]:   File "train.py", line 10, in <module>\n'
+                "[rank0]:     loss.backward()\n"
+                "[rank0]: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; "
+                "79.15 GiB total capacity; 75.00 GiB already allocated)\n")
+            log = str(path)
+        proc = run_cli("analyze", log, "--out", str(tmp_path / "o"))
+        verdict = json.loads((tmp_path / "o" / "verdict.json").read_text())
+        first = verdict["findings"][0]
+        assert (first["kind"], first["culprit_ranks"]) == ("rank_oom", [rank])
+        assert message in first["summary"], first["summary"]
+        assert f"[rank{rank}]:" not in first["summary"]
+        assert message in proc.stdout
+        table = proc.stdout.split("Rank groups")[1].split("\n\n")[0]
+        culprit_row = next(row for row in table.splitlines() if "[culprit]" in row)
+        assert "no error" not in culprit_row, culprit_row

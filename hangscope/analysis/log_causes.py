@@ -251,7 +251,11 @@ def describe(event: LogEvent, limit: int = 240) -> str:
     """One line for a log event: the exception, not the ``Traceback (most recent call last):``
     line it starts at; the exit signal, not the table row's first cell."""
     fields = event.fields
-    if event.kind == "traceback" or fields.get("exc_type"):
+    if event.kind != "traceback" and fields.get("exc_type") and not fields.get("exc_message") \
+            and len(event.message) > len(str(fields["exc_type"])) + 1:
+        # the line itself from its class on (a CUDA OOM line): the class alone says nothing
+        text = event.message[max(0, event.message.find(str(fields["exc_type"]))):]
+    elif event.kind == "traceback" or fields.get("exc_type"):
         text = f"{fields.get('exc_type', 'exception')}: {fields.get('exc_message', '')}".strip()
         last = fields.get("last_frame")
         if last:
