@@ -148,3 +148,16 @@ class TestOomQuotesTheMessage:
         table = proc.stdout.split("Rank groups")[1].split("\n\n")[0]
         culprit_row = next(row for row in table.splitlines() if "[culprit]" in row)
         assert "no error" not in culprit_row, culprit_row
+
+
+def test_desync_explanation_quotes_the_logs_own_numbers(tmp_path) -> None:
+    # GIVEN rank 0's desync report: rank 7 finished #182 and did not join #183; the others
+    # time out in #315 and #317
+    log = ROOT / "fixtures/logs/real/a_pytorch_152623_desync_rank7_lagging.log"
+    proc = run_cli("analyze", str(log), "--out", str(tmp_path / "o"))
+    first = json.loads((tmp_path / "o" / "verdict.json").read_text())["findings"][0]
+    # THEN rank 7 is the culprit, quoted with the report's own numbers
+    assert (first["kind"], first["culprit_ranks"]) == ("missing_rank", [7])
+    assert "rank 7 completed ALLREDUCE #182 and did not join #183" in first["summary"]
+    assert "rank 7 completed ALLREDUCE #315" not in proc.stdout
+    assert "rank 0 waits in ALLREDUCE #315" in first["summary"]

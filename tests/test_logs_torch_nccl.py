@@ -64,7 +64,8 @@ def test_desync_report_is_one_event_per_report() -> None:
     assert [(e.line_no, e.rank) for e in desync] == [(3, 0), (13, 2)]
     assert strip_source(desync[0].fields) == {
         "timed_out_rank": 0, "op": "ALLREDUCE", "seq": 5, "joined_not_finished": "0,1",
-        "finished_not_joined_next": "2,3", "lagging_ranks": "0,1,2,3"}
+        "finished_not_joined_next": "2,3", "lagging_ranks": "0,1,2,3", "joined_seq": 5,
+        "finished_seq": 5, "next_seq": 6, "finished_op": "ALLREDUCE"}
     assert strip_source(desync[1].fields) == {
         "timed_out_rank": 2, "op": "BROADCAST", "seq": 1, "never_joined": "3",
         "lagging_ranks": "3"}

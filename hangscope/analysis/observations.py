@@ -71,7 +71,9 @@ class Observation:
                 "entered": "entered"}[self.state]
         after = f" after {self.timeout_ms} ms" if self.state == "timed_out" and self.timeout_ms \
             else ""
-        return f"{verb} {self.op or 'a collective'}{seq}{pg}{args}{after} ({self.numbering})"
+        then = f" and {self.detail}" if self.detail and self.numbering == "desync" else ""
+        return (f"{verb} {self.op or 'a collective'}{seq}{pg}{args}{after}{then} "
+                f"({self.numbering})")
 
 
 def _ranks(text: object) -> list[int]:
@@ -165,11 +167,20 @@ def _desync(reporter: int | None, event: LogEvent, pg: str) -> list[Observation]
     seq = _int(fields.get("seq"))
     op = str(fields.get("op", ""))
     where = event.where()
-    listed: list[tuple[str, ObsState]] = [("joined_not_finished", "waiting"),
-                                          ("finished_not_joined_next", "completed"),
-                                          ("never_joined", "never_joined")]
-    out = [Observation(r, state, "desync", pg, seq, op, where, reporter=reporter, time=event.time)
-           for name, state in listed for r in _ranks(fields.get(name))]
+    # each line's own #N (a lagging rank may have finished #182 while the others time out in #315)
+    joined = _int(fields.get("joined_seq"))
+    finished = _int(fields.get("finished_seq"))
+    after = _int(fields.get("next_seq"))
+    listed: list[tuple[str, ObsState, int | None, str, str]] = [
+        ("joined_not_finished", "waiting", seq if joined is None else joined,
+         op if joined in (None, seq) else "", ""),
+        ("finished_not_joined_next", "completed", seq if finished is None else finished,
+         str(fields.get("finished_op", "")) if finished not in (None, seq) else op,
+         f"did not join #{after}" if after is not None else ""),
+        ("never_joined", "never_joined", seq, op, "")]
+    out = [Observation(r, state, "desync", pg, at, what, where, reporter=reporter,
+                       time=event.time, detail=detail)
+           for name, state, at, what, detail in listed for r in _ranks(fields.get(name))]
     if reporter is not None and not any(o.rank == reporter for o in out):
         out.append(Observation(reporter, "timed_out", "desync", pg, seq, op, where,
                                time=event.time))

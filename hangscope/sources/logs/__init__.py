@@ -13,7 +13,8 @@ nccl_watchdog_timeout               seq, op, numel_in, numel_out, timeout_ms, ra
                                     group_rank, tensor_shape, repeat
 nccl_work_status                    seq, last_enqueued, last_completed, timeout, pg, group_rank
 nccl_desync                         timed_out_rank, op, seq, lagging_ranks, joined_not_finished,
-                                    finished_not_joined_next, never_joined
+                                    finished_not_joined_next, never_joined, joined_seq,
+                                    finished_seq, next_seq, finished_op (each line's own #N)
 collective_fingerprint_mismatch     rank_a, rank_b, seq_a/op_a/shape_a/dtype_a, seq_b/.../dtype_b,
                                     differ
 monitored_barrier_failure           failed_ranks, timeout_ms, group_rank, pg

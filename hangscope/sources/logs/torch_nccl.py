@@ -31,6 +31,12 @@ logged as ``LOG(ERROR) << logPrefix() << desyncMsg`` (one glog line, then tab-in
     \t   - [1] joined but didn't finish collective #5 (count from 1)
     \t     [2, 3] finished collective #5, but didn't join collective #6 (count from 1)
     \t - To our best knowledge, ranks [1, 2] are the lagging ranks that caused this timeout. They never joined any collectives
+    \t - Snapshot of ranks' latest states:
+    \t   #5 finished ranks:
+    \t     [2, 3] finished ALLREDUCE
+
+  Each line's own ``#N`` is kept (``joined_seq``, ``finished_seq``, ``next_seq``; the snapshot gives
+  ``finished_op``): a lagging rank may be far behind the collective that timed out.
 
 ``collective_fingerprint_mismatch`` -- ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (ProcessGroupWrapper.cpp),
 recorded here with gloo: ``Detected mismatch between collectives on ranks. Rank 0 is running
@@ -136,7 +142,10 @@ def work_status(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 _DESYNC_HEAD = re.compile(r"- \[(?P<rank>\d+)\] Timeout at collective: (?P<op>[^,]*), #(?P<seq>\d+)")
 _JOINED = re.compile(r"\[(?P<ranks>[\d, ]+)\] joined but didn't finish collective #(?P<seq>\d+)")
 _FINISHED = re.compile(
-    r"\[(?P<ranks>[\d, ]+)\] finished collective #(?P<seq>\d+), but didn't join collective")
+    r"\[(?P<ranks>[\d, ]+)\] finished collective #(?P<seq>\d+), but didn't join collective"
+    r"(?: #(?P<next>\d+))?")
+_SNAPSHOT_SEQ = re.compile(r"^\s*#(?P<seq>\d+) finished ranks:")
+_SNAPSHOT_OP = re.compile(r"^\s*\[[\d, ]+\] finished (?P<op>\w+)\s*$")
 _NEVER = re.compile(r"ranks \[(?P<ranks>[\d, ]+)\] are the lagging ranks that caused this timeout")
 
 
@@ -147,6 +156,7 @@ def desync(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     fields: dict[str, str | int | float] = {
         "timed_out_rank": int(m.group("rank")), "op": m.group("op"), "seq": int(m.group("seq"))}
     lagging: list[int] = []
+    snapshot_seq: int | None = None  # the "#N finished ranks:" block being read
     for nxt in follow.lines():
         if nxt.key != line.key:
             continue
@@ -158,12 +168,22 @@ def desync(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         if j:
             ranks = [int(x) for x in j.group("ranks").split(",")]
             fields["joined_not_finished"] = join_ints(ranks)
+            fields.setdefault("joined_seq", int(j.group("seq")))
             lagging += ranks
         f = _FINISHED.search(text)
         if f:
             ranks = [int(x) for x in f.group("ranks").split(",")]
             fields["finished_not_joined_next"] = join_ints(ranks)
+            fields.setdefault("finished_seq", int(f.group("seq")))
+            if f.group("next"):
+                fields.setdefault("next_seq", int(f.group("next")))
             lagging += ranks
+        snap = _SNAPSHOT_SEQ.search(text)
+        if snap:
+            snapshot_seq = int(snap.group("seq"))
+        elif (op := _SNAPSHOT_OP.search(text)) and snapshot_seq is not None \
+                and snapshot_seq == fields.get("finished_seq"):
+            fields.setdefault("finished_op", op.group("op"))
         n = _NEVER.search(text)
         if n:
             ranks = [int(x) for x in n.group("ranks").split(",")]
