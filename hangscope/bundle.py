@@ -46,6 +46,7 @@ from typing import Any
 from hangscope import __version__
 from hangscope.errors import BadInputError, UsageError
 from hangscope.model import JobEvidence
+from hangscope.redact import redact, redact_bytes
 from hangscope.sources.special import not_a_file
 
 SCHEMA = "hangscope.bundle/1"
@@ -85,6 +86,7 @@ class BundleWriter:
     meta: dict[str, Any] = field(default_factory=dict)  # host, node, job_id, clock... (top level)
     cut_short: list[str] = field(default_factory=list)  # what a time limit stopped
     late_files: int = 0  # files offered after close(): not written
+    redact: bool = False  # mask secrets in the copies (logs, JSON records; never FR dumps)
     _made: set[str] = field(default_factory=set, repr=False)  # folders already created
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _closed: bool = field(default=False, repr=False)
@@ -102,7 +104,7 @@ class BundleWriter:
             if self._closed:
                 self.late_files += 1
                 return ""
-            rel = self._write(f"ranks/{rank}", name, data)
+            rel = self._write(f"ranks/{rank}", name, self._clean(kind, data))
             self.rank_entry(rank).files.append({"kind": kind, "path": rel})
         return os.path.join(self.root, rel)
 
@@ -112,9 +114,22 @@ class BundleWriter:
             if self._closed:
                 self.late_files += 1
                 return ""
-            rel = self._write("job", name, data)
+            rel = self._write("job", name, self._clean(kind, data))
             self.job_files.append({"kind": kind, "path": rel, "source": source_path})
         return os.path.join(self.root, rel)
+
+    def _clean(self, kind: str, data: bytes) -> bytes:
+        """With ``redact``, the copy that may leave the machine has its secrets masked: a JSON
+        record string by string (it stays valid JSON), any other text line by line; a
+        flight-recorder dump is kept byte for byte (a pickle must not be edited)."""
+        if not self.redact or kind == "fr":
+            return data
+        try:
+            record = json.loads(data)
+        except ValueError:
+            return redact_bytes(data)
+        cleaned = redact(record)
+        return data if cleaned == record else json.dumps(cleaned).encode()
 
     def file_count(self) -> int:
         with self._lock:
@@ -157,7 +172,7 @@ class BundleWriter:
             "collection": [vars_of(record) for record in list(self.collection)],
             "gaps": list(self.gaps),
         }
-        return write_manifest(self.root, manifest)
+        return write_manifest(self.root, redact(manifest) if self.redact else manifest)
 
 
 def write_manifest(root: str, manifest: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ class AttachOptions:
     slurm_job: str | None = None  # this node's processes of SLURM job N (SLURM_JOB_ID)
     slurm_node: str | None = None  # only those with SLURMD_NODENAME = this (virtual nodes)
     timeout: float | None = None  # --timeout: seconds the whole command may take (None: no limit)
+    redact: bool = True  # mask secrets in the text files copied into the bundle (hangscope.redact)
 
 
 @dataclass(frozen=True, slots=True)

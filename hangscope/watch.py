@@ -390,7 +390,8 @@ def _collect(options: WatchOptions, output: OutputOptions, out: str) -> Summary:
         fan = fanout_options(options.slurm_job, out, options.collect_timeout)
         return run_slurm_attach(fan, LoadOptions(), OutputOptions(
             out_dir=out, force=output.force, redact=output.redact, write_html=output.write_html))
-    attach = AttachOptions(pid_group=options.pid_group, pids=options.pids, match=options.match)
+    attach = AttachOptions(pid_group=options.pid_group, pids=options.pids, match=options.match,
+                           redact=output.redact)
     return run_attach(attach, LoadOptions(), OutputOptions(
         out_dir=out, force=output.force, redact=output.redact, write_html=output.write_html))
 

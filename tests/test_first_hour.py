@@ -161,3 +161,76 @@ def test_desync_explanation_quotes_the_logs_own_numbers(tmp_path) -> None:
     assert "rank 7 completed ALLREDUCE #182 and did not join #183" in first["summary"]
     assert "rank 7 completed ALLREDUCE #315" not in proc.stdout
     assert "rank 0 waits in ALLREDUCE #315" in first["summary"]
+
+
+SECRET_LOG = ('[rank1]: Traceback (most recent call last):\n'
+              '[rank1]:   File "train.py", line 10, in <module>\n'
+              '[rank1]:     connect()\n'
+              '[rank1]: RuntimeError: cannot reach the db with password=hunter2\n')
+
+
+class TestRedactionEverywhere:
+    """A secret in a log is masked in everything hangscope writes or prints, unless --no-redact."""
+
+    @pytest.fixture()
+    def logs(self, tmp_path: Path) -> Path:
+        folder = tmp_path / "logs"
+        folder.mkdir()
+        (folder / "rank1.log").write_text(SECRET_LOG)
+        return folder
+
+    def test_masked_in_verdict_report_and_terminal(self, tmp_path, logs) -> None:
+        text = run_cli("analyze", str(logs), "--out", str(tmp_path / "o"))
+        as_json = run_cli("analyze", str(logs), "--out", str(tmp_path / "j"), "--json")
+        rendered = run_cli("report", str(logs), "--format", "text")
+        outputs = {"stdout": text.stdout, "--json": as_json.stdout, "report": rendered.stdout,
+                   "verdict.json": (tmp_path / "o" / "verdict.json").read_text(),
+                   "report.html": (tmp_path / "o" / "report.html").read_text()}
+        # THEN the finding is there, its secret is not
+        assert "cannot reach the db with password=[REDACTED]" in outputs["verdict.json"]
+        leaked = [name for name, out in outputs.items() if "hunter2" in out]
+        assert not leaked, leaked
+
+    def test_no_redact_keeps_it_everywhere(self, tmp_path, logs) -> None:
+        text = run_cli("analyze", str(logs), "--out", str(tmp_path / "o"), "--no-redact")
+        assert "password=hunter2" in text.stdout
+        assert "password=hunter2" in (tmp_path / "o" / "verdict.json").read_text()
+        assert "password=hunter2" in (tmp_path / "o" / "report.html").read_text()
+
+    def test_bundle_copies_are_masked_but_dumps_are_kept(self, tmp_path) -> None:
+        from hangscope.bundle import BundleWriter
+
+        writer = BundleWriter(str(tmp_path / "b"), redact=True)
+        log = writer.add_file(1, "log", "rank1.log", SECRET_LOG.encode())
+        record = writer.add_file(1, "proc", "proc-1.json",
+                                 json.dumps({"cmdline": "train --password=hunter2 --x"}).encode())
+        dump = writer.add_file(1, "fr", "fr_dump", b"\x80\x04password=hunter2\xff")
+        writer.job = {"cmdline": "torchrun train.py --password=hunter2"}
+        manifest = writer.close()
+        assert "hunter2" not in Path(manifest).read_text()
+        assert "hunter2" not in Path(log).read_text()
+        assert json.loads(Path(record).read_text()) == {
+            "cmdline": "train --password=[REDACTED] --x"}
+        assert Path(dump).read_bytes() == b"\x80\x04password=hunter2\xff"
+        kept = BundleWriter(str(tmp_path / "k"), redact=False)
+        assert "hunter2" in Path(kept.add_file(1, "log", "r.log", SECRET_LOG.encode())).read_text()
+
+    def test_collect_and_fanouts_pass_no_redact_on(self) -> None:
+        from hangscope.cli import _attach_options
+        from hangscope.cluster.cli_options import collect_args
+
+        assert _attach_options(1, (), None, 3, 1.0, 8, 5.0, False, False, False, False, None,
+                               None, None).redact
+        assert not _attach_options(1, (), None, 3, 1.0, 8, 5.0, False, False, False, False,
+                                   None, None, None, redact=False).redact
+        assert "--no-redact" in collect_args(no_redact=True)
+        assert "--no-redact" not in collect_args()
+
+
+def test_a_file_line_named_like_a_secret_is_not_masked() -> None:
+    from hangscope.redact import redact_text
+
+    assert redact_text("at Tokenizer.count (tokenizer.py:34)") == \
+        "at Tokenizer.count (tokenizer.py:34)"
+    assert redact_text("auth_token: 1234") == "auth_token: [REDACTED]"
+    assert redact_text("HF_TOKEN=hf_abc") == "HF_TOKEN=[REDACTED]"

@@ -109,7 +109,7 @@ def remote_target(ssh_hosts: tuple[str, ...], k8s_pods: str | None, k8s_selector
 def collect_args(*, samples: int | None = None, interval: float | None = None,
                  max_samples: int | None = None, native: bool = False,
                  nonblocking: bool = False, no_fr_trigger: bool = False,
-                 no_ras: bool = False) -> tuple[str, ...]:
+                 no_ras: bool = False, no_redact: bool = False) -> tuple[str, ...]:
     """The options given here that differ from attach's defaults, for each node's ``hangscope
     collect`` (the remote command line stays short and plain)."""
     args: list[str] = []
@@ -118,7 +118,8 @@ def collect_args(*, samples: int | None = None, interval: float | None = None,
         if value is not None and value != default:
             args += [name, f"{value:g}" if isinstance(value, float) else str(value)]
     for name, flag in (("--native", native), ("--nonblocking", nonblocking),
-                       ("--no-fr-trigger", no_fr_trigger), ("--no-ras", no_ras)):
+                       ("--no-fr-trigger", no_fr_trigger), ("--no-ras", no_ras),
+                       ("--no-redact", no_redact)):
         if flag:
             args.append(name)
     return tuple(args)
@@ -127,11 +128,11 @@ def collect_args(*, samples: int | None = None, interval: float | None = None,
 def fanout_options(job_id: str, out_dir: str, timeout: float | None, *, samples: int | None = None,
                    interval: float | None = None, max_samples: int | None = None,
                    native: bool = False, nonblocking: bool = False, no_fr_trigger: bool = False,
-                   no_ras: bool = False) -> FanoutOptions:
+                   no_ras: bool = False, no_redact: bool = False) -> FanoutOptions:
     """The SLURM fan-out, passing on the collection options given here."""
     args = collect_args(samples=samples, interval=interval, max_samples=max_samples,
                         native=native, nonblocking=nonblocking, no_fr_trigger=no_fr_trigger,
-                        no_ras=no_ras)
+                        no_ras=no_ras, no_redact=no_redact)
     return FanoutOptions(job_id=job_id, out_dir=out_dir,
                          timeout=timeout if timeout is not None else DEFAULT_TIMEOUT,
                          collect_args=args)

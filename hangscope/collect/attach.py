@@ -95,7 +95,7 @@ def collect(options: AttachOptions, bundle_dir: str,
     worker_of = {w: r.rank for r in job.ranks for w in r.workers}
     traceable, workers = _traceable(job, rank_of_pid, worker_of, summary, options.probe)
     budget.report("ranks", str(len(job.ranks)))
-    writer = BundleWriter(bundle_dir)
+    writer = BundleWriter(bundle_dir, redact=options.redact)
     pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="collect")
     pending: set[Future[None]] = set()
     try:

@@ -56,7 +56,7 @@ from hangscope.report.payload_types import (
     ThreadColumns,
     WorkerData,
 )
-from hangscope.report.redact import redact
+from hangscope.redact import redact
 from hangscope.report.tables import Frames, Strings
 
 if TYPE_CHECKING:
