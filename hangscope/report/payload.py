@@ -37,6 +37,7 @@ from hangscope.analysis.stacks import user_frame
 from hangscope.analysis.verdict import Finding
 from hangscope.model import FrEntry, LogEvent, ProcessState, RankEvidence, StackSample
 from hangscope.ranges import format_ranks
+from hangscope.redact import redact
 from hangscope.report import stacktree
 from hangscope.report.payload_types import (
     ClassColumns,
@@ -56,7 +57,6 @@ from hangscope.report.payload_types import (
     ThreadColumns,
     WorkerData,
 )
-from hangscope.redact import redact
 from hangscope.report.tables import Frames, Strings
 
 if TYPE_CHECKING:
