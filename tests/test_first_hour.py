@@ -234,3 +234,43 @@ def test_a_file_line_named_like_a_secret_is_not_masked() -> None:
         "at Tokenizer.count (tokenizer.py:34)"
     assert redact_text("auth_token: 1234") == "auth_token: [REDACTED]"
     assert redact_text("HF_TOKEN=hf_abc") == "HF_TOKEN=[REDACTED]"
+
+
+class TestGapsGrouped:
+    def test_per_rank_lines_of_one_cause_are_one_line(self) -> None:
+        from hangscope.analysis.gaps import group_gaps
+
+        launcher = "/var/log/job.out"
+        gaps = [f"rank {r}: {fd} goes to the launcher (pid 100)'s output file {launcher} "
+                "(collected once, as the launcher log)" for r in range(4)
+                for fd in ("stdout", "stderr")]
+        gaps += [f"rank {r} (pid {200 + r}): stderr is a pipe: not collected" for r in (2, 3)]
+        gaps += [f"rank {r}: no flight-recorder dump at /tmp/nccl_trace_rank_{r}"
+                 for r in range(4)]
+        gaps += ["rank 5: rank 5: permission denied", "a job-wide line", "a job-wide line"]
+        assert group_gaps(gaps, culprits=[5]) == [
+            "rank 5: permission denied",
+            f"ranks 0-3: stdout goes to the launcher (pid 100)'s output file {launcher} "
+            "(collected once, as the launcher log)",
+            f"ranks 0-3: stderr goes to the launcher (pid 100)'s output file {launcher} "
+            "(collected once, as the launcher log)",
+            "ranks 2,3: stderr is a pipe: not collected",
+            "ranks 0-3: no flight-recorder dump at /tmp/nccl_trace_rank_*",
+            "a job-wide line"]
+
+    def test_a_bundles_gaps_are_grouped(self, tmp_path) -> None:
+        run_cli("analyze", str(ROOT / "fixtures/bundles/ddp_imbalanced"),
+                "--out", str(tmp_path / "o"))
+        gaps = json.loads((tmp_path / "o" / "verdict.json").read_text())["evidence_gaps"]
+        dumps = [gap for gap in gaps if "no flight-recorder dump" in gap]
+        assert dumps == ["ranks 0-3: no flight-recorder dump at /tmp/nccl_trace_rank_*"], gaps
+
+    @pytest.mark.parametrize("scenario, caveat", [
+        ("missing_rank/fr/json", False),  # a culprit, named with the p2p possibility in its text
+        ("p2p_deadlock", True),  # the ranks sit in send/recv
+    ])
+    def test_the_gloo_p2p_caveat_only_where_p2p_may_be_involved(self, tmp_path, scenario,
+                                                                 caveat) -> None:
+        run_cli("analyze", str(RECORDED / scenario), "--out", str(tmp_path / "o"))
+        gaps = json.loads((tmp_path / "o" / "verdict.json").read_text())["evidence_gaps"]
+        assert any("does not record send/recv" in gap for gap in gaps) is caveat, gaps

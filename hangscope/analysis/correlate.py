@@ -212,9 +212,6 @@ def build_picture(evidence: JobEvidence) -> Picture:
         groups[name] = GroupView(name=name, desc=descs.get(name, ""), members=members,
                                  members_known=known, ranks=views,
                                  members_declared=bool(declared.get(name)))
-    if "gloo" in backends:
-        notes.append("gloo's flight recorder does not record send/recv: point-to-point waits are "
-                     "invisible in these dumps (stacks show them)")
     observations = log_observations(evidence)
     if observations:
         world_size = max(world_size, max(o.rank for o in observations) + 1)

@@ -8,6 +8,7 @@ from hangscope import __version__
 from hangscope.analysis import detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import GroupView, build_picture, finished
+from hangscope.analysis.gaps import group_gaps, p2p_caveat
 from hangscope.analysis.log_progress import log_states, logs_advance
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.moved_since_dump import reconcile
@@ -61,6 +62,9 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     if ctx.picture.dumps and missing_dumps:
         gaps.append(f"no flight-recorder dump for rank{'s' if len(missing_dumps) > 1 else ''} "
                     f"{format_ranks(missing_dumps)}")
+    if caveat := p2p_caveat(ctx, findings):
+        gaps.append(caveat)
+    gaps = group_gaps(gaps, (r for f in findings[:1] for r in f.culprit_ranks))
     status = _status(ctx, findings, gaps)
     verdict = Verdict(
         status=status,
