@@ -14,6 +14,7 @@ Every label goes through :func:`markupsafe.escape` before it becomes markup; the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,22 +50,30 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
+def _cut_middle(text: str, limit: int) -> str:
+    """``text`` in ``limit`` characters with its middle left out: a trailing ``file.py:123``
+    is kept whole (where it fits), since the place is what a reader looks for."""
+    if len(text) <= limit:
+        return text
+    last = text.rsplit(" ", 1)[-1]
+    tail = min(len(last), limit - 8) if re.search(r":\d+\)?$", last) else limit // 2
+    tail = max(tail, limit // 3)
+    return text[: limit - tail - 1] + "\u2026" + text[-tail:]
+
+
 def _wrap(text: str, width: int = 40, lines: int = 2) -> list[str]:
     """Up to ``lines`` lines of at most ``width`` characters, cut at spaces, the last with
-    an ellipsis when the text goes on."""
+    its middle left out when the text goes on (its end, often a file:line, is kept; the
+    box's tooltip has the whole)."""
     out: list[str] = []
     rest = text.strip()
-    while rest and len(out) < lines:
-        if len(rest) <= width:
-            out.append(rest)
-            rest = ""
-            break
+    while len(rest) > width and len(out) < lines - 1:
         cut = rest.rfind(" ", 0, width + 1)
         cut = cut if cut > width // 2 else width
         out.append(rest[:cut].rstrip())
         rest = rest[cut:].lstrip()
     if rest:
-        out[-1] = _cut(out[-1] + " " + rest, width)
+        out.append(_cut_middle(rest, width))
     return out
 
 

@@ -123,3 +123,54 @@ def test_log_only_report_draws_the_log_waits_and_cites_their_lines(visit, tmp_pa
     assert detail.is_visible()
     assert "desync_report.log:13" in detail.inner_text()
     seen.shot("logs-desync_report")
+
+
+SAMPLES = sorted(name for name in os.listdir(os.path.join(ROOT, "reports"))
+                 if name.endswith(".html"))
+OVERFLOW_JS = """() => {
+  const page = document.documentElement, wide = [];
+  if (page.scrollWidth > page.clientWidth) wide.push(['page', page.scrollWidth, page.clientWidth]);
+  document.querySelectorAll('.table-wrap, .graph-wrap, section, .gaps').forEach(box => {
+    if (box.clientWidth && box.scrollWidth > box.clientWidth + 1)
+      wide.push([box.id || box.className, box.scrollWidth, box.clientWidth]);
+  });
+  return wide;
+}"""
+
+
+@pytest.mark.parametrize("width", [1000, 1400])
+def test_sample_reports_fit_the_window(browser, width):
+    # GIVEN every committed sample report at a laptop and a desktop width
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        wide = {}
+        for name in SAMPLES:
+            page.goto("file://" + os.path.join(ROOT, "reports", name), wait_until="load")
+            # THEN neither the page nor a table or graph box scrolls sideways
+            if found := page.evaluate(OVERFLOW_JS):
+                wide[name] = found
+        assert not wide, wide
+        # AND a path cut in the middle keeps the whole on hover
+        page.goto("file://" + os.path.join(ROOT, "reports", "nccl-collective_mismatch_json.html"),
+                  wait_until="load")
+        cut = page.locator("code.path").first
+        assert "\u2026" in cut.inner_text() and len(cut.get_attribute("title")) > len(
+            cut.inner_text())
+    finally:
+        context.close()
+
+
+def test_evidence_gaps_show_three_and_fold_the_rest(visit, tmp_path):
+    # GIVEN a verdict with seven gap lines
+    result = result_of(evidence())
+    result.verdict.evidence_gaps = [f"gap number {i}" for i in range(7)]
+    seen = visit(write_report(result, str(tmp_path / "report.html")))
+    page = seen.page
+    # THEN three are shown and four are folded away until asked for
+    assert page.locator("#gap-list li").count() == 3
+    folded = page.locator("#gaps details.gap-more")
+    assert folded.locator("summary").inner_text() == "4 more"
+    assert not folded.locator("li").first.is_visible()
+    folded.locator("summary").click()
+    assert folded.locator("li").count() == 4 and folded.locator("li").first.is_visible()

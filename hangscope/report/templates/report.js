@@ -24,6 +24,13 @@
     }
     return node;
   }
+  // A long path in a table: its middle left out (the file:line end kept), the whole on hover.
+  function pathCode(text, max) {
+    text = text || ""; max = max || 64;
+    if (text.length <= max) return el("code", { text: text });
+    var tail = Math.ceil(max * 0.65), head = max - tail - 1;
+    return el("code", { cls: "path", title: text, text: text.slice(0, head) + "\u2026" + text.slice(text.length - tail) });
+  }
   function plural(n, word) { return n + " " + word + (n === 1 ? "" : /s$/.test(word) ? "es" : "s"); }
   function ranksLabel(text) { return (/[-,]/.test(text) ? "ranks " : "rank ") + text; }
   function clock(ms) {
@@ -60,9 +67,16 @@
   }
   fact("ranks with evidence", (sum.ranks_seen || "none") + (sum.world_size ? " of " + sum.world_size : ""));
   if (sum.ranks_missing) fact("no evidence from", ranksLabel(sum.ranks_missing), "culprit");
-  if (D.gaps.length) {
+  if (D.gaps.length) {  // the first few (those about the culprit come first); the rest folded
+    var GAPS_SHOWN = 3, more = el("ul");
     $("gaps").hidden = false;
-    D.gaps.forEach(function (g) { $("gap-list").appendChild(el("li", { text: g })); });
+    D.gaps.forEach(function (g, i) {
+      (i < GAPS_SHOWN ? $("gap-list") : more).appendChild(el("li", { text: g }));
+    });
+    if (D.gaps.length > GAPS_SHOWN) {
+      $("gaps").appendChild(el("details", { cls: "gap-more" },
+        el("summary", { text: (D.gaps.length - GAPS_SHOWN) + " more" }), more));
+    }
   }
 
   // ---- findings ---------------------------------------------------------------------------
@@ -72,7 +86,7 @@
       var rank = ev.rank[i];
       body.appendChild(el("tr", null, el("td", { text: S(ev.source[i]) }),
         el("td", { cls: "num" }, rank === null ? "" : rankLink(rank)),
-        el("td", { text: ev.detail[i] }), el("td", null, el("code", { text: S(ev.where[i]) }))));
+        el("td", { text: ev.detail[i] }), el("td", null, pathCode(S(ev.where[i])))));
     }
     return el("table", { cls: "data" }, el("thead", null, el("tr", null, el("th", { text: "source" }),
       el("th", { text: "rank", cls: "num" }), el("th", { text: "detail" }), el("th", { text: "where" }))), body);
@@ -117,7 +131,7 @@
     var tr = el("tr", { cls: "role-" + role, "data-cls": C.id[i] },
       el("td", { cls: "mono", text: C.ranks[i] }), el("td", { cls: "num", text: C.count[i] }),
       el("td", null, el("span", { cls: "role " + role, text: role })), el("td", { text: S(C.state[i]) }),
-      el("td", null, el("code", { text: S(C.where[i]) })), el("td", { text: S(C.last[i]) }));
+      el("td", null, pathCode(S(C.where[i]), 90)), el("td", { text: S(C.last[i]) }));
     tr.addEventListener("click", showRank.bind(null, C.rep[i]));
     rowByClass.push(tr);
     tbody.appendChild(tr);
@@ -201,7 +215,7 @@
         var dur = e.started[i] !== null && e.completed[i] !== null ? (e.completed[i] - e.started[i]).toFixed(3) + " ms" : "";
         rows.push([String(e.rid[i]), (e.p2p[i] ? "p2p " : "") + e.seq[i], S(e.op[i]) + (e.peer[i] !== null ? " peer " + e.peer[i] : ""),
           S(e.state[i]) + (e.done[i] === false ? " (not completed)" : ""), S(e.sizes[i]),
-          el("span", { cls: "nowrap", text: clock(e.created[i]) }), dur, el("code", { text: S(e.where[i]) })]);
+          el("span", { cls: "nowrap", text: clock(e.created[i]) }), dur, pathCode(S(e.where[i]))]);
       }
       box.appendChild(el("h3", { text: "Flight recorder, pg " + S(g.pg) + ": last " + e.rid.length + " of " + g.total + " entries (" + S(fr.path) + ")" }));
       box.appendChild(table(["record", "seq", "op", "state", "sizes", "enqueued (UTC)", "duration", "call site"], rows,
@@ -212,7 +226,7 @@
     var rows = [];
     for (var i = 0; i < lg.msg.length; i++) {
       rows.push([el("span", { cls: "sev-" + S(lg.sev[i]), text: S(lg.sev[i]) }), S(lg.kind[i]),
-        el("code", { text: S(lg.where[i]) }), el("div", { cls: "msg", text: lg.msg[i] })]);
+        pathCode(S(lg.where[i])), el("div", { cls: "msg", text: lg.msg[i] })]);
     }
     var t = table(["severity", "kind", "file:line", "line"], rows);
     return lg.omitted ? el("div", null, t, el("p", { cls: "sub", text: lg.omitted + " less severe lines left out" })) : t;
