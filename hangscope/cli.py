@@ -131,9 +131,12 @@ def cli() -> None:
 def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None, quiet: bool,
             out_dir: str | None, force: bool, as_json: bool, no_redact: bool,
             verbose: int, jobs: int | None = None) -> int:
-    """Analyze saved evidence: flight-recorder dumps (pickle or JSON), or hangscope bundles.
+    """Analyze saved evidence (FR dumps, logs, stacks, bundles) into verdict.json and report.html.
 
-    Several bundles (one per node, from `hangscope collect`), or a folder holding them, are
+    PATHS are files or folders holding any mix of flight-recorder dumps (pickle or JSON), rank,
+    launcher, NCCL and kernel logs, py-spy dumps (JSON or text), gdb/faulthandler stack pastes
+    and hangscope bundles, recognised by content, not by name. Writes OUT/verdict.json and
+    OUT/report.html and prints the summary (--json: the verdict). Several bundles (one per node, from `hangscope collect`), or a folder holding them, are
     merged by global rank: a rank in two bundles is an error; ranks in none are reported
     missing, with the node that should have held them where the manifests say."""
     _configure_logging(verbose)
@@ -222,8 +225,11 @@ def collect(pid_group: int | None, pids: tuple[int, ...], match: str | None, sam
             slurm_job_local: str | None, slurm_node: str | None, timeout: float | None,
             quiet: bool, out_dir: str, force: bool, verbose: int, no_redact: bool = False,
             remote: RemoteTarget | None = None) -> int:
-    """Collect on this node into a bundle, analyzing nothing (one per node; then
-    `hangscope analyze BUNDLE...` merges them by global rank). With --slurm-job, one bundle per
+    """Collect a bundle on this node (stacks, state, logs, FR dumps); no analysis.
+
+    Reads the job's processes (py-spy, /proc), their logs and flight-recorder dumps, and writes
+    them to the bundle --out, one per node; `hangscope analyze BUNDLE...` then merges them by
+    global rank. With --slurm-job, one bundle per
     node of the job under --out; with --ssh or --k8s-*, one per host or pod. Exit 0 when
     something was collected, 4 when nothing could be."""
     _configure_logging(verbose)
@@ -260,16 +266,21 @@ def collect(pid_group: int | None, pids: tuple[int, ...], match: str | None, sam
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["html", "text", "json"]), default="html",
-              show_default=True, help="What to render.")
+@click.option("--format", "fmt", type=click.Choice(["html", "text", "json"]),
+              help="What to render [default: html into -o FILE or a pipe, text to a terminal].")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Write to this file instead of stdout.")
 @click.option("--no-redact", is_flag=True,
               help="Keep tokens and passwords found in logs (masked by default).")
-def report(paths: tuple[str, ...], fmt: str, output: str | None, no_redact: bool) -> int:
-    """Re-render the report of a bundle (or any saved evidence) without collecting again."""
+def report(paths: tuple[str, ...], fmt: str | None, output: str | None, no_redact: bool) -> int:
+    """Render the verdict of a bundle (or any saved evidence) again, without collecting.
+
+    Reads PATHS as analyze does and writes nothing but -o FILE: to a terminal it prints the
+    text summary; into -o FILE or a pipe, the HTML report (--format chooses)."""
     from hangscope.report.render import Format, render
 
+    if fmt is None:
+        fmt = "text" if output is None and sys.stdout.isatty() else "html"
     result = run_report(list(paths), LoadOptions(), redact=not no_redact)
     color = (output is None and fmt == "text" and sys.stdout.isatty()
              and "NO_COLOR" not in os.environ)
@@ -306,7 +317,7 @@ def schema() -> int:
               show_default=True, help="Stop watching after this many seconds (exit 0).")
 @click.option("--interval", type=click.FloatRange(0.1, 60),
               help="Seconds between checks [default: stall/5, within 0.5-5].")
-@click.option("--quiet", is_flag=True, help="Print nothing unless a verdict is written.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing unless a verdict is written.")
 @output_options
 def watch(pid_group: int | None, pids: tuple[int, ...], match: str | None,
           slurm_job: str | None, stall: float,
@@ -394,12 +405,14 @@ def _tally(result: Summary) -> str:
              if result.files else where]
     if result.collect_tally:
         parts.append(result.collect_tally)
-    parts.append(f"{len(verdict.ranks_seen)} ranks with evidence"
+    seen = len(verdict.ranks_seen)
+    parts.append(f"{seen} rank{'' if seen == 1 else 's'} with evidence"
                  + (f" of {verdict.world_size}" if verdict.world_size else ""))
     if verdict.ranks_missing:
         parts.append(f"none from {format_ranks(verdict.ranks_missing)}")
     if result.input_problems:
-        parts.append(f"{len(result.input_problems)} input problems (see evidence gaps)")
+        problems = len(result.input_problems)
+        parts.append(f"{problems} input problem{'' if problems == 1 else 's'} (see evidence gaps)")
     parts.append(f"{result.seconds:.2f}s")
     return " | ".join(parts)
 

@@ -101,7 +101,10 @@ class TerminalProgress:
 
 
 def _columns(stream: TextIO) -> int:
+    """The terminal's width; 80 where it says none (a serial console or a container's pty
+    reports 0 columns)."""
     try:
-        return os.get_terminal_size(stream.fileno()).columns
+        columns = os.get_terminal_size(stream.fileno()).columns
     except (OSError, ValueError, AttributeError):
         return 80
+    return columns if columns > 0 else 80

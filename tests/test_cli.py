@@ -52,7 +52,7 @@ class TestAnalyze:
         proc = run_cli("analyze", str(missing_rank_dumps), "--out", str(tmp_path / "o"))
         assert proc.returncode == ExitCode.HANG_FOUND, proc.stderr
         tally = proc.stdout.strip().splitlines()[-1]
-        assert "| 1 input problems (see evidence gaps) |" in tally, tally
+        assert "| 1 input problem (see evidence gaps) |" in tally, tally
         assert "nccl_trace_rank_3: truncated or corrupt pickle" in proc.stdout
 
     def test_refuses_non_empty_out_without_force(self, tmp_path, missing_rank_dumps) -> None:

@@ -274,3 +274,106 @@ class TestGapsGrouped:
         run_cli("analyze", str(RECORDED / scenario), "--out", str(tmp_path / "o"))
         gaps = json.loads((tmp_path / "o" / "verdict.json").read_text())["evidence_gaps"]
         assert any("does not record send/recv" in gap for gap in gaps) is caveat, gaps
+
+
+class TestManners:
+    def test_report_to_a_terminal_prints_text_and_html_to_a_pipe(self, tmp_path) -> None:
+        import pty
+
+        dumps = str(RECORDED / "missing_rank" / "fr" / "json")
+        main_fd, child_fd = pty.openpty()
+        try:
+            proc = subprocess.run([sys.executable, "-m", "hangscope", "report", dumps],
+                                  stdout=child_fd, stderr=subprocess.PIPE, timeout=60)
+            os.close(child_fd)
+            child_fd = -1
+            shown = b""
+            while True:
+                try:
+                    chunk = os.read(main_fd, 65536)
+                except OSError:  # EIO: the child's side is closed and drained
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+        finally:
+            os.close(main_fd)
+            if child_fd >= 0:
+                os.close(child_fd)
+        assert proc.returncode == 3, proc.stderr
+        assert b"ROOT CAUSE: missing_rank" in shown and b"<html" not in shown
+        piped = run_cli("report", dumps)
+        assert piped.stdout.lstrip().lower().startswith("<!doctype html")
+
+    def test_a_text_file_named_on_the_command_line_is_read_whatever_its_name(self,
+                                                                           tmp_path) -> None:
+        text = "lorem ipsum dolor sit amet\nnothing a scanner knows\n"
+        (tmp_path / "x.log").write_text(text)
+        (tmp_path / "x").write_text(text)
+        named = run_cli("analyze", str(tmp_path / "x.log"), "--out", str(tmp_path / "a"))
+        bare = run_cli("analyze", str(tmp_path / "x"), "--out", str(tmp_path / "b"))
+        assert named.returncode == bare.returncode == 1, (named.stderr, bare.stderr)
+        assert "not a recognised evidence file" not in bare.stderr
+
+    def test_match_never_counts_hangscopes_own_processes(self) -> None:
+        import re
+
+        from hangscope.discover.proctree import find_roots, snapshot
+
+        marker = "31.4159265"
+        # GIVEN a job process and a forked copy of this process (attach's analyzer is one),
+        # both matching the pattern
+        job = subprocess.Popen(["sleep", marker])
+        read, write = os.pipe()
+        copy = os.fork()
+        if copy == 0:  # the copy waits for the pipe to close, then leaves at once
+            os.close(write)
+            os.read(read, 1)
+            os._exit(0)
+        os.close(read)
+        try:
+            table = snapshot()
+            own = re.escape(table[os.getpid()].line)
+            assert table[copy].line == table[os.getpid()].line  # the copy matches like we do
+            pattern = re.compile(rf"sleep {re.escape(marker)}|^{own}$")
+            roots = find_roots(table, None, [], pattern, [])
+            # THEN the job is a candidate; this process and its copy are not
+            assert job.pid in roots, roots
+            assert copy not in roots and os.getpid() not in roots, (roots, copy)
+        finally:
+            os.close(write)
+            os.waitpid(copy, 0)
+            job.kill()
+            job.wait(timeout=10)
+
+    def test_progress_line_survives_a_terminal_of_zero_columns(self, monkeypatch) -> None:
+        import io
+
+        from hangscope import progress
+
+        monkeypatch.setattr(os, "get_terminal_size", lambda fd: os.terminal_size((0, 0)))
+        with open(os.devnull, "w") as stream:
+            assert progress._columns(stream) == 80
+        assert progress._columns(io.StringIO()) == 80
+
+    def test_grammar_of_one(self, tmp_path) -> None:
+        (tmp_path / "rank0.log").write_text(SECRET_LOG.replace("rank1", "rank0"))
+        (tmp_path / "junk.bin").write_bytes(b"\x00\x01\x02")
+        proc = run_cli("analyze", str(tmp_path / "rank0.log"), str(tmp_path / "junk.bin"),
+                       "--out", str(tmp_path / "o"))
+        tally = proc.stdout.strip().splitlines()[-1]
+        assert "| 1 rank with evidence" in tally and "| 1 input problem (" in tally, tally
+        assert "world size 1; evidence from rank 0" in proc.stdout
+        empty = tmp_path / "empty.log"
+        empty.write_text("just words\n")
+        unknown = run_cli("analyze", str(empty), "--out", str(tmp_path / "e"))
+        assert "world size unknown; evidence from no rank" in unknown.stdout
+        assert "world size ?" not in unknown.stdout and "ranks none" not in unknown.stdout
+
+    def test_help_says_what_each_command_reads_and_writes(self) -> None:
+        analyze = run_cli("analyze", "--help").stdout
+        assert "logs" in analyze and "py-spy" in analyze and "verdict.json" in analyze
+        collect = run_cli("collect", "--help").stdout
+        assert "no analysis" in collect and "analyzing" not in collect
+        watch = run_cli("watch", "--help").stdout
+        assert "-q, --quiet" in watch

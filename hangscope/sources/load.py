@@ -59,7 +59,7 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
             if unreadable:
                 report.problems.append(unreadable)
                 continue
-            kind, paste = _sniff(file_path)
+            kind, paste = _sniff(file_path, explicit)
             if paste:
                 paste_files.append(file_path)
                 if kind is None:
@@ -112,9 +112,10 @@ def _files_under(path: str, skip: set[str]) -> list[tuple[str, bool]]:
     return found
 
 
-def _sniff(path: str) -> tuple[str | None, bool]:
+def _sniff(path: str, explicit: bool = False) -> tuple[str | None, bool]:
     """The file's kind from its first bytes, and whether it (also) holds a gdb or faulthandler
-    stack paste: a rank's log may carry a faulthandler dump beside its watchdog lines."""
+    stack paste: a rank's log may carry a faulthandler dump beside its watchdog lines. A text
+    file named on the command line (``explicit``) is read as a log whatever its name."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(SNIFF_BYTES)
@@ -126,7 +127,7 @@ def _sniff(path: str) -> tuple[str | None, bool]:
         return "pyspy", False
     if head.lstrip().startswith(b"{") and f'"{oswaits.SCHEMA}"'.encode() in head:
         return oswaits.KIND, False
-    kind = "log" if sniff_log(head, path) else None
+    kind = "log" if sniff_log(head, path, any_name=explicit) else None
     return kind, stack_pastes.sniff_stack_paste(head)
 
 

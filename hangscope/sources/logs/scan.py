@@ -82,8 +82,10 @@ _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)"
                 b"elastic", b"CUDA out of memory", b"NCCL version", b"[default")
 
 
-def sniff_log(head: bytes, path: str) -> bool:
-    """True when the first bytes (or the name) say this is a training/launcher/kernel log."""
+def sniff_log(head: bytes, path: str, any_name: bool = False) -> bool:
+    """True when the first bytes say this is a training/launcher/kernel log: a line of a known
+    kind, or mostly printable text where the name looks like a log (``.log``, ``stdout``...) or
+    ``any_name`` (a file the user named on the command line: its name says nothing)."""
     if nccl_ras.looks_like_ras_json(head):
         return True
     if head.startswith((b"\x80", b"PK\x03\x04", b"\x1f\x8b", b"\x7fELF")):
@@ -91,7 +93,8 @@ def sniff_log(head: bytes, path: str) -> bool:
     if any(word in head for word in _SNIFF_WORDS):
         return True
     name = os.path.basename(path).lower()
-    if name.endswith((".log", ".out", ".err", ".txt")) or name in ("stdout", "stderr", "dmesg"):
+    if any_name or name.endswith((".log", ".out", ".err", ".txt")) \
+            or name in ("stdout", "stderr", "dmesg"):
         sample = head[:4096]
         if not sample:
             return False
