@@ -136,7 +136,9 @@ def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None, 
     PATHS are files or folders holding any mix of flight-recorder dumps (pickle or JSON), rank,
     launcher, NCCL and kernel logs, py-spy dumps (JSON or text), gdb/faulthandler stack pastes
     and hangscope bundles, recognised by content, not by name. Writes OUT/verdict.json and
-    OUT/report.html and prints the summary (--json: the verdict). Several bundles (one per node, from `hangscope collect`), or a folder holding them, are
+    OUT/report.html and prints the summary (--json: the verdict).
+
+    Several bundles (one per node, from `hangscope collect`), or a folder holding them, are
     merged by global rank: a rank in two bundles is an error; ranks in none are reported
     missing, with the node that should have held them where the manifests say."""
     _configure_logging(verbose)
