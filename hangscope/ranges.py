@@ -28,6 +28,12 @@ def ranks_phrase(ranks: Iterable[int]) -> str:
     return f"rank{'s' if len(ordered) > 1 else ''} {format_ranks(ordered)}"
 
 
+def ranks_do(ranks: Iterable[int], verb: str) -> str:
+    """``rank 3 waits`` or ``ranks 0-2 wait``: a subject and its verb that agree."""
+    ordered = sorted(set(ranks))
+    return f"{ranks_phrase(ordered)} {verb}{'s' if len(ordered) == 1 else ''}"
+
+
 def _span(start: int, end: int) -> str:
     if start == end:
         return str(start)

@@ -377,3 +377,34 @@ class TestManners:
         assert "no analysis" in collect and "analyzing" not in collect
         watch = run_cli("watch", "--help").stdout
         assert "-q, --quiet" in watch
+
+
+class TestOutputAgrees:
+    def test_the_rank_table_marks_only_the_ranks_the_finding_names(self, tmp_path) -> None:
+        # GIVEN a straggler that the logs tell apart from a rank in the same FR state
+        proc = run_cli("analyze", str(RECORDED / "straggler"), "--out", str(tmp_path / "o"))
+        verdict = json.loads((tmp_path / "o" / "verdict.json").read_text())
+        named = verdict["findings"][0]["culprit_ranks"]
+        marked = sorted(r for cls in verdict["rank_classes"] if cls["role"] == "culprit"
+                        for r in cls["ranks"])
+        assert (verdict["findings"][0]["kind"], named) == ("straggler", [2])
+        assert marked == named, verdict["rank_classes"]
+        assert "0,2  [culprit]" not in proc.stdout
+
+    @pytest.mark.parametrize("scenario", ["rank_oom", "missing_rank", "straggler",
+                                          "python_deadlock", "eval_summary_lock"])
+    def test_one_rank_waits(self, tmp_path, scenario) -> None:
+        import re
+
+        run_cli("analyze", str(RECORDED / scenario), "--out", str(tmp_path / "o"))
+        text = (tmp_path / "o" / "verdict.json").read_text()
+        assert not re.search(r"\brank \d+ wait (in|for|on)\b", text), re.findall(
+            r"[^.;]*\brank \d+ wait (?:in|for|on)\b[^.;]*", text)
+
+    def test_a_lock_is_named_once(self, tmp_path) -> None:
+        run_cli("analyze", str(RECORDED / "python_deadlock"), "--out", str(tmp_path / "o"))
+        summary = json.loads((tmp_path / "o" / "verdict.json").read_text())["findings"][0][
+            "summary"]
+        assert "main thread is blocked on lock.acquire (source line: with self.stats_lock:) at " \
+            "Metrics.update_metrics" in summary, summary
+        assert "): lock lock.acquire" not in summary

@@ -26,9 +26,9 @@ from hangscope.analysis.verdict import (
     Verdict,
     order_findings,
 )
-from hangscope.analysis.waitgraph import build_wait_graph
+from hangscope.analysis.waitgraph import WaitGraph, build_wait_graph
 from hangscope.model import FrEntry, JobEvidence
-from hangscope.ranges import format_ranks, ranks_phrase
+from hangscope.ranges import format_ranks, ranks_do, ranks_phrase
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ def _waiting_gap(ctx: Context) -> str:
                       and any(finished(e) for e in view.block_at(entry.seq)))
         elsewhere = sorted(set(group.members) - set(ranks) - set(done))
         whole = whole and not done and not elsewhere and not entry.is_p2p
-        text = (f"ranks {format_ranks(ranks)} wait in {entry.op} {'p2p ' if entry.is_p2p else ''}"
+        text = (f"{ranks_do(ranks, 'wait')} in {entry.op} {'p2p ' if entry.is_p2p else ''}"
                 f"seq {entry.seq} on pg {group.label}")
         if done:
             text += f", which ranks {format_ranks(done)} completed"
@@ -267,9 +267,34 @@ def _waiting_gap(ctx: Context) -> str:
     return "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
 
 
+def _split_culprits(graph: WaitGraph, culprits: set[int]) -> None:
+    """Give the root finding's culprits classes of their own: a class is ranks in one state,
+    and a finding may tell them apart by what the state leaves out (a straggler's step time
+    in its log), so the table and the graph never mark a rank the finding does not name.
+    The new class keeps the old one's state and waits."""
+    for cid, ranks in list(graph.members.items()):
+        named = [r for r in ranks if r in culprits]
+        if not named or len(named) == len(ranks):
+            continue
+        new = f"{cid}.{named[0]}"
+        graph.members[cid] = [r for r in ranks if r not in culprits]
+        graph.members[new] = named
+        graph.states[new] = graph.states[cid]
+        graph.class_of.update(dict.fromkeys(named, new))
+        graph.graph.nodes[cid]["ranks"] = format_ranks(graph.members[cid])
+        graph.graph.add_node(new, ranks=format_ranks(named), state=graph.states[cid])
+        for src, dst, data in list(graph.graph.in_edges(cid, data=True)):
+            graph.graph.add_edge(new if src == cid else src, new, reasons=list(data["reasons"]))
+        for src, dst, data in list(graph.graph.out_edges(cid, data=True)):
+            if dst != cid:
+                graph.graph.add_edge(new, dst, reasons=list(data["reasons"]))
+
+
 def _classes(ctx: Context, findings: list[Finding]) -> list[RankClass]:
     """Roles: the root's culprits, and the culprits of findings about as believed as the root
     (a second, independent fault), are culprits; every rank a finding names as waiting waits."""
+    if findings:
+        _split_culprits(ctx.graph, set(findings[0].culprit_ranks))
     top = findings[0].confidence if findings else 0.0
     culprits = {r for f in findings if f is findings[0] or f.confidence >= top - 0.05
                 for r in f.culprit_ranks}

@@ -16,7 +16,7 @@ from __future__ import annotations
 from hangscope.analysis.context import Context
 from hangscope.analysis.rank_state import RankStackState
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
-from hangscope.ranges import ranks_phrase
+from hangscope.ranges import ranks_do, ranks_phrase
 
 BUSY_SHARE = 0.5  # of one core over the samples
 
@@ -50,7 +50,7 @@ def detect(ctx: Context) -> list[Finding]:
     for culprits, waiting in found.items():
         doing = "; ".join(f"rank {r}: {ctx.stacks[r].describe()}" for r in culprits[:4])
         summary = (f"{ranks_phrase(list(culprits))} {'is' if len(culprits) == 1 else 'are'} busy, "
-                   f"not stuck ({doing}), and {ranks_phrase(sorted(waiting))} wait for "
+                   f"not stuck ({doing}), and {ranks_do(waiting, 'wait')} for "
                    f"{'it' if len(culprits) == 1 else 'them'}: the job is slow while this phase "
                    "lasts (a checkpoint, an evaluation, a slower loop). Slow, not deadlocked; a "
                    "rank that loops forever looks the same over one look, so look again (or "

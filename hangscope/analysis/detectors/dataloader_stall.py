@@ -16,7 +16,7 @@ from hangscope.analysis.context import Context
 from hangscope.analysis.log_causes import describe, failures, unranked
 from hangscope.analysis.stacks import classify_thread, main_thread
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
-from hangscope.ranges import format_ranks, ranks_phrase
+from hangscope.ranges import ranks_do, ranks_phrase
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -38,7 +38,7 @@ def detect(ctx: Context) -> list[Finding]:
                                      "no DataLoader worker was seen (num_workers=0 means the "
                                      "dataset itself blocks in the main process)"))
         if waiting:
-            summary += f"; ranks {format_ranks(waiting)} wait for it"
+            summary += f"; {ranks_do(waiting, 'wait')} for it"
         confidence = 0.9 if rank in waited_on else 0.6
         findings.append(Finding(kind=Kind.DATALOADER_STALL, culprit_ranks=[rank],
                                 waiting_ranks=waiting, confidence=confidence, summary=summary,

@@ -32,7 +32,7 @@ from hangscope.analysis.majority import odd_ones_out
 from hangscope.analysis.stacks import short_where
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
-from hangscope.ranges import format_ranks, ranks_phrase
+from hangscope.ranges import ranks_do, ranks_phrase
 from hangscope.sources.logs.common import one_line
 
 
@@ -50,7 +50,7 @@ def detect(ctx: Context) -> list[Finding]:
         for rank in culprits[:4]:
             state = ctx.stacks.get(rank)
             doing.append(f"rank {rank}: {state.describe() if state else 'no process or evidence'}")
-        summary = (f"ranks {format_ranks(sorted(waiting))} wait in process-group setup for "
+        summary = (f"{ranks_do(waiting, 'wait')} in process-group setup for "
                    f"{ranks_phrase(culprits)}, which "
                    f"never joined ({'; '.join(doing)})")
         findings.append(Finding(kind=Kind.INIT_HANG, culprit_ranks=culprits,

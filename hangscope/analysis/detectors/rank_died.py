@@ -23,7 +23,7 @@ from hangscope.analysis.log_causes import Failure, failures
 from hangscope.analysis.rank_state import exited_cleanly
 from hangscope.analysis.ras_facts import seen_alive
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
-from hangscope.ranges import ranks_phrase
+from hangscope.ranges import ranks_do, ranks_phrase
 
 _STRENGTH = {"signal": 0.9, "exception": 0.9, "dead": 0.85, "exit": 0.5, "collective_error": 0.55}
 
@@ -86,7 +86,7 @@ def detect(ctx: Context) -> list[Finding]:
             confidence = max(confidence, 0.9 if rank in waited_on else 0.7)
         parts.append(f"rank {rank}: " + "; ".join(dict.fromkeys(how)))
     others = sorted(set(ctx.evidence.ranks) - set(dead))
-    tail = f"; {ranks_phrase(waiting)} wait for {'them' if len(dead) > 1 else 'it'}" \
+    tail = f"; {ranks_do(waiting, 'wait')} for {'them' if len(dead) > 1 else 'it'}" \
         if waiting else (f"; the errors of {ranks_phrase(others)} follow from it"
                          if others and logged else "")
     summary = (f"{ranks_phrase(dead)} {'died' if died else 'failed'} first: "

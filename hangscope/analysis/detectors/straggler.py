@@ -27,7 +27,7 @@ from hangscope.analysis.context import Context
 from hangscope.analysis.rank_state import IDLE_CPU_SHARE, RankStackState
 from hangscope.analysis.stacks import short_where
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
-from hangscope.ranges import format_ranks, ranks_phrase
+from hangscope.ranges import format_ranks, ranks_do, ranks_phrase
 
 MIN_SAMPLES = 3
 WAIT_KINDS = ("collective", "p2p")
@@ -151,7 +151,7 @@ def _finding(ctx: Context, states: dict[int, RankStackState], slow: list[int],
         sentences.append(f"ranks {format_ranks(others)} spent {others_wait:.0%} of their samples "
                          "waiting in collectives")
     elif median(busy[r] for r in others) < median(busy[r] for r in slow):
-        sentences.append(f"ranks {format_ranks(others)} wait for it where their stacks do not "
+        sentences.append(f"{ranks_do(others, 'wait')} for it where their stacks do not "
                          "show it (inside the backward pass or a C call)")
     summary = "; ".join(sentences) + ". Slow, not deadlocked."
     evidence = [item for rank in slow[:4]
