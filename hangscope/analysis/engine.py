@@ -26,7 +26,7 @@ from hangscope.analysis.verdict import (
     Verdict,
     order_findings,
 )
-from hangscope.analysis.waitgraph import WaitGraph, build_wait_graph
+from hangscope.analysis.waitgraph import build_wait_graph, describe_rank
 from hangscope.model import FrEntry, JobEvidence
 from hangscope.ranges import format_ranks, ranks_do, ranks_phrase
 
@@ -267,11 +267,13 @@ def _waiting_gap(ctx: Context) -> str:
     return "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
 
 
-def _split_culprits(graph: WaitGraph, culprits: set[int]) -> None:
+def _split_culprits(ctx: Context, culprits: set[int]) -> None:
     """Give the root finding's culprits classes of their own: a class is ranks in one state,
     and a finding may tell them apart by what the state leaves out (a straggler's step time
     in its log), so the table and the graph never mark a rank the finding does not name.
-    The new class keeps the old one's state and waits."""
+    The new class keeps the old one's waits; each says the state of its own first rank."""
+    graph = ctx.graph
+    ends = log_states(ctx.evidence)
     for cid, ranks in list(graph.members.items()):
         named = [r for r in ranks if r in culprits]
         if not named or len(named) == len(ranks):
@@ -279,10 +281,12 @@ def _split_culprits(graph: WaitGraph, culprits: set[int]) -> None:
         new = f"{cid}.{named[0]}"
         graph.members[cid] = [r for r in ranks if r not in culprits]
         graph.members[new] = named
-        graph.states[new] = graph.states[cid]
         graph.class_of.update(dict.fromkeys(named, new))
-        graph.graph.nodes[cid]["ranks"] = format_ranks(graph.members[cid])
-        graph.graph.add_node(new, ranks=format_ranks(named), state=graph.states[cid])
+        for one in (cid, new):
+            graph.states[one] = describe_rank(ctx.picture, ctx.stacks, graph.members[one][0], ends)
+        graph.graph.nodes[cid].update(ranks=format_ranks(graph.members[cid]),
+                                      state=graph.states[cid])
+        graph.graph.add_node(new, ranks=format_ranks(named), state=graph.states[new])
         for src, dst, data in list(graph.graph.in_edges(cid, data=True)):
             graph.graph.add_edge(new if src == cid else src, new, reasons=list(data["reasons"]))
         for src, dst, data in list(graph.graph.out_edges(cid, data=True)):
@@ -294,7 +298,7 @@ def _classes(ctx: Context, findings: list[Finding]) -> list[RankClass]:
     """Roles: the root's culprits, and the culprits of findings about as believed as the root
     (a second, independent fault), are culprits; every rank a finding names as waiting waits."""
     if findings:
-        _split_culprits(ctx.graph, set(findings[0].culprit_ranks))
+        _split_culprits(ctx, set(findings[0].culprit_ranks))
     top = findings[0].confidence if findings else 0.0
     culprits = {r for f in findings if f is findings[0] or f.confidence >= top - 0.05
                 for r in f.culprit_ranks}
