@@ -207,3 +207,14 @@ def test_a_rank_that_exits_0_while_others_wait_for_it_is_still_the_culprit() -> 
 def test_a_non_zero_exit_is_still_a_death() -> None:
     verdict, _ = analyze(_ended({0: 1, 1: 0}))
     assert verdict.findings[0].kind is Kind.RANK_DIED and 0 in verdict.findings[0].culprit_ranks
+
+
+def test_cpu_shares_over_a_fraction_of_a_second_name_no_straggler() -> None:
+    # GIVEN two ranks of a healthy DDP job, both seen on their backward line, whose CPU over a
+    # 0.4 s window differs 2x (the scheduler held one off the CPU); and the same over 2.1 s
+    both = [in_backward()] * 3
+    short = job({0: both, 1: both}, cpu={0: 0.81, 1: 0.38}, interval=0.2)
+    longer = job({0: both, 1: both}, cpu={0: 0.81, 1: 0.38}, interval=1.05)
+    # THEN the short window is no evidence of a straggler; the longer one is
+    assert all(f.kind != Kind.STRAGGLER for f in analyze(short)[0].findings)
+    assert analyze(longer)[0].findings[0].kind == Kind.STRAGGLER
