@@ -13,6 +13,8 @@ from hangscope.sources.logs.loader import load_log_file
 from hangscope.sources.probe import RECORD_KIND as PROBE_KIND
 from hangscope.sources.probe import load_probe_record
 from hangscope.sources.pyspy import RECORD_KIND, load_pyspy_record
+from hangscope.sources.runtime import RECORD_KIND as RUNTIME_KIND
+from hangscope.sources.runtime import load_runtime_file
 
 # loader(path, rank, evidence, problems). ``rank`` is None for job-level files (the launcher's
 # log), which say their ranks themselves.
@@ -39,4 +41,5 @@ FILE_LOADERS: dict[str, FileLoader] = {
     RECORD_KIND: load_pyspy_record,
     "log": load_log_file,
     PROBE_KIND: load_probe_record,
+    RUNTIME_KIND: load_runtime_file,
 }
