@@ -39,6 +39,7 @@ from hangscope.sources.logs.runtime_lines import KIND as LOG_KIND
 
 UNSET = "(unset)"
 CONFIDENCE = 0.5
+CONFIDENCE_WITH_STATE = 0.7  # the odd ranks are also the only ones in their state
 _IGNORED_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NCCL_RAS_ADDR", "NCCL_COMM_ID"})
 _IGNORED_SUFFIXES = ("_FILE", "_DIR", "_PATH", "_FILE_NAME")
 _LABELS = {"nccl_version": "NCCL version", "nccl_cuda": "NCCL built for CUDA",
@@ -161,7 +162,7 @@ def explain(ctx: Context, findings: list[Finding]) -> tuple[list[Finding], list[
             _add_context(finding, diffs)
             cited = True
     if not cited and not any(f.culprit_ranks for f in findings) and _stuck(ctx, findings):
-        findings = [*findings, _finding(diffs, sigs)]
+        findings = [*findings, _finding(ctx, diffs, sigs)]
     return findings, diffs
 
 
@@ -203,20 +204,43 @@ def _stuck(ctx: Context, findings: list[Finding]) -> bool:
                and s.progress != "moving" for s in ctx.stacks.values())
 
 
-def _finding(diffs: list[ConfigDifference], sigs: dict[int, tuple[str, ...]]) -> Finding:
+def _finding(ctx: Context, diffs: list[ConfigDifference],
+             sigs: dict[int, tuple[str, ...]]) -> Finding:
     odd = odd_ranks(sigs)
     rest = sorted(set(sigs) - set(odd))
     what = "; ".join(describe(d) for d in diffs[:3])
+    evidence = _items(diffs)
+    state = _own_state(ctx, odd)
     if odd:
         summary = (f"{ranks_phrase(odd)} run{'s' if len(odd) == 1 else ''} a configuration no "
-                   f"other rank has ({what}): ranks whose libraries or collective settings "
-                   "differ can wait forever on each other; make them agree")
+                   f"other rank has ({what})")
+        if state:
+            summary += f" and {'is' if len(odd) == 1 else 'are'} alone in {state}"
+            evidence.extend(_state_items(ctx, odd, state))
     else:
-        summary = (f"the ranks run {len(set(sigs.values()))} different configurations "
-                   f"({what}): ranks whose libraries or collective settings differ can wait "
-                   "forever on each other; make them agree")
+        summary = f"the ranks run {len(set(sigs.values()))} different configurations ({what})"
+    summary += (": ranks whose libraries or collective settings differ can wait forever on each "
+                "other; make them agree")
     if len(diffs) > 3:
         summary += f" ({len(diffs) - 3} more differences in the table)"
     return Finding(kind=Kind.CONFIG_SKEW, culprit_ranks=odd, waiting_ranks=rest,
-                   confidence=CONFIDENCE, summary=summary, evidence=_items(diffs))
+                   confidence=CONFIDENCE_WITH_STATE if state else CONFIDENCE, summary=summary,
+                   evidence=evidence)
 
+
+def _own_state(ctx: Context, odd: list[int]) -> str:
+    """The state the odd ranks share and no other rank has (their rank class), if any."""
+    if not odd:
+        return ""
+    classes = {ctx.graph.class_of.get(rank) for rank in odd}
+    if len(classes) != 1 or None in classes:
+        return ""
+    cid = classes.pop()
+    if sorted(ctx.graph.members.get(cid, [])) != sorted(odd) or len(ctx.graph.members) < 2:
+        return ""
+    return ctx.graph.states.get(cid, "")
+
+
+def _state_items(ctx: Context, odd: list[int], state: str) -> list[EvidenceItem]:
+    source = "py-spy" if odd[0] in ctx.stacks else "flight_recorder"
+    return [EvidenceItem(source=source, rank=odd[0], detail=f"{ranks_phrase(odd)}: {state}")]
