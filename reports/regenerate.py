@@ -45,6 +45,9 @@ def samples() -> list[tuple[str, list[str]]]:
         for folder in sorted(glob.glob("fixtures/nccl/*/")):
             folder = folder.rstrip("/")
             found.append((f"nccl-{os.path.basename(folder)}", [folder]))
+        skew = sorted(glob.glob("fixtures/logs/config_skew/nccl_version_skew_rank*.log"))
+        if skew:  # built logs: two ranks on different NCCL builds and networks
+            found.append(("logs-config_skew", skew))
     return found
 
 

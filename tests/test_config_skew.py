@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 from verdict_schema import problems
 
-from hangscope.analysis.config_skew import UNSET, compare, gather, odd_ranks, signatures
+from hangscope.analysis.config_skew import UNSET, compare, explain, gather, odd_ranks, signatures
 from hangscope.analysis.engine import analyze, build_context
-from hangscope.analysis.config_skew import explain
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.cli import main
 from hangscope.collect.runtime import mapped_libraries, nccl_version, torch_version

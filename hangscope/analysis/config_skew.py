@@ -45,12 +45,14 @@ _IGNORED_SUFFIXES = ("_FILE", "_DIR", "_PATH", "_FILE_NAME")
 _LABELS = {"nccl_version": "NCCL version", "nccl_cuda": "NCCL built for CUDA",
            "cuda_driver_version": "CUDA driver version", "torch_version": "torch version",
            "python_version": "Python version", "nccl_network": "NCCL network",
-           "nccl_net_devices": "NCCL network devices", "nccl_bootstrap_if": "NCCL bootstrap interface"}
+           "nccl_net_devices": "NCCL network devices",
+           "nccl_bootstrap_if": "NCCL bootstrap interface"}
 Facts = dict[int, dict[str, tuple[str, str]]]  # rank -> key -> (value, where)
 
 
 def label(key: str) -> str:
-    """How a key reads in a sentence: ``NCCL version``, ``NCCL_SOCKET_IFNAME``, ``library libnccl``."""
+    """How a key reads in a sentence: ``NCCL version``, ``NCCL_SOCKET_IFNAME``,
+    ``library libnccl``."""
     if key in _LABELS:
         return _LABELS[key]
     kind, _, name = key.partition(":")
@@ -236,7 +238,8 @@ def _own_state(ctx: Context, odd: list[int]) -> str:
     if len(classes) != 1 or None in classes:
         return ""
     cid = classes.pop()
-    if sorted(ctx.graph.members.get(cid, [])) != sorted(odd) or len(ctx.graph.members) < 2:
+    if cid is None or len(ctx.graph.members) < 2 \
+            or sorted(ctx.graph.members.get(cid, [])) != sorted(odd):
         return ""
     return ctx.graph.states.get(cid, "")
 

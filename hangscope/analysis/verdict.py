@@ -129,8 +129,8 @@ class ConfigGroup:
 
 @dataclass(slots=True)
 class ConfigDifference:
-    """A setting the ranks disagree on (``env:NCCL_SOCKET_IFNAME``, ``nccl_version``, ``lib:libnccl``),
-    its groups largest first. ``unknown`` lists ranks nothing said it for."""
+    """A setting the ranks disagree on (``env:NCCL_SOCKET_IFNAME``, ``nccl_version``,
+    ``lib:libnccl``), its groups largest first. ``unknown`` lists ranks nothing said it for."""
 
     key: str
     groups: list[ConfigGroup]
