@@ -198,3 +198,22 @@ def test_log_events_keep_their_citation() -> None:
                                           fields={"key": "nccl_network", "value": "Socket"}))
     (diff,) = compare(gather(evidence))
     assert [(g.value, g.where) for g in diff.groups] == [("IB", "r0.log:7"), ("Socket", "r1.log:9")]
+
+
+def test_issue_case_two_nccl_banners_and_first_all_reduce_timeouts(tmp_path) -> None:
+    # GIVEN each rank's log: its NCCL banner, then the watchdog timeout in the first all_reduce
+    watchdog = ("[rank{r}]:[E412 09:24:03.412093118 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog "
+                "caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+                "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600061 milliseconds before "
+                "timing out.\n")
+    for rank, version in ((0, "2.21.5+cuda12.4"), (1, "2.18.1+cuda12.1")):
+        (tmp_path / f"rank{rank}.log").write_text(
+            f"[rank{rank}]:node{rank}:4{rank}:4{rank} [0] NCCL INFO NCCL version {version}\n"
+            + watchdog.format(r=rank))
+    verdict = _analyze(sorted(tmp_path.glob("rank*.log")))
+    root = verdict.findings[0]
+    # THEN the versions are the root cause, above the unnamed missing rank
+    assert root.kind is Kind.CONFIG_SKEW, root.summary
+    assert [d.key for d in verdict.config_differences] == ["nccl_version", "nccl_cuda"]
+    assert [f.kind for f in verdict.findings[1:]] == [Kind.MISSING_RANK]
+    assert root.confidence > verdict.findings[1].confidence
