@@ -37,7 +37,8 @@ def samples() -> list[tuple[str, list[str]]]:
     with _in_root():
         for base in sorted(glob.glob("fixtures/recorded/*/")):
             base = base.rstrip("/")
-            inputs = [p for p in (os.path.join(base, "fr", "pickle"), os.path.join(base, "logs"))
+            inputs = [p for p in (os.path.join(base, "fr", "pickle"), os.path.join(base, "logs"),
+                                  os.path.join(base, "runtime"))
                       if os.path.isdir(p)]
             inputs += sorted(glob.glob(os.path.join(base, "stacks", "*.json")))
             if inputs:

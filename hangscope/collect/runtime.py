@@ -2,7 +2,7 @@
 process has mapped, the interpreter and torch versions, and the settings that change how
 collectives behave. Stored per rank as ``ranks/<r>/runtime.json`` (kind ``runtime``)::
 
-    {"schema": "hangscope.runtime/1", "pid": 4242,
+    {"schema": "hangscope.runtime/1", "rank": 2, "pid": 4242,
      "exe": "/usr/bin/python3.11", "python_version": "3.11",
      "torch_version": "2.13.0+cpu", "nccl_version": "2.21.5",
      "libraries": {"libnccl": "/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5",
@@ -10,11 +10,13 @@ collectives behave. Stored per rank as ``ranks/<r>/runtime.json`` (kind ``runtim
      "env": {"NCCL_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "4", ...},
      "env_read": true}
 
-Sources: ``/proc/PID/maps`` (the files actually mapped: a pip wheel's NCCL loaded before the
-system one shows here, not in ``ldconfig``), ``/proc/PID/exe``, ``torch/version.py`` beside the
-mapped ``libtorch_cpu.so``, a ``nvidia_nccl_cu*-X.dist-info`` folder beside a wheel's NCCL. The
-environment is discovery's allow-listed copy (``discover.environ.ENV_ALLOW``) narrowed to
-:data:`CONFIG_ENV`: never a whole environment (secrets), never identity (``RANK``...).
+A saved record is also evidence on its own (``hangscope analyze rank2.runtime.json``): it names
+its rank. Sources: ``/proc/PID/maps`` (the files actually mapped: a pip wheel's NCCL loaded
+before the system one shows here, not in ``ldconfig``), ``/proc/PID/exe``, ``torch/version.py``
+beside the mapped ``libtorch_cpu.so``, a ``nvidia_nccl_cu*-X.dist-info`` folder beside a
+wheel's NCCL. The environment is discovery's allow-listed copy (``discover.environ.ENV_ALLOW``)
+narrowed to :data:`CONFIG_ENV_NAMES` and :data:`CONFIG_ENV_PREFIXES`: never a whole
+environment (secrets), never identity (``RANK``...).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def config_env(env: dict[str, str]) -> dict[str, str]:
 
 def describe(rank: RankProcess) -> dict[str, Any]:
     """The runtime record of one live rank (what could not be read is left out)."""
-    record: dict[str, Any] = {"schema": SCHEMA, "pid": rank.pid,
+    record: dict[str, Any] = {"schema": SCHEMA, "rank": rank.rank, "pid": rank.pid,
                               "env": config_env(rank.env), "env_read": True}
     exe = _readlink(f"/proc/{rank.pid}/exe")
     if exe:
@@ -132,7 +134,8 @@ def nccl_version(libnccl: str | None) -> str | None:
 
 
 def to_bytes(record: dict[str, Any]) -> bytes:
-    return json.dumps(record, sort_keys=True, indent=1).encode()
+    """The record as JSON, ``schema`` first (so a bare file is told by its first bytes)."""
+    return json.dumps(record, indent=1).encode()
 
 
 def _readlink(path: str) -> str | None:

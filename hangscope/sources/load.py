@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, StackSample
 from hangscope.options import LoadOptions
-from hangscope.sources import flight_recorder, fr_stream, merge, pyspy, stack_pastes
+from hangscope.sources import flight_recorder, fr_stream, merge, pyspy, runtime, stack_pastes
 from hangscope.sources.logs import loader as log_loader
 from hangscope.sources.logs.scan import sniff_log
 
@@ -44,6 +44,7 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
     stack_files: list[str] = []
     log_files: list[str] = []
     paste_files: list[str] = []
+    runtime_files: list[str] = []
     bundles: list[str] = []
     for path in paths:
         if not os.path.exists(path):
@@ -65,6 +66,8 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
                 stack_files.append(file_path)
             elif kind == "log":
                 log_files.append(file_path)
+            elif kind == "runtime":
+                runtime_files.append(file_path)
             elif explicit:
                 report.problems.append(f"{file_path}: not a recognised evidence file")
             else:
@@ -80,6 +83,9 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
         log_loader.load_log_file(path, None, evidence, report.problems)
         if len(report.problems) == before:
             report.loaded.setdefault("log", []).append(path)
+    for path in runtime_files:
+        runtime.load_runtime_file(path, None, evidence, report.problems)
+        report.loaded.setdefault("runtime", []).append(path)
     evidence.gaps.extend(report.problems)
     if not report.count() and not evidence.ranks:
         if report.problems:
@@ -116,6 +122,8 @@ def _sniff(path: str) -> tuple[str | None, bool]:
         return "fr", False
     if pyspy.sniff_pyspy(head):
         return "pyspy", False
+    if runtime.sniff_runtime(head):
+        return "runtime", False
     kind = "log" if sniff_log(head, path) else None
     return kind, stack_pastes.sniff_stack_paste(head)
 
