@@ -142,6 +142,20 @@ def test_the_odd_group_is_the_minority_and_ties_have_none() -> None:
     assert odd_ranks(signatures(facts, compare(facts))) == []
 
 
+def test_a_rank_whose_logs_lack_a_banner_is_not_odd_for_it() -> None:
+    # GIVEN ranks 0-3 agree on their network, rank 3 alone on another NCCL; rank 2 printed no
+    # version banner at all
+    evidence = JobEvidence()
+    for rank, version in ((0, "2.21.5"), (1, "2.21.5"), (3, "2.18.1")):
+        evidence.rank(rank).config.append(ConfigFact("nccl_version", version, "log"))
+    for rank in range(4):
+        evidence.rank(rank).config.append(ConfigFact("nccl_network", "IB" if rank != 3 else
+                                                     "Socket", "log"))
+    facts = gather(evidence)
+    # THEN rank 3 alone is odd: rank 2's silence about the version makes it no group of its own
+    assert odd_ranks(signatures(facts, compare(facts))) == [3]
+
+
 def test_a_culprit_alone_in_its_configuration_gets_a_context_line() -> None:
     # GIVEN rank 3 runs another NCCL build and a finding already names it
     per_rank = {r: {"nccl_version": "2.21.5"} for r in range(4)}

@@ -126,8 +126,11 @@ def compare(facts: Facts) -> list[ConfigDifference]:
 
 
 def signatures(facts: Facts, diffs: Iterable[ConfigDifference]) -> dict[int, tuple[str, ...]]:
-    """Each rank's values on the differing keys: ranks with equal signatures share a config."""
-    keys = [d.key for d in diffs]
+    """Each rank's values on the differing keys: ranks with equal signatures share a config.
+    Keys some ranks say nothing about are left out while others are known to every rank (a
+    rank whose log lacks a banner is not odd for it)."""
+    diffs = list(diffs)
+    keys = [d.key for d in diffs if not d.unknown] or [d.key for d in diffs]
     return {rank: tuple(mine.get(key, ("?", ""))[0] for key in keys)
             for rank, mine in facts.items()}
 
@@ -179,8 +182,8 @@ def _alone_in_config(culprits: list[int], sigs: dict[int, tuple[str, ...]]) -> b
 
 def _add_context(finding: Finding, diffs: list[ConfigDifference]) -> None:
     culprits = set(finding.culprit_ranks)
-    lines = [describe(d) for d in diffs if any(set(g.ranks) == culprits or set(g.ranks) <= culprits
-                                               for g in d.groups)] or [describe(d) for d in diffs]
+    lines = [describe(d) for d in diffs if any(set(g.ranks) <= culprits for g in d.groups)] \
+        or [describe(d) for d in diffs]
     finding.summary = (finding.summary.rstrip(".") + f"; {ranks_phrase(culprits)} also "
                        f"run{'s' if len(culprits) == 1 else ''} a configuration no other rank "
                        f"has ({'; '.join(lines[:2])})")
