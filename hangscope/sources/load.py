@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, StackSample
 from hangscope.options import LoadOptions
-from hangscope.sources import flight_recorder, fr_stream, merge, oswaits, pyspy, stack_pastes
+from hangscope.sources import (
+    flight_recorder,
+    fr_stream,
+    merge,
+    oswaits,
+    pyspy,
+    runtime,
+    stack_pastes,
+)
 from hangscope.sources.logs import loader as log_loader
 from hangscope.sources.logs.scan import sniff_log
 
@@ -44,6 +52,7 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
     stack_files: list[str] = []
     log_files: list[str] = []
     paste_files: list[str] = []
+    runtime_files: list[str] = []
     bundles: list[str] = []
     for path in paths:
         if not os.path.exists(path):
@@ -68,6 +77,8 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
             elif kind == oswaits.KIND:
                 oswaits.load_oswaits(file_path, None, evidence, report.problems)
                 report.loaded.setdefault(oswaits.KIND, []).append(file_path)
+            elif kind == "runtime":
+                runtime_files.append(file_path)
             elif explicit:
                 report.problems.append(f"{file_path}: not a recognised evidence file")
             else:
@@ -83,6 +94,9 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
         log_loader.load_log_file(path, None, evidence, report.problems)
         if len(report.problems) == before:
             report.loaded.setdefault("log", []).append(path)
+    for path in runtime_files:
+        runtime.load_runtime_file(path, None, evidence, report.problems)
+        report.loaded.setdefault("runtime", []).append(path)
     evidence.gaps.extend(report.problems)
     if not report.count() and not evidence.ranks:
         if report.problems:
@@ -121,6 +135,8 @@ def _sniff(path: str) -> tuple[str | None, bool]:
         return "pyspy", False
     if head.lstrip().startswith(b"{") and f'"{oswaits.SCHEMA}"'.encode() in head:
         return oswaits.KIND, False
+    if runtime.sniff_runtime(head):
+        return "runtime", False
     kind = "log" if sniff_log(head, path) else None
     return kind, stack_pastes.sniff_stack_paste(head)
 
