@@ -12,15 +12,15 @@ unknown for the others, never a difference; an environment variable is "(unset)"
 whose environment was read whole at collection.
 
 Use as evidence (:func:`explain`): when a finding's culprits share a configuration no other rank
-has, the finding gets a context line citing the difference; where that finding is a disagreement
-the setting explains (a rank inside ``init_process_group`` or a ``new_group`` the others never
-enter, a rank missing from a collective), a ``config_skew`` finding naming the same ranks comes
-first, a little more confident, and cites the other as what it explains. When no finding names a culprit but
+has, the finding gets a context line citing the difference; where that finding is a disagreement the
+setting explains (a rank inside ``init_process_group`` or a ``new_group`` the others never enter, a
+rank missing from a collective), a ``config_skew`` finding naming the same ranks comes first, a
+little more confident, and cites the other as what it explains. When no finding names a culprit but
 the job is stuck, a ``config_skew`` finding names the odd group (the ranks outside the largest
-group; none when the groups tie) at confidence 0.5, above the 0.3 of "someone is missing, which
-one the evidence does not say". Known false positives: a heterogeneous cluster whose nodes differ
-on purpose (another interface name per node type) reads as skew; the finding then says what
-differs and the reader decides.
+group; none when the groups tie) at confidence 0.5, above the 0.3 of "someone is missing, which one
+the evidence does not say". Known false positives: a heterogeneous cluster whose nodes differ on
+purpose (another interface name per node type) reads as skew; the finding then says what differs and
+the reader decides.
 """
 
 from __future__ import annotations
