@@ -26,6 +26,7 @@ from hangscope.sources import (
     stack_pastes,
 )
 from hangscope.sources.logs import loader as log_loader
+from hangscope.sources.logs.normalize import logical_bytes
 from hangscope.sources.logs.scan import sniff_log
 
 MAX_FILES = 200_000
@@ -137,8 +138,11 @@ def _sniff(path: str) -> tuple[str | None, bool]:
         return oswaits.KIND, False
     if runtime.sniff_runtime(head):
         return "runtime", False
+    logical = logical_bytes(head)  # a paste behind a tool's head, or hard-wrapped
+    if logical is not head and pyspy.sniff_pyspy(logical):
+        return "pyspy", False
     kind = "log" if sniff_log(head, path) else None
-    return kind, stack_pastes.sniff_stack_paste(head)
+    return kind, stack_pastes.sniff_stack_paste(logical)
 
 
 def _load_fr(files: list[str], options: LoadOptions, evidence: JobEvidence,
@@ -191,8 +195,8 @@ def _load_pastes(files: list[str], evidence: JobEvidence, report: LoadReport) ->
         try:
             with open(path, "rb") as handle:
                 data = handle.read(stack_pastes.MAX_BYTES + 1)
-            samples = stack_pastes.parse_stack_paste(data.decode("utf-8", "replace"), path,
-                                                     os.path.getmtime(path))
+            text = logical_bytes(data).decode("utf-8", "replace")
+            samples = stack_pastes.parse_stack_paste(text, path, os.path.getmtime(path))
         except OSError as exc:
             report.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
             continue
