@@ -219,6 +219,13 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
                     "stacks)")
         return Status.INCONCLUSIVE
     if "gloo" in ctx.picture.backends:
+        world = ctx.picture.world_size or 0
+        if len(ctx.picture.dumps) >= world and logs_advance(ctx.evidence) is not None:
+            # every rank's dump idle and its logs trained on without a fault: a healthy job
+            gaps.append("no collective is pending in any rank's dump and the logs show training "
+                        "advancing with no error; gloo records no send/recv, so a rank blocked in "
+                        "a point-to-point op would not show here")
+            return Status.HEALTHY
         gaps.append("no collective is pending in any dump; gloo records no send/recv, so ranks "
                     "may be blocked in point-to-point ops or outside torch.distributed")
         return Status.INCONCLUSIVE
