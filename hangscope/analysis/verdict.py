@@ -57,7 +57,7 @@ KIND_PRIORITY = {
 class EvidenceItem:
     """One cited fact. ``where`` is ``file:line`` (or a file and an FR record id)."""
 
-    source: str  # flight_recorder | py-spy | log | proc | probe
+    source: str  # flight_recorder | py-spy | log | proc | probe | gpu
     rank: int | None
     detail: str
     where: str = ""
