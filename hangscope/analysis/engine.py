@@ -8,6 +8,7 @@ from hangscope import __version__
 from hangscope.analysis import detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import GroupView, build_picture, finished
+from hangscope.analysis.gpu_ranks import rank_gpus
 from hangscope.analysis.log_progress import log_states, logs_advance
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.moved_since_dump import reconcile
@@ -71,6 +72,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
         evidence_gaps=gaps,
         rank_classes=_classes(ctx, findings),
         tool_version=__version__,
+        gpus={rank: gpu.describe() for rank, gpu in rank_gpus(ctx.evidence).items()},
     )
     return verdict, ctx
 

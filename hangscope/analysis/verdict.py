@@ -127,6 +127,9 @@ class Verdict:
     evidence_gaps: list[str] = field(default_factory=list)
     rank_classes: list[RankClass] = field(default_factory=list)
     tool_version: str = ""
+    # rank -> its GPU as nvidia-smi or NCCL showed it (``analysis/gpu_ranks.py``); in the JSON
+    # only when some rank has one
+    gpus: dict[int, str] = field(default_factory=dict)
 
     @property
     def root(self) -> Finding | None:
@@ -143,7 +146,7 @@ class Verdict:
             "evidence_gaps": list(self.evidence_gaps),
             "rank_classes": [asdict(cls) for cls in self.rank_classes],
             "hangscope_version": self.tool_version,
-        }
+        } | ({"gpus": {str(r): g for r, g in sorted(self.gpus.items())}} if self.gpus else {})
 
 
 def order_findings(findings: list[Finding]) -> list[Finding]:

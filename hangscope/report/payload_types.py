@@ -53,6 +53,7 @@ class ClassColumns(TypedDict):
     where: list[int]
     last: list[int]
     rep: list[int]
+    gpu: list[int]  # the class's ranks' GPUs (verdict ``gpus``); all -1 when no GPU evidence
 
 
 class RankColumns(TypedDict):
@@ -61,6 +62,7 @@ class RankColumns(TypedDict):
     host: list[int]
     pid: list[int | None]
     status: list[int]
+    gpu: list[int]  # the rank's GPU line, -1 without one
 
 
 class FrameColumns(TypedDict):
