@@ -98,8 +98,9 @@ def test_a_hung_stand_in_is_killed_at_its_cap(tmp_path: Path, monkeypatch) -> No
 
 
 torch = pytest.importorskip("torch")
-from fixtures.jobrunner import JOBS_DIR, running_job  # noqa: E402
 from live_jobs import attach_quietly, copy_of_jobs  # noqa: E402
+
+from fixtures.jobrunner import JOBS_DIR, running_job  # noqa: E402
 
 
 @pytest.mark.live

@@ -261,7 +261,12 @@ def _waiting_gap(ctx: Context) -> str:
         parts.append(text)
     if whole:
         return ("every rank that waits is inside the same collective with matching arguments, "
-                "and no rank has completed it")
+                "and no rank has completed it; nothing tells the ranks apart (FR shows every "
+                "rank's entry in the same state, and no GPU readings or NCCL RAS counts single "
+                "one out). Collect next: NCCL RAS (`ncclras`, NCCL >= 2.24: a rank behind in its "
+                "operation counts), nvidia-smi on every node twice a few seconds apart (a GPU at "
+                "0% with flat power while its peers spin is the odd rank; `hangscope attach` "
+                "takes both), and py-spy dump --native of each rank")
     return "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
 
 

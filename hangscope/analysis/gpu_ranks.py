@@ -102,21 +102,21 @@ def rank_gpus(evidence: JobEvidence) -> dict[int, RankGpu]:
                 tied[rank] = (by_index[local], "local rank")
     result = {}
     for rank, (pci, how) in tied.items():
-        readings = tuple(by_pci.get(pci, ()))
-        index = next((r.index for r in readings if r.index is not None), nvml.get(pci))
-        uuid = next((r.uuid for r in readings if r.uuid), "")
-        result[rank] = RankGpu(rank, pci, index, uuid, how, readings)
+        kept = tuple(by_pci.get(pci, ()))
+        index = next((r.index for r in kept if r.index is not None), nvml.get(pci))
+        uuid = next((r.uuid for r in kept if r.uuid), "")
+        result[rank] = RankGpu(rank, pci, index, uuid, how, kept)
     return result
 
 
 def _nccl_devices(evidence: JobEvidence) -> list[tuple[int, LogEvent]]:
-    found = []
+    found: list[tuple[int, LogEvent]] = []
     for rank, ev in evidence.ranks.items():
         found += [(e.rank if e.rank is not None else rank, e) for e in ev.logs
                   if e.kind == "nccl_device"]
     found += [(e.rank, e) for e in evidence.unattributed_logs
-              if e.kind == "nccl_device" and e.rank is not None]  # type: ignore[misc]
-    return found  # type: ignore[return-value]
+              if e.kind == "nccl_device" and e.rank is not None]
+    return found
 
 
 class FaultRanks:

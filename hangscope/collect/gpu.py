@@ -74,8 +74,7 @@ def collect(writer: BundleWriter, gaps: list[str], budget: Budget) -> None:
         if query.strip():
             samples.append({"taken_at": taken, "fields": list(QUERY_FIELDS), "query_gpu": query,
                             "apps_fields": list(APPS_FIELDS), "compute_apps": apps})
-    for problem in dict.fromkeys(problems):
-        gaps.append(f"GPU readings: {problem}")
+    gaps.extend(f"GPU readings: {problem}" for problem in dict.fromkeys(problems))
     if samples:
         doc = {"schema": SCHEMA, "host": socket.gethostname(), "samples": samples}
         writer.add_job_file("gpu", "gpu.json", json.dumps(doc, sort_keys=True).encode(),

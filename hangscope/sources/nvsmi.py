@@ -84,7 +84,7 @@ def parse_query(text: str, fields: tuple[str, ...] = QUERY_FIELDS, *, apps: str 
         readings.append(GpuReading(
             pci=norm_pci(bus), index=int(index) if index.isdigit() else None, uuid=uuid,
             taken_at=taken_at, pids=tuple(pids.get(uuid, ())), host=host, where=where,
-            **values))  # type: ignore[arg-type]
+            **values))
     return readings
 
 
@@ -172,7 +172,7 @@ def sniff(head: bytes) -> bool:
     return (b"NVIDIA-SMI " in head[:600] and b"Driver Version" in head[:600]) \
         or text.startswith(b"==============NVSMI LOG==============") \
         or (text.startswith(b"index,") and b"pci.bus_id" in head[:400]) \
-        or text.startswith(b'{"schema": "hangscope.gpu/1"')
+        or (text.startswith(b"{") and f'"{SCHEMA}"'.encode() in head)
 
 
 def parse_text(text: str, where: str) -> list[GpuReading]:

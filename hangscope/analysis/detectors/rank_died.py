@@ -116,12 +116,14 @@ def _unranked_gpu(ctx: Context) -> list[Finding]:
         return []
     first = events[0]
     summary = (f"a GPU failed ({describe(first, 160)}) but no evidence ties GPU "
-               f"{first.fields.get('pci', '?')} to a rank: give hangscope the ranks' NCCL_DEBUG=INFO "
-               "logs (their Init COMPLETE lines name each rank's busId) or an nvidia-smi output "
-               "taken while the job ran (its processes table names each GPU's pids)")
-    return [Finding(kind=Kind.RANK_DIED, culprit_ranks=[], waiting_ranks=sorted(ctx.evidence.ranks),
-                    confidence=0.6, summary=summary,
-                    evidence=[EvidenceItem("log", None, describe(e), e.where()) for e in events[:3]])]
+               f"{first.fields.get('pci', '?')} to a rank: give hangscope the ranks' "
+               "NCCL_DEBUG=INFO logs (their Init COMPLETE lines name each rank's busId) or an "
+               "nvidia-smi output taken while the job ran (its processes table names each GPU's "
+               "pids)")
+    cited = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:3]]
+    return [Finding(kind=Kind.RANK_DIED, culprit_ranks=[],
+                    waiting_ranks=sorted(ctx.evidence.ranks), confidence=0.6, summary=summary,
+                    evidence=cited)]
 
 
 def _cited(items: list[Failure]) -> list[Failure]:
