@@ -67,6 +67,10 @@ def test_without_nvidia_smi_one_gap_and_no_file(tmp_path: Path, monkeypatch) -> 
 
 def test_readings_twice_within_the_budget(tmp_path: Path, monkeypatch) -> None:
     _stand_in(tmp_path / "bin", [4242, 4343])
+    dmesg = tmp_path / "bin" / "dmesg"  # a kernel log with one Xid among other lines
+    dmesg.write_text("#!/bin/sh\necho '[ 5.1] eth0: link up'\necho '[ 9.75] NVRM: Xid "
+                     "(PCI:0000:29:00): 79, pid=4343, name=python, GPU has fallen off the bus.'\n")
+    dmesg.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     writer = BundleWriter(str(tmp_path / "bundle"))
     gaps: list[str] = []
@@ -76,6 +80,9 @@ def test_readings_twice_within_the_budget(tmp_path: Path, monkeypatch) -> None:
     assert time.monotonic() - began < 5.0 and gaps == []
     evidence = JobEvidence()
     load_gpu_file(str(tmp_path / "bundle" / "job" / "gpu.json"), None, evidence, [])
+    kernel = (tmp_path / "bundle" / "job" / "kernel-nvrm.log").read_text()
+    assert kernel == ("[ 9.75] NVRM: Xid (PCI:0000:29:00): 79, pid=4343, name=python, GPU has "
+                      "fallen off the bus.\n")
     assert [(r.index, r.pci, r.pids, r.power_w) for r in evidence.gpus] == [
         (0, "0000:18:00", (4242,), 500.0), (1, "0000:29:00", (4343,), 70.0),
         (0, "0000:18:00", (4242,), 507.0), (1, "0000:29:00", (4343,), 70.0)]
@@ -94,7 +101,9 @@ def test_a_hung_stand_in_is_killed_at_its_cap(tmp_path: Path, monkeypatch) -> No
     gpu.collect(writer, gaps, Budget(deadline=time.monotonic() + 3.0, limit_s=3.0))
     writer.close()
     assert time.monotonic() - began < 3.5
-    assert gaps and all("timed out" in g for g in gaps)
+    readings = [g for g in gaps if g.startswith("GPU readings:")]
+    assert readings and all("timed out" in g for g in readings)
+    assert "dmesg is not on PATH" in gaps[-1]
 
 
 torch = pytest.importorskip("torch")

@@ -104,6 +104,16 @@ def test_q_report_equals_csv() -> None:
               "sm_clock_mhz", "pids")
     assert [[getattr(r, f) for f in fields] for r in q] == \
         [[getattr(r, f) for f in fields] for r in csv]
+    with open(os.path.join(SMI, "q.txt"), "rb") as handle:
+        assert nvsmi.sniff(handle.read(4096))
+
+
+def test_q_xml_equals_csv_and_is_sniffed() -> None:
+    xml = nvsmi.parse_xml(_read("q.xml"))
+    csv = nvsmi.parse_query(_read("query_gpu_noheader.csv"), apps=_read("compute_apps_noheader.csv"))
+    assert xml == csv
+    with open(os.path.join(SMI, "q.xml"), "rb") as handle:
+        assert nvsmi.sniff(handle.read(4096))
 
 
 def test_table_maps_pid_to_gpu_and_rank() -> None:

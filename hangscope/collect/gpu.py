@@ -5,7 +5,9 @@ power, memory, SM clock) and ``--query-compute-apps`` (pid, GPU uuid, memory), t
 apart (a GPU at 0% with flat power while its peers draw is only visible across readings), each
 call with a timeout capped by ``--timeout`` and killed past it. The raw CSV goes to the bundle as
 ``job/gpu.json`` (kind ``"gpu"``, read by ``sources/nvsmi.py``); the analysis maps GPUs to ranks
-by pid. Without ``nvidia-smi``: one gap for the job, not one per rank.
+by pid. The kernel log's NVRM lines (``dmesg --kernel``, where permitted) go to
+``job/kernel-nvrm.log``. Without ``nvidia-smi``: one gap for the job, not one per rank, and no
+kernel log read (a host without the NVIDIA driver has no Xid lines).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from hangscope.sources.nvsmi import APPS_FIELDS, QUERY_FIELDS, SCHEMA
 CALL_TIMEOUT_S = 5.0
 READINGS = 2
 APART_S = 1.0
+KERNEL_LINES = 400  # the newest NVRM lines kept
 NO_SMI = ("no GPU readings: nvidia-smi is not on PATH (a CPU-only host, or a container without "
           "the NVIDIA utilities)")
 
@@ -41,6 +44,24 @@ def _run(argv: list[str], timeout: float) -> tuple[str, str]:
         return done.stdout, f"{argv[0]} {argv[1]} exited {done.returncode}" + \
             (f": {why[0][:200]}" if why else "")
     return done.stdout, ""
+
+
+def _kernel_lines(writer: BundleWriter, gaps: list[str], budget: Budget) -> None:
+    """The driver's NVRM lines (Xid, fallen off the bus) of this node's kernel log, where this
+    user may read it (``kernel.dmesg_restrict``), as ``job/kernel-nvrm.log`` (kind ``"log"``)."""
+    exe = shutil.which("dmesg")
+    if exe is None:
+        gaps.append("no kernel log: dmesg is not on PATH, so NVRM Xid lines were not read")
+        return
+    out, problem = _run([exe, "--kernel"], budget.cap(CALL_TIMEOUT_S))
+    if problem:
+        gaps.append(f"kernel log not read ({problem}), so NVRM Xid lines were not: run as root, "
+                    "or set kernel.dmesg_restrict=0")
+        return
+    lines = [line for line in out.splitlines() if "NVRM" in line][-KERNEL_LINES:]
+    if lines:
+        writer.add_job_file("log", "kernel-nvrm.log", ("\n".join(lines) + "\n").encode(),
+                            source_path=f"{exe} --kernel")
 
 
 def collect(writer: BundleWriter, gaps: list[str], budget: Budget) -> None:
@@ -79,6 +100,10 @@ def collect(writer: BundleWriter, gaps: list[str], budget: Budget) -> None:
         doc = {"schema": SCHEMA, "host": socket.gethostname(), "samples": samples}
         writer.add_job_file("gpu", "gpu.json", json.dumps(doc, sort_keys=True).encode(),
                             source_path=exe)
+    if budget.room_for(0.5):
+        _kernel_lines(writer, gaps, budget)
+    else:
+        budget.cut("kernel log (Xid lines)")
     writer.collection.append(CollectionRecord(
         source="nvidia-smi", rank=None, status="ok" if samples else "failed",
         detail=f"{len(samples)} reading(s)" + (f"; {problems[0]}" if problems else ""),

@@ -9,6 +9,7 @@ prints (its man page; the output is not promised stable, so every field is optio
 * ``--query-compute-apps=pid,gpu_uuid,used_memory --format=csv,...``: which pids run on which GPU.
 * the default table (``| 0  NVIDIA H100 80GB HBM3  On | 00000000:18:00.0 Off | 0 |`` then ``| N/A 34C
   P0 118W / 700W | 74213MiB / 81559MiB | 100% Default |``, and the ``Processes:`` table).
+* ``nvidia-smi -q -x``: the same as XML (:func:`parse_xml`).
 * ``nvidia-smi -q``: ``GPU 00000000:18:00.0`` sections with ``Minor Number``, ``GPU UUID``,
   ``Utilization / Gpu``, ``Power Draw``, ``FB Memory Usage / Used, Total``, ``Clocks / SM`` and
   ``Processes / Process ID``.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from xml.etree import ElementTree
 
 from hangscope.errors import BadInputError
 from hangscope.model import GpuReading, JobEvidence
@@ -167,15 +169,48 @@ def parse_q(text: str, where: str = "") -> list[GpuReading]:
     return readings
 
 
+def parse_xml(text: str, where: str = "") -> list[GpuReading]:
+    """``nvidia-smi -q -x``: ``<gpu id="00000000:18:00.0">`` elements with ``minor_number``,
+    ``uuid``, ``utilization/gpu_util``, ``gpu_power_readings/power_draw`` (``power_readings``
+    before driver 530), ``fb_memory_usage/used|total``, ``clocks/sm_clock`` and
+    ``processes/process_info/pid``. The DTD it names is never fetched."""
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError as exc:
+        raise ValueError(f"not nvidia-smi XML ({exc})") from exc
+
+    def value(gpu: ElementTree.Element, path: str) -> float | None:
+        node = gpu.find(path)
+        return _num(node.text or "") if node is not None else None
+
+    readings = []
+    for gpu in root.iter("gpu"):
+        minor = gpu.findtext("minor_number", "").strip()
+        power = value(gpu, "gpu_power_readings/power_draw")
+        readings.append(GpuReading(
+            pci=norm_pci(gpu.get("id", "")), index=int(minor) if minor.isdigit() else None,
+            uuid=gpu.findtext("uuid", "").strip(), util_pct=value(gpu, "utilization/gpu_util"),
+            power_w=power if power is not None else value(gpu, "power_readings/power_draw"),
+            mem_used_mib=value(gpu, "fb_memory_usage/used"),
+            mem_total_mib=value(gpu, "fb_memory_usage/total"),
+            sm_clock_mhz=value(gpu, "clocks/sm_clock"), where=where,
+            pids=tuple(int(p.text) for p in gpu.iterfind("processes/process_info/pid")
+                       if p.text and p.text.strip().isdigit())))
+    return readings
+
+
 def sniff(head: bytes) -> bool:
     text = head.lstrip()
     return (b"NVIDIA-SMI " in head[:600] and b"Driver Version" in head[:600]) \
         or text.startswith(b"==============NVSMI LOG==============") \
+        or (text.startswith(b"<?xml") and b"<nvidia_smi_log>" in head[:600]) \
         or (text.startswith(b"index,") and b"pci.bus_id" in head[:400]) \
         or (text.startswith(b"{") and f'"{SCHEMA}"'.encode() in head)
 
 
 def parse_text(text: str, where: str) -> list[GpuReading]:
+    if "<nvidia_smi_log>" in text[:600]:
+        return parse_xml(text, where)
     if "NVSMI LOG" in text[:200]:
         return parse_q(text, where)
     if "NVIDIA-SMI " in text[:600]:
@@ -192,7 +227,10 @@ def load_gpu_file(path: str, rank: int | None, evidence: JobEvidence,
     except OSError as exc:
         raise BadInputError(path, f"cannot read: {exc.strerror}") from exc
     if not text.lstrip().startswith("{"):
-        evidence.gpus.extend(parse_text(text, path))
+        try:
+            evidence.gpus.extend(parse_text(text, path))
+        except ValueError as exc:
+            problems.append(f"{path}: {exc}")
         return
     try:
         doc = json.loads(text)
