@@ -128,3 +128,21 @@ def test_table_maps_pid_to_gpu_and_rank() -> None:
     # no rank pid is known here: GPU index = local rank, and it says it assumed so
     assert {r: g.pci for r, g in gpus.items()}[1] == "0000:0f:00"
     assert "assumed" in gpus[1].describe()
+
+
+def test_rocm_hsa_gpu_hang_is_a_gpu_fault_with_no_rank() -> None:
+    data = (b" 41%|####5     | 366/903 [5:15:39<6:53:09, 46.16s/it]HW Exception by GPU node-9 "
+            b"(Agent handle: 0x631351bb5a20) reason :GPU Hang\n"
+            b"HW Exception by GPU node-9 (Agent handle: 0x64ff272d8ab0) reason :GPU Hang\n")
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "hangscope-test-hsa.log")
+    with open(path, "wb") as handle:
+        handle.write(data)
+    try:
+        events = scan_log(path)
+        assert [(e.kind, e.fields["gpu"], e.fields["reason"]) for e in events] == [
+            ("gpu_fault", "node-9", "GPU Hang")] * 2
+        verdict, _ = analyze(load_paths([path], LoadOptions())[0])
+    finally:
+        os.unlink(path)
+    assert verdict.root is not None and verdict.root.kind.value == "rank_died"
+    assert verdict.root.culprit_ranks == [] and "node-9" in verdict.root.summary

@@ -54,8 +54,9 @@ class Failure:
 def classify(event: LogEvent) -> str | None:
     """The kind of failure this event records for its own rank, or None for an echo/noise."""
     kind = event.kind
-    if kind in OOM_KINDS or "OutOfMemoryError" in str(event.fields.get("exc_type", "")):
-        return "oom"
+    if kind in OOM_KINDS or "OutOfMemoryError" in str(event.fields.get("exc_type", "")) \
+            or "OOM when allocating" in str(event.fields.get("exc_message", "")):
+        return "oom"  # (TensorFlow's ResourceExhaustedError under Horovod says the latter)
     if kind in ECHO_KINDS:
         return None
     if kind == "elastic_child_failed":
@@ -67,6 +68,8 @@ def classify(event: LogEvent) -> str | None:
         return "oom" if "out of memory" in str(event.fields.get("error", "")) else "gpu"
     if kind == "gpu_xid":
         return "gpu" if event.fields.get("xid") != 45 else None
+    if kind == "gpu_fault":
+        return "gpu"
     if kind == "traceback":
         message = f"{event.fields.get('exc_type', '')}: {event.fields.get('exc_message', '')}"
         if _ECHO.search(message) or "ChildFailedError" in message:
@@ -269,6 +272,8 @@ def describe(event: LogEvent, limit: int = 240) -> str:
         last = fields.get("last_frame")
         if last:
             text += f" (raised at {last})"
+    elif event.kind == "gpu_fault":
+        text = f"GPU {fields.get('gpu')} hardware exception: {fields.get('reason')}"
     elif event.kind == "gpu_xid":
         pid = f", pid {fields['pid']}" if "pid" in fields else ""
         text = f"NVRM Xid {fields.get('xid')} on GPU {fields.get('pci')}{pid}: {fields.get('text')}"

@@ -116,7 +116,8 @@ def _unranked_gpu(ctx: Context) -> list[Finding]:
         return []
     first = events[0]
     summary = (f"a GPU failed ({describe(first, 160)}) but no evidence ties GPU "
-               f"{first.fields.get('pci', '?')} to a rank: give hangscope the ranks' "
+               f"{first.fields.get('pci') or first.fields.get('gpu', '?')} to a rank: give "
+               "hangscope the ranks' "
                "NCCL_DEBUG=INFO logs (their Init COMPLETE lines name each rank's busId) or an "
                "nvidia-smi output taken while the job ran (its processes table names each GPU's "
                "pids)")

@@ -45,6 +45,7 @@ cuda_error                          error (the CUDA error text); NCCL's ``Cuda f
 gpu_xid                             xid, pci (``0000:3b:00``), pid, process, text, fatal
                                     (NVRM kernel lines; nvidia-smi's "Unable to determine the
                                     device handle" as xid 79)
+gpu_fault                           vendor, gpu, reason, fatal (ROCm HSA "HW Exception by GPU")
 gpu_uuid                            pci, uuid (``NVRM: GPU at PCI:...: GPU-...``)
 nccl_device                         host, pid, cuda_dev, nvml_dev, pci (a rank's GPU, from its
                                     NCCL ``Init COMPLETE`` line's busId)

@@ -25,6 +25,12 @@ Xid catalog describe them.
     Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error
     Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU
 
+``gpu_fault`` -- another vendor's GPU fault, ROCm's HSA runtime (one line per process using the GPU)::
+
+    HW Exception by GPU node-9 (Agent handle: 0x631351bb5a20) reason :GPU Hang
+
+  fields: vendor (``amd``), gpu (``node-9``, the HSA agent's node: not a rank), reason, fatal (1).
+
 ``gpu_uuid`` -- the line before a GPU's first Xid: ``NVRM: GPU at PCI:0000:3b:00: GPU-b850f46d-...``
 (fields pci, uuid): how a kernel log ties a bus id to the uuid ``nvidia-smi`` prints.
 """
@@ -133,6 +139,18 @@ def lost(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return _event("gpu_xid", line, ctx, "fatal", fields)
 
 
+_HSA = re.compile(r"HW Exception by GPU (?P<node>node-\d+)(?: \(Agent handle: [^)]*\))? reason ?:\s*(?P<why>.*)$")
+
+
+def hsa(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    m = _HSA.search(line.body)
+    if m is None:
+        return []
+    fields: dict[str, str | int | float] = {"vendor": "amd", "gpu": m.group("node"),
+                                            "reason": m.group("why").strip()[:160], "fatal": 1}
+    return _event("gpu_fault", line, ctx, "fatal", fields)
+
+
 def gpu_at(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     m = _GPU_AT.search(line.body)
     if m is None:
@@ -147,4 +165,5 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"NVRM: GPU ", off_bus),
     (b"NVRM: The NVIDIA GPU ", off_bus),
     (b"Unable to determine the device handle for GPU", lost),
+    (b"HW Exception by GPU", hsa),
 ]

@@ -75,14 +75,15 @@ _ANCHORS = re.compile(
     rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d)"
     rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in)"
     rb"|U(?:DA out of memory|DA error|nexpected |nable to determine)|y(?: peer)"
-    rb"|j(?:ob process)|N(?:VRM: )|O(?:ut Of Memory)")
+    rb"|j(?:ob process)|N(?:VRM: )|O(?:ut Of Memory)|H(?:W Exception by GPU)")
 _PREFILTER = _ANCHORS
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",
                 b"ProcessGroupNCCL", b"torch.distributed", b"Watchdog caught", b"ChildFailedError",
                 b"Communicators", b"oom-kill", b"Killed process", b"DataLoader", b"gloo",
                 b"elastic", b"CUDA out of memory", b"NCCL version", b"[default",
-                b"NVRM: ", b"CUDA error: ", b"oom_kill event", b"Out Of Memory")
+                b"NVRM: ", b"CUDA error: ", b"oom_kill event", b"Out Of Memory",
+                b"HW Exception by GPU")
 
 
 def sniff_log(head: bytes, path: str) -> bool:
