@@ -54,7 +54,8 @@ def test_xid_variants() -> None:
             b"NVRM: Xid (PCI:0000:ca:00): 95, pid=3210, name=python, Uncontained: FBHUB. RST: Yes\n"
             b"NVRM: Xid (PCI:0000:ca:00): 45, pid=3210, name=python, Ch 00000008\n"
             b"NVRM: GPU at PCI:0000:3b:00: GPU-b850f46d-d5ea-c752-ddf3-c4453e44d3f7\n"
-            b"Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error\n")
+            b"Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error\n"
+            b"Unable to determine the device handle for gpu 0000:18:00.0: Unknown Error\n")
     events = scan_log("dmesg", data=data)
     got = [(e.kind, e.fields.get("xid"), e.fields.get("pci"), e.fields.get("pid"),
             e.fields.get("fatal")) for e in events]
@@ -62,7 +63,7 @@ def test_xid_variants() -> None:
                    ("gpu_xid", 14, "0000:03:00", None, 0), ("gpu_xid", 95, "0000:ca:00", 3210, 1),
                    ("gpu_xid", 45, "0000:ca:00", 3210, 0), ("gpu_uuid", None, "0000:3b:00", None,
                                                             None),
-                   ("gpu_xid", 79, "0000:3b:00", None, 1)]
+                   ("gpu_xid", 79, "0000:3b:00", None, 1), ("gpu_xid", 79, "0000:18:00", None, 1)]
     assert events[0].fields["uptime_s"] == 12.5 and events[0].rank is None
     assert events[3].fields["process"] == "python"
 

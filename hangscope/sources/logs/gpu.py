@@ -24,6 +24,7 @@ Xid catalog describe them.
 
     Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error
     Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU
+    Unable to determine the device handle for gpu 0000:18:00.0: Unknown Error          # nvidia-smi -L, NordicHPC/sonar#72
 
 ``gpu_fault`` -- another vendor's GPU fault, ROCm's HSA runtime (one line per process using the GPU)::
 
@@ -125,7 +126,7 @@ def off_bus(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return _event("gpu_xid", line, ctx, "fatal", fields)
 
 
-_LOST = re.compile(r"Unable to determine the device handle for GPU ?(?P<pci>[0-9A-Fa-f]{4,8}:"
+_LOST = re.compile(r"Unable to determine the device handle for (?i:gpu) ?(?P<pci>[0-9A-Fa-f]{4,8}:"
                    r"[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.\d)?: (?P<why>.*)$")
 
 
@@ -165,5 +166,6 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"NVRM: GPU ", off_bus),
     (b"NVRM: The NVIDIA GPU ", off_bus),
     (b"Unable to determine the device handle for GPU", lost),
+    (b"Unable to determine the device handle for gpu", lost),  # nvidia-smi -L
     (b"HW Exception by GPU", hsa),
 ]
