@@ -27,7 +27,7 @@ from xml.etree import ElementTree
 
 from hangscope.errors import BadInputError
 from hangscope.model import GpuReading, JobEvidence
-from hangscope.sources.logs.gpu import norm_pci
+from hangscope.sources.logs.gpu import PCI, norm_pci
 
 KIND = "gpu"
 SCHEMA = "hangscope.gpu/1"
@@ -90,7 +90,7 @@ def parse_query(text: str, fields: tuple[str, ...] = QUERY_FIELDS, *, apps: str 
     return readings
 
 
-_T_GPU = re.compile(r"^\|\s+(\d+)\s+.+?\|\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s")
+_T_GPU = re.compile(rf"^\|\s+(\d+)\s+.+?\|\s+({PCI}\.\d)\s")
 _T_USE = re.compile(r"(?:(\d+)W|ERR!|N/A)\s*/\s*(?:\d+W|ERR!|N/A)\s*\|\s*(\d+)MiB\s*/\s*(\d+)MiB\s*\|\s*(?:(\d+)%|ERR!|N/A)")
 _T_PROC = re.compile(r"^\|\s+(\d+)\s+(?:\S+\s+\S+\s+)?(\d+)\s+(?:C|G|C\+G|M|M\+C)\s+\S")
 
@@ -123,7 +123,7 @@ def parse_table(text: str, where: str = "") -> list[GpuReading]:
             for i, v in sorted(gpus.items())]
 
 
-_Q_GPU = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$")
+_Q_GPU = re.compile(rf"^GPU ({PCI}\.\d)\s*$")
 _Q_KEY = re.compile(r"^(\s+)([^:]+?)\s*:\s*(.*)$")
 _Q_WANT = {("", "Minor Number"): "index", ("", "GPU UUID"): "uuid",
            ("Utilization", "Gpu"): "util_pct", ("GPU Power Readings", "Power Draw"): "power_w",

@@ -54,13 +54,11 @@ FATAL = frozenset({48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140, 154})
 APP = frozenset({13, 31, 43})
 # 45: the driver cleaned up after a process that was killed or exited -- an echo, never a cause.
 
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
-                  r"(?:\.\d)?\): (?P<xid>\d+), (?P<rest>.*)$")
+PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"  # domain:bus:device, as NVRM and nvidia-smi
+_XID = re.compile(rf"NVRM: Xid \((?:PCI:)?(?P<pci>{PCI})(?:\.\d)?\): (?P<xid>\d+), (?P<rest>.*)$")
 _PID = re.compile(r"^pid=(?P<pid>'?<?[\w]+>?'?), (?:name=(?P<name>[^,]*), )?")
-_GPU_AT = re.compile(r"NVRM: GPU at (?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
-                     r"(?:\.\d)?: (?P<uuid>GPU-[0-9a-fA-F-]+)")
-_OFF_BUS = re.compile(r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}"
-                      r":[0-9a-fA-F]{2})(?:\.\d)?")
+_GPU_AT = re.compile(rf"NVRM: GPU at (?:PCI:)?(?P<pci>{PCI})(?:\.\d)?: (?P<uuid>GPU-[0-9a-fA-F-]+)")
+_OFF_BUS = re.compile(rf"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?(?P<pci>{PCI})(?:\.\d)?")
 
 
 def norm_pci(text: str) -> str:
@@ -126,8 +124,8 @@ def off_bus(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return _event("gpu_xid", line, ctx, "fatal", fields)
 
 
-_LOST = re.compile(r"Unable to determine the device handle for (?i:gpu) ?(?P<pci>[0-9A-Fa-f]{4,8}:"
-                   r"[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.\d)?: (?P<why>.*)$")
+_LOST = re.compile(rf"Unable to determine the device handle for (?i:gpu) ?(?P<pci>{PCI})(?:\.\d)?: "
+                   r"(?P<why>.*)$")
 
 
 def lost(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
