@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from hangscope.analysis.verdict import Finding, Status, Verdict
 from hangscope.ranges import format_ranks
+from hangscope.report.config_table import format_differences
 
 MAX_CLASSES = 12
 MAX_EVIDENCE = 6
@@ -38,6 +39,7 @@ def format_verdict(verdict: Verdict, color: bool = False) -> Iterator[str]:
             yield f"  rank {rank:>5}  {gpu}"
         if len(verdict.gpus) > MAX_CLASSES:
             yield f"  ... {len(verdict.gpus) - MAX_CLASSES} more in verdict.json"
+    yield from format_differences(verdict)
     if verdict.evidence_gaps:
         yield ""
         yield "Evidence gaps:"

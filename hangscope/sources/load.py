@@ -23,9 +23,11 @@ from hangscope.sources import (
     nvsmi,
     oswaits,
     pyspy,
+    runtime,
     stack_pastes,
 )
 from hangscope.sources.logs import loader as log_loader
+from hangscope.sources.logs.normalize import logical_bytes
 from hangscope.sources.logs.scan import sniff_log
 
 MAX_FILES = 200_000
@@ -52,6 +54,7 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
     stack_files: list[str] = []
     log_files: list[str] = []
     paste_files: list[str] = []
+    runtime_files: list[str] = []
     bundles: list[str] = []
     for path in paths:
         if not os.path.exists(path):
@@ -79,6 +82,8 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
             elif kind == nvsmi.KIND:
                 nvsmi.load_gpu_file(file_path, None, evidence, report.problems)
                 report.loaded.setdefault(nvsmi.KIND, []).append(file_path)
+            elif kind == "runtime":
+                runtime_files.append(file_path)
             elif explicit:
                 report.problems.append(f"{file_path}: not a recognised evidence file")
             else:
@@ -94,6 +99,9 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
         log_loader.load_log_file(path, None, evidence, report.problems)
         if len(report.problems) == before:
             report.loaded.setdefault("log", []).append(path)
+    for path in runtime_files:
+        runtime.load_runtime_file(path, None, evidence, report.problems)
+        report.loaded.setdefault("runtime", []).append(path)
     evidence.gaps.extend(report.problems)
     if not report.count() and not evidence.ranks:
         if report.problems:
@@ -134,8 +142,13 @@ def _sniff(path: str) -> tuple[str | None, bool]:
         return oswaits.KIND, False
     if nvsmi.sniff(head):
         return nvsmi.KIND, False
+    if runtime.sniff_runtime(head):
+        return "runtime", False
+    logical = logical_bytes(head)  # a paste behind a tool's head, or hard-wrapped
+    if logical is not head and pyspy.sniff_pyspy(logical):
+        return "pyspy", False
     kind = "log" if sniff_log(head, path) else None
-    return kind, stack_pastes.sniff_stack_paste(head)
+    return kind, stack_pastes.sniff_stack_paste(logical)
 
 
 def _load_fr(files: list[str], options: LoadOptions, evidence: JobEvidence,
@@ -188,8 +201,8 @@ def _load_pastes(files: list[str], evidence: JobEvidence, report: LoadReport) ->
         try:
             with open(path, "rb") as handle:
                 data = handle.read(stack_pastes.MAX_BYTES + 1)
-            samples = stack_pastes.parse_stack_paste(data.decode("utf-8", "replace"), path,
-                                                     os.path.getmtime(path))
+            text = logical_bytes(data).decode("utf-8", "replace")
+            samples = stack_pastes.parse_stack_paste(text, path, os.path.getmtime(path))
         except OSError as exc:
             report.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hangscope.analysis.context import Detector
 from hangscope.analysis.detectors import (
     busy_rank,
+    call_sites,
     collective_mismatch,
     dataloader_stall,
     deadlock_cycle,
@@ -27,6 +28,7 @@ from hangscope.analysis.detectors import (
 
 ALL: tuple[Detector, ...] = (
     deadlock_cycle.detect,
+    call_sites.detect,
     collective_mismatch.detect,
     size_mismatch.detect,
     mismatch_error.detect,

@@ -4,8 +4,9 @@ Signal: a wait of the graph (FR or stacks) whose targets all run the CPU in the 
 library's code: main thread ``compute`` and, over several samples, moving with at least half a core,
 or, in a single snapshot, py-spy's ``active`` flag (on the CPU when dumped). A rank 0 writing a
 checkpoint while the others wait in a barrier looks like this for as long as the checkpoint
-lasts; so does a rank in a slower Python loop than the others. Over several samples the waiters must be
-held in their wait: two healthy ranks out of phase also wait on each other for a moment. Cites the busy rank's stack and CPU.
+lasts; so does a rank in a slower Python loop than the others. Over several samples the waiters
+must be held in their wait: two healthy ranks out of phase also wait on each other for a moment.
+Cites the busy rank's stack and CPU.
 Status ``slow``: the generic ``missing_rank`` for the same ranks gives way to it. Known false
 negative: a rank that spins forever (a busy-wait loop, a livelock) looks the same over one
 window: the summary says to look again, and ``hangscope watch`` pages only when it stays.

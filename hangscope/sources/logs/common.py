@@ -51,7 +51,8 @@ _P_ROLE = re.compile(r"\[([A-Za-z_][A-Za-z_\-]*?)(\d+)\]:")
 _P_BARE = re.compile(r"\[(\d{1,6})\] (?=\S)")
 # Ray's worker prefix: ``(RayWorkerWrapper pid=4009) `` or ``(RayTrainWorker pid=9, ip=10.0.0.1) ``
 _P_RAY = re.compile(r"\((?:[\w.\-]+ )?pid=\d+(?:, ip=[^)]*)?\) ")
-_P_SRUN = re.compile(r" {0,5}(\d{1,6}): ")
+SRUN_PATTERN = r" {0,5}(\d{1,6}): "  # ``srun -l``'s task label (normalize peels it too)
+_P_SRUN = re.compile(SRUN_PATTERN)
 
 # timestamp / level prefixes
 _T_GLOG = re.compile(r"([IWEF])(\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +\d+ [^\]\s]+:\d+\] ?")
