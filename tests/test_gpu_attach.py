@@ -134,6 +134,11 @@ def test_live_attach_maps_gpus_to_ranks_by_pid(tmp_path: Path, monkeypatch) -> N
         assert gpus[str(rank)].startswith(f"GPU {index} (0000:{0x18 + 0x11 * index:02x}:00)")
         assert "nvidia-smi lists the rank's pid on it" in gpus[str(rank)]
     assert not any("nvidia-smi" in gap for gap in verdict["evidence_gaps"])
+    # AND the culprit's GPU line is in the root finding's evidence
+    root = verdict["findings"][0]
+    cited = {item["rank"]: item["detail"] for item in root["evidence"] if item["source"] == "gpu"}
+    assert root["culprit_ranks"] and set(root["culprit_ranks"][:4]) <= set(cited)
+    assert all(cited[r] == gpus[str(r)] for r in cited)
     # AND the report's ranks table has the GPU column; the bundle keeps both readings
     html = (out / "report.html").read_text()
     assert f"GPU {n - 1} (0000:{0x18 + 0x11 * (n - 1):02x}:00)" in html

@@ -8,7 +8,7 @@ from hangscope import __version__
 from hangscope.analysis import config_skew, detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import GroupView, build_picture, finished
-from hangscope.analysis.gpu_ranks import rank_gpus
+from hangscope.analysis.gpu_ranks import cite_gpus, rank_gpus
 from hangscope.analysis.log_progress import log_states, logs_advance
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.moved_since_dump import reconcile
@@ -65,6 +65,8 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
         gaps.append(f"no flight-recorder dump for rank{'s' if len(missing_dumps) > 1 else ''} "
                     f"{format_ranks(missing_dumps)}")
     status = _status(ctx, findings, gaps)
+    gpus = rank_gpus(ctx.evidence)
+    cite_gpus(findings[0] if findings else None, gpus)
     verdict = Verdict(
         status=status,
         world_size=world,
@@ -74,7 +76,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
         evidence_gaps=gaps,
         rank_classes=_classes(ctx, findings),
         tool_version=__version__,
-        gpus={rank: gpu.describe() for rank, gpu in rank_gpus(ctx.evidence).items()},
+        gpus={rank: gpu.describe() for rank, gpu in gpus.items()},
         config_differences=differences,
     )
     return verdict, ctx

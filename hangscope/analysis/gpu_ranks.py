@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hangscope.analysis.verdict import EvidenceItem, Finding
 from hangscope.model import GpuReading, JobEvidence, LogEvent
 
 
@@ -136,3 +137,15 @@ class FaultRanks:
         if isinstance(pid, int) and pid in self.pids:
             return self.pids[pid]
         return self.pci.get(str(event.fields.get("pci", "")))
+
+
+def cite_gpus(root: Finding | None, gpus: dict[int, RankGpu], limit: int = 4) -> None:
+    """The root finding's culprits' GPU lines, added to its evidence where not cited yet."""
+    if root is None:
+        return
+    cited = {item.rank for item in root.evidence if item.source == "gpu"}
+    for rank in root.culprit_ranks[:limit]:
+        gpu = gpus.get(rank)
+        if gpu is not None and rank not in cited:
+            where = gpu.readings[-1].where if gpu.readings else ""
+            root.evidence.append(EvidenceItem("gpu", rank, gpu.describe(), where))
