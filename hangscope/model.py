@@ -292,6 +292,8 @@ class JobEvidence:
     source_lines: dict[str, dict[int, str]] = field(default_factory=dict)
     os_waits: list[OsSnapshot] = field(default_factory=list)  # /proc locks, pipes, children
     gpus: list[GpuReading] = field(default_factory=list)  # nvidia-smi readings, every sample
+    # rank -> (its CUDA_VISIBLE_DEVICES, its LOCAL_RANK), as attach read them from its environment
+    gpu_visible: dict[int, tuple[str, int | None]] = field(default_factory=dict)
 
     def rank(self, rank: int) -> RankEvidence:
         """The rank's evidence, created empty on first use."""

@@ -17,7 +17,8 @@ import pytest
 from hangscope.bundle import BundleWriter
 from hangscope.collect import gpu
 from hangscope.collect.budget import Budget
-from hangscope.model import JobEvidence
+from hangscope.analysis.gpu_ranks import rank_gpus
+from hangscope.model import GpuReading, JobEvidence
 from hangscope.sources.nvsmi import load_gpu_file
 
 # The stand-in: answers the two queries attach makes, in nvidia-smi's csv,noheader,nounits
@@ -88,6 +89,20 @@ def test_readings_twice_within_the_budget(tmp_path: Path, monkeypatch) -> None:
         (0, "0000:18:00", (4242,), 507.0), (1, "0000:29:00", (4343,), 70.0)]
 
 
+def test_cuda_visible_devices_ties_a_rank_to_its_gpu_by_index_or_uuid() -> None:
+    # GIVEN readings with no pids; rank 0 sees GPU 1 by index, rank 1 sees "GPU-00000000" (a
+    # uuid prefix) and rank 2 sees "0,1" with LOCAL_RANK 1
+    evidence = JobEvidence()
+    evidence.gpus = [GpuReading(pci="0000:18:00", index=0, uuid="GPU-00000000-1111"),
+                     GpuReading(pci="0000:29:00", index=1, uuid="GPU-00000001-1111")]
+    evidence.gpu_visible = {0: ("1", 0), 1: ("GPU-00000000", 1), 2: ("0,1", 1), 3: ("0,1", None)}
+    gpus = rank_gpus(evidence)
+    # THEN each is tied by its environment; rank 3 (two GPUs, no LOCAL_RANK) by nothing
+    assert {r: (g.index, g.how) for r, g in gpus.items()} == {
+        0: (1, "CUDA_VISIBLE_DEVICES"), 1: (0, "CUDA_VISIBLE_DEVICES"),
+        2: (1, "CUDA_VISIBLE_DEVICES")}
+
+
 def test_a_hung_stand_in_is_killed_at_its_cap(tmp_path: Path, monkeypatch) -> None:
     folder = tmp_path / "bin"
     folder.mkdir()
@@ -119,7 +134,8 @@ def test_live_attach_maps_gpus_to_ranks_by_pid(tmp_path: Path, monkeypatch) -> N
     # real pids on GPUs in REVERSE order (rank r on GPU 3-r: an index=local-rank guess is wrong)
     jobs = copy_of_jobs(tmp_path, JOBS_DIR)
     out = tmp_path / "out"
-    with running_job("missing_rank", ready_dir=tmp_path / "ready", jobs_dir=jobs) as job:
+    with running_job("missing_rank", ready_dir=tmp_path / "ready", jobs_dir=jobs,
+                     env={"CUDA_VISIBLE_DEVICES": "3,2,1,0"}) as job:
         pids = [job.rank_pids[r] for r in sorted(job.rank_pids, reverse=True)]
         _stand_in(tmp_path / "bin", pids)
         monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
@@ -144,3 +160,6 @@ def test_live_attach_maps_gpus_to_ranks_by_pid(tmp_path: Path, monkeypatch) -> N
     assert f"GPU {n - 1} (0000:{0x18 + 0x11 * (n - 1):02x}:00)" in html
     doc = json.loads((out / "bundle" / "job" / "gpu.json").read_text())
     assert len(doc["samples"]) == 2
+    # AND each rank's CUDA_VISIBLE_DEVICES and LOCAL_RANK went along
+    assert {r: v["cuda_visible_devices"] for r, v in doc["ranks"].items()} == {
+        str(r): "3,2,1,0" for r in range(n)}

@@ -5,6 +5,8 @@ rank, strongest first:
 
 * ``pid``: ``nvidia-smi`` lists the rank's pid (or a descendant's: a DataLoader worker, a pid under
   the rank in the /proc snapshot) among the GPU's compute processes;
+* ``CUDA_VISIBLE_DEVICES``: the rank's environment (read by attach) names one GPU, or several and
+  its ``LOCAL_RANK`` picks one;
 * ``nccl``: the rank's NCCL init line (``cudaDev 3 nvmlDev 3 busId 3b000 ... Init COMPLETE``,
   ``nccl_device`` events) names the GPU's bus id;
 * ``local rank``: on one host, with no better source, GPU index = local rank (torchrun and srun
@@ -26,7 +28,7 @@ class RankGpu:
     pci: str
     index: int | None
     uuid: str
-    how: str  # "pid" | "nccl" | "local rank"
+    how: str  # "pid" | "CUDA_VISIBLE_DEVICES" | "nccl" | "local rank"
     readings: tuple[GpuReading, ...]  # every nvidia-smi reading of this GPU, oldest first
 
     def label(self) -> str:
@@ -52,6 +54,7 @@ class RankGpu:
 
 
 _HOW = {"pid": "nvidia-smi lists the rank's pid on it",
+        "CUDA_VISIBLE_DEVICES": "the rank's CUDA_VISIBLE_DEVICES (and LOCAL_RANK) name it",
         "nccl": "the rank's NCCL init line names its bus id",
         "local rank": "assumed: GPU index = local rank, nothing else ties them"}
 
@@ -89,6 +92,8 @@ def rank_gpus(evidence: JobEvidence) -> dict[int, RankGpu]:
             for pid in reading.pids:
                 if pid in pids:
                     tied.setdefault(pids[pid], (pci, "pid"))
+    for rank, pci in _visible(evidence, by_pci).items():
+        tied.setdefault(rank, (pci, "CUDA_VISIBLE_DEVICES"))
     for rank, event in _nccl_devices(evidence):
         tied.setdefault(rank, (str(event.fields["pci"]), "nccl"))
         if isinstance(event.fields.get("nvml_dev"), int):
@@ -108,6 +113,26 @@ def rank_gpus(evidence: JobEvidence) -> dict[int, RankGpu]:
         uuid = next((r.uuid for r in kept if r.uuid), "")
         result[rank] = RankGpu(rank, pci, index, uuid, how, kept)
     return result
+
+
+def _visible(evidence: JobEvidence, by_pci: dict[str, list[GpuReading]]) -> dict[int, str]:
+    """Ranks whose ``CUDA_VISIBLE_DEVICES`` names one GPU (or names several and the rank's
+    ``LOCAL_RANK`` picks one, as ``cuda:LOCAL_RANK`` does): that GPU's bus id, by index or
+    uuid (a ``GPU-`` prefix, as CUDA accepts it)."""
+    found = {}
+    for rank, (visible, local) in evidence.gpu_visible.items():
+        names = [v.strip() for v in visible.split(",") if v.strip()]
+        pick = names[0] if len(names) == 1 else names[local] if local is not None and \
+            0 <= local < len(names) else None
+        if pick is None:
+            continue
+        for pci, readings in by_pci.items():
+            first = readings[0]
+            if (pick.isdigit() and first.index == int(pick)) or \
+                    (pick.startswith("GPU-") and first.uuid.startswith(pick)):
+                found[rank] = pci
+                break
+    return found
 
 
 def _nccl_devices(evidence: JobEvidence) -> list[tuple[int, LogEvent]]:

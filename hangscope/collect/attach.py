@@ -108,7 +108,8 @@ def collect(options: AttachOptions, bundle_dir: str,
                                                   budget),
                    "logs": pool.submit(_collect_logs, job, writer, summary, budget),
                    "NCCL RAS": pool.submit(_collect_ras, job, writer, summary, options, budget),
-                   "GPU readings": pool.submit(gpu.collect, writer, summary.gaps, budget)}
+                   "GPU readings": pool.submit(gpu.collect, writer, summary.gaps, budget,
+                                               job.ranks)}
         _describe_job(writer, job)
         oswaits.collect_into(writer, rank_of_pid, worker_of)
         summary.gaps.extend(_describe_node(writer, job, summary, wall_start, started))

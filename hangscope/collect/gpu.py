@@ -20,6 +20,7 @@ import time
 
 from hangscope.bundle import BundleWriter, CollectionRecord
 from hangscope.collect.budget import Budget
+from hangscope.discover import RankProcess
 from hangscope.sources.nvsmi import APPS_FIELDS, QUERY_FIELDS, SCHEMA
 
 CALL_TIMEOUT_S = 5.0
@@ -64,8 +65,10 @@ def _kernel_lines(writer: BundleWriter, gaps: list[str], budget: Budget) -> None
                             source_path=f"{exe} --kernel")
 
 
-def collect(writer: BundleWriter, gaps: list[str], budget: Budget) -> None:
-    """Take the readings and add ``job/gpu.json``; problems go to ``gaps``."""
+def collect(writer: BundleWriter, gaps: list[str], budget: Budget,
+            ranks: list[RankProcess] | None = None) -> None:
+    """Take the readings and add ``job/gpu.json``; problems go to ``gaps``. ``ranks``: the live
+    ranks, whose ``CUDA_VISIBLE_DEVICES`` and ``LOCAL_RANK`` go along (which GPU each may use)."""
     began = time.time()
     exe = shutil.which("nvidia-smi")
     if exe is None:
@@ -97,7 +100,11 @@ def collect(writer: BundleWriter, gaps: list[str], budget: Budget) -> None:
                             "apps_fields": list(APPS_FIELDS), "compute_apps": apps})
     gaps.extend(f"GPU readings: {problem}" for problem in dict.fromkeys(problems))
     if samples:
-        doc = {"schema": SCHEMA, "host": socket.gethostname(), "samples": samples}
+        visible = {str(r.rank): {"cuda_visible_devices": r.env["CUDA_VISIBLE_DEVICES"],
+                                 "local_rank": r.local_rank}
+                   for r in ranks or [] if r.env.get("CUDA_VISIBLE_DEVICES")}
+        doc = {"schema": SCHEMA, "host": socket.gethostname(), "samples": samples,
+               "ranks": visible}
         writer.add_job_file("gpu", "gpu.json", json.dumps(doc, sort_keys=True).encode(),
                             source_path=exe)
     if budget.room_for(0.5):

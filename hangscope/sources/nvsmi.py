@@ -16,7 +16,8 @@ prints (its man page; the output is not promised stable, so every field is optio
 
 ``attach`` stores its raw query output in the bundle as ``job/gpu.json`` (kind ``"gpu"``):
 ``{"schema": "hangscope.gpu/1", "host": ..., "samples": [{"taken_at": ..., "fields": [...],
-"query_gpu": "<csv>", "compute_apps": "<csv>"}]}``.
+"query_gpu": "<csv>", "compute_apps": "<csv>"}], "ranks": {"<rank>": {"cuda_visible_devices": "3",
+"local_rank": 3}}}``.
 """
 
 from __future__ import annotations
@@ -237,10 +238,14 @@ def load_gpu_file(path: str, rank: int | None, evidence: JobEvidence,
         if doc.get("schema") != SCHEMA:
             problems.append(f"{path}: not a {SCHEMA} file")
             return
+        for rank, seen in (doc.get("ranks") or {}).items():
+            local = seen.get("local_rank")
+            evidence.gpu_visible[int(rank)] = (str(seen["cuda_visible_devices"]),
+                                               local if isinstance(local, int) else None)
         for sample in doc.get("samples", []):
             evidence.gpus.extend(parse_query(
                 sample.get("query_gpu", ""), tuple(sample.get("fields") or QUERY_FIELDS),
                 apps=sample.get("compute_apps", ""), taken_at=sample.get("taken_at"),
                 host=doc.get("host"), where=path))
-    except (ValueError, AttributeError, TypeError) as exc:
+    except (ValueError, AttributeError, TypeError, KeyError) as exc:
         problems.append(f"{path}: unreadable GPU record ({exc})")
