@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from hangscope.analysis.gpu_ranks import rank_gpus
 from hangscope.bundle import BundleWriter
 from hangscope.collect import gpu
 from hangscope.collect.budget import Budget
-from hangscope.analysis.gpu_ranks import rank_gpus
 from hangscope.model import GpuReading, JobEvidence
 from hangscope.sources.nvsmi import load_gpu_file
 
