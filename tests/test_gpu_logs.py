@@ -147,3 +147,32 @@ def test_rocm_hsa_gpu_hang_is_a_gpu_fault_with_no_rank() -> None:
         os.unlink(path)
     assert verdict.root is not None and verdict.root.kind.value == "rank_died"
     assert verdict.root.culprit_ranks == [] and "node-9" in verdict.root.summary
+
+
+def test_xid_pid_tied_through_the_launchers_failure_table(tmp_path) -> None:
+    # GIVEN torchrun's failure table (rank 2 is pid 30512) and a dmesg Xid 13 naming pid 30512
+    (tmp_path / "torchrun.log").write_text(
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "============================================================\n"
+        "train.py FAILED\n"
+        "------------------------------------------------------------\n"
+        "Failures:\n"
+        "  <NO_OTHER_FAILURES>\n"
+        "------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n"
+        "[0]:\n"
+        "  time      : 2024-05-01_12:00:00\n"
+        "  host      : node1\n"
+        "  rank      : 2 (local_rank: 2)\n"
+        "  exitcode  : -6 (pid: 30512)\n"
+        "  error_file: <N/A>\n"
+        "  traceback : Signal 6 (SIGABRT) received by PID 30512\n"
+        "============================================================\n")
+    (tmp_path / "dmesg.log").write_text(
+        "[ 77.125] NVRM: Xid (PCI:0000:4c:00): 13, pid=30512, name=python, Graphics Exception: "
+        "ESR 0x504648=0x1000e\n")
+    verdict, _ = analyze(load_paths([str(tmp_path)], LoadOptions())[0])
+    # THEN the Xid is rank 2's own GPU fault
+    assert verdict.root is not None and verdict.root.kind.value == "rank_died"
+    assert verdict.root.culprit_ranks == [2]
+    assert any("Xid 13" in item.detail for item in verdict.root.evidence)

@@ -59,6 +59,12 @@ _HOW = {"pid": "nvidia-smi lists the rank's pid on it",
         "local rank": "assumed: GPU index = local rank, nothing else ties them"}
 
 
+# log events whose ``pid`` field is the process of the rank they are filed under: NCCL's
+# ``host:pid:tid`` lines, torchrun's failure table
+_OWN_PID = frozenset({"nccl_device", "nccl_warn", "nccl_transport_error", "cuda_error",
+                      "elastic_child_failed"})
+
+
 def pid_ranks(evidence: JobEvidence) -> dict[int, int]:
     """Every pid known to be a rank's or one of its descendants'."""
     found: dict[int, int] = {}
@@ -73,7 +79,7 @@ def pid_ranks(evidence: JobEvidence) -> dict[int, int]:
         if ev.pid is not None:
             found[ev.pid] = rank
         for event in ev.logs:
-            if event.kind == "nccl_device" and isinstance(event.fields.get("pid"), int):
+            if event.kind in _OWN_PID and isinstance(event.fields.get("pid"), int):
                 found.setdefault(int(event.fields["pid"]), event.rank if event.rank is not None
                                  else rank)
     return found
