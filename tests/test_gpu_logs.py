@@ -176,3 +176,22 @@ def test_xid_pid_tied_through_the_launchers_failure_table(tmp_path) -> None:
     assert verdict.root is not None and verdict.root.kind.value == "rank_died"
     assert verdict.root.culprit_ranks == [2]
     assert any("Xid 13" in item.detail for item in verdict.root.evidence)
+
+
+def test_nccl_unhandled_cuda_error_is_the_ranks_gpu_fault(tmp_path) -> None:
+    (tmp_path / "rank3.log").write_text(
+        "[rank3]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL "
+        "version 2.21.5\n"
+        "[rank3]: ncclUnhandledCudaError: Call to CUDA function failed.\n"
+        "[rank3]: Last error:\n"
+        "[rank3]: Cuda failure 'an illegal memory access was encountered'\n")
+    (tmp_path / "rank0.log").write_text(
+        "[rank0]:[E1124 10:32:41.7 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank 0]"
+        " Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, "
+        "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600001 milliseconds before timing "
+        "out.\n")
+    verdict, _ = analyze(load_paths([str(tmp_path)], LoadOptions())[0])
+    assert verdict.root is not None
+    assert (verdict.root.kind.value, verdict.root.culprit_ranks) == ("rank_died", [3])
+    assert verdict.root.summary.startswith("rank 3 died first")

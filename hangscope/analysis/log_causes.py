@@ -84,6 +84,9 @@ def classify(event: LogEvent) -> str | None:
     if kind == "nccl_error" and (event.fields.get("code") == "ncclRemoteError"
                                  or "remote process exited" in event.message):
         return "transport"  # NCCL's own words: the peer or the network, not this rank
+    if kind == "nccl_error" and (event.fields.get("code") == "ncclUnhandledCudaError"
+                                 or "Cuda failure" in str(event.fields.get("last_error", ""))):
+        return "gpu"  # NCCL's CUDA call failed on this rank's own GPU
     if kind in ("gloo_enforce_fail", "nccl_error"):
         return "collective_error"
     return None
