@@ -23,6 +23,7 @@ from hangscope.analysis.detectors import (
     size_mismatch,
     straggler,
     straggler_logs,
+    symmetric,
 )
 
 ALL: tuple[Detector, ...] = (
@@ -32,6 +33,7 @@ ALL: tuple[Detector, ...] = (
     size_mismatch.detect,
     mismatch_error.detect,
     missing_rank.detect,
+    symmetric.detect,
     log_waits.detect,
     rank_died.detect,
     quiet_death.detect,
