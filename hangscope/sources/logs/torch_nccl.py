@@ -158,11 +158,13 @@ def desync(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         if j:
             ranks = [int(x) for x in j.group("ranks").split(",")]
             fields["joined_not_finished"] = join_ints(ranks)
+            fields["joined_seq"] = int(j.group("seq"))  # their own seq, not the timed-out one
             lagging += ranks
         f = _FINISHED.search(text)
         if f:
             ranks = [int(x) for x in f.group("ranks").split(",")]
             fields["finished_not_joined_next"] = join_ints(ranks)
+            fields["finished_seq"] = int(f.group("seq"))
             lagging += ranks
         n = _NEVER.search(text)
         if n:
