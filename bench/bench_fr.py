@@ -216,10 +216,11 @@ def summarize_hangscope(res: dict, out_dir: Path, truth: dict, timeout: float) -
 # ------------------------------------------------------------------ dumps (cached)
 
 
-def ensure_dumps(work: Path, n: int, entries: int, version: str) -> tuple[Path, dict, dict]:
+def ensure_dumps(work: Path, n: int, entries: int, version: str,
+                 writer: str = "c10") -> tuple[Path, dict, dict]:
     from fixtures import synth_fr
 
-    d = work / f"fr_{n}x{entries}_v{version}"
+    d = work / f"fr_{n}x{entries}_v{version}_{writer}"
     truth_p = d / "expected.json"
     info = {"generated": False, "gen_s": None}
     if truth_p.exists() and len(list(d.glob(PREFIX + "*"))) == n:
@@ -228,7 +229,8 @@ def ensure_dumps(work: Path, n: int, entries: int, version: str) -> tuple[Path, 
         if d.exists():
             shutil.rmtree(d)
         t0 = time.monotonic()
-        truth = synth_fr.write_large(d, n, entries, version, progress=n >= 1024)
+        truth = synth_fr.write_large(d, n, entries, version, progress=n >= 1024,
+                                      writer=writer)
         info = {"generated": True, "gen_s": time.monotonic() - t0}
     info["bytes"] = sum(p.stat().st_size for p in d.glob(PREFIX + "*"))
     return d, truth, info
@@ -306,7 +308,7 @@ def render_section(rows: list[dict], m: dict, args) -> str:
             BEGIN,
             f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), {m['mem_gib']} GiB RAM, "
             f"Linux {m['kernel']}, Python {m['python']}, torch {m['torch']}. "
-            f"FR format {args.version}, pickle. N = {args.jobs_n} (usable cores). Each tool in its "
+            f"FR format {args.version}, pickle written like {getattr(args, 'writer', 'python')}. N = {args.jobs_n} (usable cores). Each tool in its "
             "own child process, one after the other; wall time / peak RSS of the whole process "
             "tree (sum over live descendants, sampled every 50 ms; at least the largest process's "
             f"`ru_maxrss`); children limited to {args.mem_limit_gb:g} GiB address space; "
@@ -364,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", default="8,64,256,1024,4096")
     ap.add_argument("--entries", type=int, default=2000)
     ap.add_argument("--version", default="2.10")
+    ap.add_argument("--writer", default="c10", choices=("c10", "python"),
+                    help="c10: pickled the way c10's Pickler writes real dumps (strings memoized "
+                    "by value, shared frames); python: the pickle module (slower to unpickle)")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "hangscope-bench"))
     ap.add_argument("--timeout", type=float, default=1800.0, help="per tool run, seconds")
     ap.add_argument("--mem-limit-gb", type=float, default=16.0)
@@ -408,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     for n in [int(x) for x in args.ranks.split(",") if x]:
-        d, truth, info = ensure_dumps(work, n, args.entries, args.version)
+        d, truth, info = ensure_dumps(work, n, args.entries, args.version, args.writer)
         row = {
             "ranks": n,
             "entries": args.entries,
