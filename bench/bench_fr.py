@@ -76,6 +76,46 @@ def _load_only(d: str) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ child: time split
+
+# (label, module file suffix, function name): cumulative time under cProfile, --jobs 1
+_SPLIT = (
+    ("read+unpickle", "sources/flight_recorder.py", "read_raw"),
+    ("unpickle", "sources/safe_pickle.py", "loads"),
+    ("reduce", "sources/fr_digest.py", "digest"),
+    ("load total", "sources/load.py", "load_paths"),
+    ("match (analysis)", "hangscope/pipeline.py", "analyze_evidence"),
+    ("render (verdict, html)", "hangscope/pipeline.py", "write_outputs"),
+    ("total", "hangscope/pipeline.py", "analyze_paths"),
+)
+
+
+def _split(d: str, out: str) -> int:
+    """Run `hangscope analyze d --jobs 1` in this process under cProfile and print where the
+    time went (cumulative seconds per stage; the profiler adds its own overhead)."""
+    import cProfile
+    import pstats
+
+    from hangscope.cli import main as hs_main
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        hs_main(["analyze", d, "--out", out, "--json", "--jobs", "1"])
+    except SystemExit:
+        pass
+    prof.disable()
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    got = {}
+    for (fname, _line, func), (_cc, _nc, _tt, ct, _callers) in stats.items():
+        for label, suffix, name in _SPLIT:
+            if func == name and fname.endswith(suffix):
+                got[label] = got.get(label, 0.0) + ct
+    got["reading"] = got.get("read+unpickle", 0.0) - got.get("unpickle", 0.0)
+    print("SPLIT " + json.dumps(got))
+    return 0
+
+
 # ------------------------------------------------------------------ measuring children
 
 
@@ -302,6 +342,23 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+SPLIT_COLS = ("reading", "unpickle", "reduce", "match (analysis)", "render (verdict, html)",
+              "total")
+
+
+def split_table(rows: list[dict]) -> str:
+    """Where the time of one `--jobs 1` run goes, seconds under cProfile (cumulative)."""
+    out = ["| ranks x entries | " + " | ".join(SPLIT_COLS) + " |",
+           "|---|" + "---|" * len(SPLIT_COLS)]
+    for r in rows:
+        sp = r.get("split")
+        if not sp:
+            continue
+        out.append(f"| {r['ranks']} x {r['entries']} | "
+                   + " | ".join(f"{sp.get(c, 0.0):.2f} s" for c in SPLIT_COLS) + " |")
+    return "\n".join(out) if len(out) > 2 else ""
+
+
 def render_section(rows: list[dict], m: dict, args) -> str:
     return "\n".join(
         [
@@ -315,6 +372,13 @@ def render_section(rows: list[dict], m: dict, args) -> str:
             f"timeout {args.timeout:g} s. Command: `python bench/bench_fr.py {' '.join(args.argv)}`.",
             "",
             table(rows),
+            "",
+            "Time split of one `hangscope analyze --jobs 1` run in one process under cProfile "
+            "(cumulative seconds; the profiler slows Python code, so these add to more than the "
+            "plain run; reading = read_raw less unpickling; match includes frames hydrated on "
+            "demand):",
+            "",
+            split_table(rows),
             END,
         ]
     )
@@ -362,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_load_only":
         return _load_only(argv[1])
+    if argv and argv[0] == "_split":
+        return _split(argv[1], argv[2])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", default="8,64,256,1024,4096")
     ap.add_argument("--entries", type=int, default=2000)
@@ -372,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "hangscope-bench"))
     ap.add_argument("--timeout", type=float, default=1800.0, help="per tool run, seconds")
     ap.add_argument("--mem-limit-gb", type=float, default=16.0)
-    ap.add_argument("--tools", default="load,hs1,hsn,frtrace,report")
+    ap.add_argument("--tools", default="load,hs1,hsn,frtrace,report,split")
     ap.add_argument("--jobs", type=int, default=None, help="N for hangscope --jobs N "
                     "(default: usable cores)")
     ap.add_argument("--frtrace-max-ranks", type=int, default=1024,
@@ -446,6 +512,13 @@ def main(argv: list[str] | None = None) -> int:
             if key == "hsn" and "report" in tools:
                 row["report_load_s"] = report_load_s(out / "report.html")
                 print(f"[{n}] report opens   {row['report_load_s']}", flush=True)
+        if "split" in tools:
+            out = work / f"hangscope_split_{n}"
+            r = run_child([sys.executable, __file__, "_split", str(d), str(out)],
+                          logs / f"split_{n}.log", args.timeout, args.mem_limit_gb)
+            lines = [ln for ln in _tail(r["log"]).splitlines() if ln.startswith("SPLIT ")]
+            row["split"] = json.loads(lines[-1][6:]) if lines else None
+            print(f"[{n}] split          {row['split']}", flush=True)
         if "frtrace" in tools:
             if frtrace is None:
                 row["frtrace_result"] = "not available (torchfrtrace not on PATH)"
