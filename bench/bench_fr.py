@@ -359,10 +359,17 @@ def split_table(rows: list[dict]) -> str:
     return "\n".join(out) if len(out) > 2 else ""
 
 
+def _markers(writer: str) -> tuple[str, str]:
+    """The docs block a writer's results go to (c10-written dumps have their own)."""
+    return (BEGIN, END) if writer == "python" else (f"<!-- bench:begin {writer} -->",
+                                                    f"<!-- bench:end {writer} -->")
+
+
 def render_section(rows: list[dict], m: dict, args) -> str:
+    begin, end = _markers(getattr(args, "writer", "python"))
     return "\n".join(
         [
-            BEGIN,
+            begin,
             f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), {m['mem_gib']} GiB RAM, "
             f"Linux {m['kernel']}, Python {m['python']}, torch {m['torch']}. "
             f"FR format {args.version}, pickle written like {getattr(args, 'writer', 'python')}. N = {args.jobs_n} (usable cores). Each tool in its "
@@ -379,15 +386,17 @@ def render_section(rows: list[dict], m: dict, args) -> str:
             "demand):",
             "",
             split_table(rows),
-            END,
+            end,
         ]
     )
 
 
 def write_docs(path: Path, section: str) -> None:
-    if path.exists() and BEGIN in path.read_text():
+    begin = section.splitlines()[0]
+    end = begin.replace("bench:begin", "bench:end")
+    if path.exists() and begin in path.read_text():
         txt = path.read_text()
-        a, b = txt.index(BEGIN), txt.index(END) + len(END)
+        a, b = txt.index(begin), txt.index(end) + len(end)
         path.write_text(txt[:a] + section + txt[b:])
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -469,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             m = m or prev["machine"]
             args.argv = prev.get("argv", argv)
             args.jobs_n = prev.get("jobs_n", args.jobs_n)
+            args.writer = prev.get("writer", "python")
         print(table(rows))
         if args.write_docs:
             write_docs(Path(args.write_docs), render_section(rows, m, args))
@@ -534,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         if args.json_out:  # after every size: a long run that is cut short keeps its rows
             Path(args.json_out).write_text(json.dumps(
-                {"machine": machine(), "rows": rows, "argv": argv, "jobs_n": args.jobs_n},
+                {"machine": machine(), "rows": rows, "argv": argv, "jobs_n": args.jobs_n,
+                 "writer": args.writer},
                 indent=2, default=str))
     m = machine()
     print()
