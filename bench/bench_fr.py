@@ -13,6 +13,11 @@ then times, each in its own child process, one after the other:
   torchfrtrace torch 2.13's analyzer, `torchfrtrace DIR -p nccl_trace_rank_` (analysis mode),
                up to --frtrace-max-ranks ranks (beyond, it ran out of memory at 16 GiB).
 
+Dumps are pickled the way c10's Pickler writes real ones (--writer c10, the default:
+fixtures/c10_pickle.py) or with the pickle module (--writer python). Tool "split" runs one
+`--jobs 1` analysis in-process under cProfile and reports the seconds spent reading,
+unpickling, reducing, matching and rendering.
+
 Wall time from the parent; peak RSS two ways: the largest single process of the tree
 (ru_maxrss of os.wait4, which covers the waited-for descendants) and the whole tree (the sum
 of every live descendant's RSS, sampled every 50 ms with psutil). Children run under an
