@@ -195,6 +195,53 @@ class RankEvidence:
     worker_proc: dict[int, list[ProcessState]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class OsFd:
+    """One open file descriptor: ``pipe:[4242]``, ``socket:[77]`` or a path; ``flags`` from
+    fdinfo (the low two bits: 0 read, 1 write, 2 both); ``dev_ino`` as /proc/locks writes it."""
+
+    fd: int
+    target: str
+    flags: int | None = None
+    dev_ino: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OsLock:
+    """One /proc/locks line; ``blocked``: a request waiting for the lock on the same inode."""
+
+    kind: str
+    mode: str
+    pid: int
+    dev_ino: str
+    blocked: bool
+    line: str
+
+
+@dataclass(slots=True)
+class OsProcess:
+    """A rank, a descendant of one, or the holder of a lock one waits on, as /proc showed it."""
+
+    pid: int
+    rank: int | None = None
+    worker_of: int | None = None  # the rank it descends from
+    cmdline: str = ""
+    syscall: tuple[str, ...] = ()  # /proc/PID/syscall: number and arguments, or "running"
+    wchan: str | None = None
+    ppid: int | None = None
+    fds: dict[int, OsFd] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class OsSnapshot:
+    """What the job's processes waited for through the OS at one moment (collect.oswaits)."""
+
+    path: str
+    taken_at: float
+    processes: dict[int, OsProcess] = field(default_factory=dict)
+    locks: list[OsLock] = field(default_factory=list)
+
+
 @dataclass(slots=True)
 class JobEvidence:
     """The whole job as the loaders saw it: per-rank evidence plus what could not be had."""
@@ -204,6 +251,9 @@ class JobEvidence:
     gaps: list[str] = field(default_factory=list)
     unattributed_logs: list[LogEvent] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)  # files and folders the evidence came from
+    # the job's source lines its stacks cite, as read where the job ran: {file: {line: text}}
+    source_lines: dict[str, dict[int, str]] = field(default_factory=dict)
+    os_waits: list[OsSnapshot] = field(default_factory=list)  # /proc locks, pipes, children
 
     def rank(self, rank: int) -> RankEvidence:
         """The rank's evidence, created empty on first use."""

@@ -162,3 +162,16 @@ def test_equivalence_classes_keep_the_graph_small(tmp_path, world) -> None:
     verdict = verdict_for(tmp_path, dumps)
     assert verdict.root.culprit_ranks == [17]
     assert len(verdict.rank_classes) == 2
+
+
+def test_a_plurality_is_no_majority(tmp_path) -> None:
+    # GIVEN ranks 0, 1 in all_reduce seq 6, rank 2 in all_gather, rank 3 in broadcast: the
+    # largest side holds half the ranks, not more (the rule of analysis.majority)
+    dumps = {r: make_dump(hung_at(5), 4) for r in range(2)}
+    dumps[2] = make_dump(hung_at(5, op="all_gather"), 4)
+    dumps[3] = make_dump(hung_at(5, op="broadcast"), 4)
+    root = verdict_for(tmp_path, dumps).root
+    # THEN the others are named, with less confidence and the reason
+    assert (root.kind, root.culprit_ranks) == (Kind.COLLECTIVE_MISMATCH, [2, 3])
+    assert root.confidence == 0.55
+    assert "no majority" in root.summary

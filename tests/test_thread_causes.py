@@ -57,3 +57,25 @@ def test_a_lowercase_exception_class_ends_a_thread_traceback(tmp_path: Path) -> 
     (event,) = scan_log(str(log))
     assert (event.kind, event.fields["thread"], event.fields["exc_type"]) == (
         "traceback", "uploader", "socket.error")
+
+
+def test_a_launcher_copy_without_the_thread_header_is_still_the_threads_death(
+        tmp_path: Path) -> None:
+    # GIVEN the launcher's tee of rank 2's output lost the "Exception in thread" header (cut,
+    # or the header and the traceback interleaved apart), while the rank's own stderr has it
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for part in (RECORDED / "logs").iterdir():
+        text = part.read_text()
+        if part.name == "torchrun.log":
+            text = "".join(line for line in text.splitlines(keepends=True)
+                           if "Exception in thread" not in line)
+        (logs / part.name).write_text(text)
+    evidence, _ = load_paths([str(logs), str(RECORDED / "stacks"), str(RECORDED / "fr/pickle")],
+                             LoadOptions())
+    verdict, _ = analyze(evidence)
+    # THEN the header-less copy is the same thread's death: no rank_died, the wait is the finding
+    root = verdict.findings[0]
+    assert (root.kind, root.culprit_ranks) == (Kind.DATALOADER_STALL, [2]), root.summary
+    assert "thread 'prefetch' of rank 2 died earlier" in root.summary
+    assert not any(f.kind is Kind.RANK_DIED for f in verdict.findings)

@@ -41,8 +41,10 @@ class Divergence:
 
     @property
     def majority_is_clear(self) -> bool:
-        return bool(self.invalid) or (len(self.sides) > 1
-                                      and len(self.sides[0][1]) > len(self.sides[1][1]))
+        """More than half of the ranks on one side (``analysis.majority``'s rule, shared by
+        stacks, logs and group creation), or a side whose own record contradicts its op."""
+        total = sum(len(ranks) for _, ranks in self.sides)
+        return bool(self.invalid) or (len(self.sides) > 1 and len(self.sides[0][1]) * 2 > total)
 
 
 def first_divergence(group: GroupView) -> Divergence | None:

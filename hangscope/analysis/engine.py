@@ -8,7 +8,7 @@ from hangscope import __version__
 from hangscope.analysis import detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import GroupView, build_picture, finished
-from hangscope.analysis.log_progress import log_states
+from hangscope.analysis.log_progress import log_states, logs_advance
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.moved_since_dump import reconcile
 from hangscope.analysis.pg_order import stack_only_note
@@ -203,6 +203,10 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
         gaps.append("no rank is blocked in torch.distributed, and the stacks show none making "
                     "progress")
         return Status.INCONCLUSIVE
+    if not ctx.picture.dumps and not ctx.stacks and (note := logs_advance(ctx.evidence)):
+        # logs are all there is and they say it trained without a fault; a job that trained
+        # and then hung (train_then_hang) reads the same, so this stays inconclusive
+        gaps.append(note)
     if not ctx.picture.dumps:
         gaps.append(_why_nothing(ctx))
         return Status.INCONCLUSIVE
@@ -222,6 +226,9 @@ def _failed_mismatch(ctx: Context, root: Finding) -> bool:
     """The root is an FR mismatch at a collective that failed (every rank retired it and went no
     further) rather than one the ranks hang in."""
     ref = root.collective
+    if root.kind in (Kind.SIZE_MISMATCH, Kind.COLLECTIVE_MISMATCH) \
+            and root.measures.get("outcome") == "failed":
+        return True  # told by the error a rank raised (detectors/mismatch_error.py)
     if root.kind not in (Kind.SIZE_MISMATCH, Kind.COLLECTIVE_MISMATCH) or ref is None:
         return False
     group = ctx.picture.groups.get(ref.pg) if ref.pg is not None else None

@@ -80,6 +80,11 @@ def classify(event: LogEvent) -> str | None:
     return None
 
 
+def rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
+    """Every log event with the rank it belongs to (a launcher's local rank on one host)."""
+    return _rank_events(evidence)
+
+
 def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
     for rank, rank_ev in evidence.ranks.items():
         for event in rank_ev.logs:
@@ -145,7 +150,24 @@ def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
             # the report's time is when RAS was asked, not when the rank failed
             event = dataclasses.replace(fact.event, time=None)
             found.setdefault(fact.rank, []).append(Failure(fact.rank, event, what, fact.detail))
-    return _without_teardown(found)
+    return _without_teardown(_thread_copies(found))
+
+
+def _thread_copies(found: dict[int, list[Failure]]) -> dict[int, list[Failure]]:
+    """A rank's exception with the very type and message of one of its threads' deaths is that
+    death copied without its ``Exception in thread`` header (a launcher's tee that interleaved or
+    cut it): the thread died, not the process."""
+    for rank, items in found.items():
+        threads = {_exc_key(f.event) for f in items if f.what == "thread_exception"}
+        if threads:
+            found[rank] = [dataclasses.replace(f, what="thread_exception")
+                           if f.what == "exception" and _exc_key(f.event) in threads else f
+                           for f in items]
+    return found
+
+
+def _exc_key(event: LogEvent) -> tuple[object, object]:
+    return event.fields.get("exc_type"), event.fields.get("exc_message")
 
 
 def stopped_pids(evidence: JobEvidence) -> set[object]:
@@ -197,8 +219,10 @@ def dead_threads(evidence: JobEvidence, rank: int) -> list[Failure]:
         if failure.what == "thread_exception":
             fields = failure.event.fields
             # one death, however many logs copied it (the rank's stderr and the launcher's tee)
-            key = (fields.get("thread"), fields.get("exc_type"), fields.get("exc_message"))
-            found.setdefault(key, failure)
+            key = _exc_key(failure.event)  # the header-less copy has no thread name
+            if key not in found or (fields.get("thread")
+                                    and not found[key].event.fields.get("thread")):
+                found[key] = failure
     return list(found.values())
 
 

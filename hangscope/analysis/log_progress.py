@@ -138,6 +138,25 @@ def lost_phrase(event: LogEvent) -> str:
     return event.kind.replace("_", " ")
 
 
+def logs_advance(evidence: JobEvidence) -> str | None:
+    """Where the logs are all there is: a note when they show training advancing (a progress
+    line on some rank) and no rank logged a failure, a lost peer or any other echo; else None.
+    Not a verdict: a job that hangs before any watchdog fires reads the same."""
+    logs = rank_logs(evidence)
+    if not logs or failures(evidence) or any(log.lost_peer or log.echoed
+                                             for log in logs.values()):
+        return None
+    stepped = {rank: log.progress for rank, log in logs.items() if log.progress is not None}
+    if not stepped:
+        return None
+    where = "; ".join(f"rank {rank}: {describe_progress(event)}"
+                      for rank, event in sorted(stepped.items())[:6])
+    return (f"from the logs alone: training advanced ({where}) and no rank logged an error, a "
+            "lost peer or a timeout; a healthy job stopped from outside and a job that hung "
+            "before any watchdog fired read the same: attach to it live, or keep its FR dumps "
+            "and stacks, to tell them apart")
+
+
 def describe_progress(event: LogEvent | None) -> str:
     """``step 41/600 (epoch 3)`` for a progress event."""
     if event is None:

@@ -7,14 +7,19 @@ or slow one (stacks change, CPU time grows). One sample, or none, leaves progres
 from __future__ import annotations
 
 import dataclasses
-import linecache
-import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hangscope.analysis.stacks import Kind, ThreadActivity, classify_thread, main_thread
+from hangscope.analysis.stacks import (
+    Kind,
+    ThreadActivity,
+    classify_thread,
+    main_thread,
+)
 from hangscope.model import Frame, JobEvidence, ProcessState, RankEvidence, StackSample
+from hangscope.sources.source_lines import line_text
 
 Progress = Literal["stuck", "moving", "unknown"]
 
@@ -66,7 +71,7 @@ def rank_states(evidence: JobEvidence) -> dict[int, RankStackState]:
     states: dict[int, RankStackState] = {}
     for rank, rank_ev in evidence.ranks.items():
         if rank_ev.samples or rank_ev.proc:
-            states[rank] = _state(rank_ev)
+            states[rank] = _state(rank_ev, evidence.source_lines)
     return states
 
 
@@ -82,7 +87,7 @@ def _is_native(sample: StackSample) -> bool:
     return any(frame.native for thread in sample.threads for frame in thread.frames)
 
 
-def _state(rank_ev: RankEvidence) -> RankStackState:
+def _state(rank_ev: RankEvidence, lines: Mapping[str, Mapping[int, str]]) -> RankStackState:
     everything = sorted(rank_ev.samples, key=lambda s: s.taken_at)
     # A --native follow-up names the C call a thread blocks in; Python-only samples are what is
     # compared for progress (native frames differ between dumps of the same wait).
@@ -90,11 +95,18 @@ def _state(rank_ev: RankEvidence) -> RankStackState:
     samples = [s for s in everything if not _is_native(s)] or everything
     latest = native[-1] if native else samples[-1] if samples else None
     main = main_thread(latest) if latest is not None else None
-    activity = classify_thread(main) if main is not None else None
+    procs = sorted(rank_ev.proc, key=lambda p: p.sampled_at)
+    if rank_ev.pid is not None:
+        procs = [p for p in procs if p.pid == rank_ev.pid] or procs
+    wchan = procs[-1].wchan if procs else None
+    raw = [classify_thread(t) for t in latest.threads] if latest else []
+    threads = [refine_idle(a, lines, raw, wchan if main is not None and a.thread_id ==
+                           main.thread_id else None) for a in raw]
     state = RankStackState(
-        rank=rank_ev.rank, main=refine_idle(activity) if activity else None,
-        main_frames=main.frames if main else (),
-        threads=[refine_idle(classify_thread(t)) for t in latest.threads] if latest else [],
+        rank=rank_ev.rank,
+        main=next((a for a in threads if main is not None and a.thread_id == main.thread_id),
+                  None),
+        main_frames=main.frames if main else (), threads=threads,
         samples=len(samples), sample_path=latest.path if latest else None)
     state.main_finished = main is not None and _is_shutdown(main.frames)
     for sample in samples:
@@ -102,15 +114,17 @@ def _state(rank_ev: RankEvidence) -> RankStackState:
         seen = classify_thread(thread) if thread is not None else None
         state.kinds.append(seen.kind if seen is not None else "none")
         state.frames_seen.append((seen.frame, seen.user_frame) if seen else (None, None))
-    procs = sorted(rank_ev.proc, key=lambda p: p.sampled_at)
-    if rank_ev.pid is not None:
-        procs = [p for p in procs if p.pid == rank_ev.pid] or procs
     if procs:
         state.last_status = procs[-1].status
     state.cpu_share = _cpu_share(procs)
     if len(procs) >= 2:
         state.window_s = max(0.0, procs[-1].sampled_at - procs[0].sampled_at)
     state.progress = _progress(samples, state.cpu_share)
+    if state.progress == "moving" and len(samples) >= 2 and set(state.kinds) == {"init"} \
+            and len({_stack_key(s) for s in samples}) == 1:
+        # process-group setup that keeps the same frame: gloo and the store retry their
+        # connects in C++ and burn CPU doing it, but no data moves; setup is stuck
+        state.progress = "stuck"
     return state
 
 
@@ -124,21 +138,68 @@ _LINE_WAITS: tuple[tuple[re.Pattern[str], Kind, str], ...] = (
 )
 
 
-def refine_idle(activity: ThreadActivity) -> ThreadActivity:
-    """Name an ``idle`` thread's wait from its source line, when the source is readable here.
+def refine_idle(activity: ThreadActivity, lines: Mapping[str, Mapping[int, str]] | None = None,
+                siblings: Sequence[ThreadActivity] = (), wchan: str | None = None
+                ) -> ThreadActivity:
+    """Name an ``idle`` thread's wait from its source line, or, without the source, from what the
+    dump itself shows.
 
     py-spy shows no frame for a C call made straight from the job's code, so the stack ends at
-    the job's line; that line usually says what it waits on. Only a hint: marked in ``op``.
+    the job's line; that line usually says what it waits on. The line comes from ``lines`` (carried
+    in the bundle, read where the job ran) or from the file when it is readable here. Without
+    either (a py-spy dump analyzed away from the job): the process's ``wchan`` (main thread only)
+    and the other threads (see ``_sourceless``); library frames (``Lock.acquire``,
+    ``Condition.wait``) and native frames were already read by ``classify_thread``. Only a hint:
+    marked in ``op``.
     """
     frame = activity.user_frame
     if activity.kind != "idle" or frame is None or frame.line is None:
         return activity
-    if not os.path.isfile(frame.filename):
-        return activity
-    text = linecache.getline(frame.filename, frame.line).strip()
+    text = line_text(lines or {}, frame.filename, frame.line)
+    if text is None:
+        return _sourceless(activity, siblings, wchan)
+    text = text.strip()
     for pattern, kind, op in _LINE_WAITS:
         if pattern.search(text):
             return dataclasses.replace(activity, kind=kind, op=f"{op} (source line: {text[:80]})")
+    return activity
+
+
+# the op of a lock wait told only by the other threads' shape (no source, name or wchan said it)
+INFERRED_LOCK = "a lock, inferred"
+# /proc/PID/wchan of a thread asleep in the kernel -> what it waits for
+_WCHAN_WAITS: tuple[tuple[re.Pattern[str], Kind, str], ...] = (
+    (re.compile(r"^(anon_pipe_read|pipe_read|pipe_wait\w*|unix_stream_read_generic"
+                r"|sk_wait_data)$"), "io", "read"),
+    (re.compile(r"^(hrtimer_nanosleep|do_nanosleep|clock_nanosleep)$"), "sleep", "time.sleep"),
+)
+
+
+def _sourceless(activity: ThreadActivity, siblings: Sequence[ThreadActivity],
+                wchan: str | None) -> ThreadActivity:
+    """What an idle thread waits on when its source line cannot be read.
+
+    - the process's ``wchan`` (it is the main thread's): a pipe or socket read, a sleep (a futex
+      says nothing: every blocked wait of CPython and torch sleeps on one);
+    - another thread of the same process also blocked in the job's own code (idle at a job
+      frame, or in a lock/queue wait called from one): two threads of one program stopped in
+      their own code, with nothing of a collective or I/O in sight, is the shape of a lock
+      inversion.
+    False positives: two threads that each sleep in the job's own code (with no wchan to say so)
+    look like the last rule.
+    """
+    if wchan:
+        for pattern, kind, op in _WCHAN_WAITS:
+            if pattern.match(wchan):
+                return dataclasses.replace(activity, kind=kind, op=f"{op} (wchan {wchan})")
+    blocked = [t for t in siblings if t.thread_id != activity.thread_id
+               and t.user_frame is not None and t.kind in ("idle", "lock")]
+    if blocked:
+        other = blocked[0]
+        name = other.thread_name or other.thread_id
+        return dataclasses.replace(activity, kind="lock", op=(
+            f"{INFERRED_LOCK} (no source here; thread '{name}' is blocked in the job's code "
+            "too)"))
     return activity
 
 
@@ -156,14 +217,16 @@ def _cpu_share(procs: list[ProcessState]) -> float | None:
     return max(0.0, (timed[-1].cpu_time_s or 0.0) - (timed[0].cpu_time_s or 0.0)) / wall
 
 
+def _stack_key(sample: StackSample) -> tuple[tuple[str, str, int | None], ...]:
+    """The main thread's Python frames by function, file name and line: the JSON and text forms
+    of one dump print the same frame with a full and a short path."""
+    main = main_thread(sample)
+    return tuple((f.name, f.filename.rsplit("/", 1)[-1], f.line) for f in main.frames
+                 if not f.native) if main else ()
+
+
 def _progress(samples: list[StackSample], cpu_share: float | None) -> Progress:
-    keys = set()
-    for sample in samples:
-        main = main_thread(sample)
-        # by function, file name and line: the JSON and text forms of one dump print the same
-        # frame with a full and a short path
-        keys.add(tuple((f.name, f.filename.rsplit("/", 1)[-1], f.line) for f in main.frames
-                       if not f.native) if main else ())
+    keys = {_stack_key(sample) for sample in samples}
     if cpu_share is not None and cpu_share >= BUSY_CPU_SHARE:
         return "moving"
     if len(samples) >= 2 and len(keys) > 1:

@@ -24,6 +24,7 @@ from hangscope.collect import (
     identity,
     logs,
     nccl_ras,
+    oswaits,
     permissions,
     procstate,
     pyspy,
@@ -35,6 +36,7 @@ from hangscope.discover import JobProcesses, RankProcess, discover
 from hangscope.model import ProcessState
 from hangscope.options import AttachOptions
 from hangscope.progress import Progress
+from hangscope.sources import source_lines
 from hangscope.sources.pyspy import RECORD_KIND
 
 log = logging.getLogger(__name__)
@@ -105,6 +107,7 @@ def collect(options: AttachOptions, bundle_dir: str,
                    "logs": pool.submit(_collect_logs, job, writer, summary, budget),
                    "NCCL RAS": pool.submit(_collect_ras, job, writer, summary, options, budget)}
         _describe_job(writer, job)
+        oswaits.collect_into(writer, rank_of_pid, worker_of)
         summary.gaps.extend(_describe_node(writer, job, summary, wall_start, started))
         if meanwhile is not None:
             meanwhile()
@@ -247,6 +250,9 @@ def _collect_stacks_and_state(pids: list[int], rank_of_pid: dict[int, int],
                 writer.add_file(rank, RECORD_KIND, pyspy.bundle_name(result, index),
                                 pyspy.bundle_record(result, worker=is_worker, rank=rank))
         good = [r for r in results if r.ok]
+        cited = source_lines.record(r.sample for r in good)
+        if cited is not None:  # the verdict may need them where these files are not
+            writer.add_file(rank, source_lines.KIND, f"source-lines-{pid}.json", cited)
         if good and not is_worker:
             summary.ok.setdefault("py-spy", []).append(rank)
         elif results and not good:

@@ -56,7 +56,7 @@ def sample_process(pid: int, children: tuple[int, ...] | None = None,
     if status == "Z" and len(fields) > 49:
         exit_code, exit_signal = _decode_exit(fields[49])
     if children is None:
-        children = _children_of(pid, proc_root)
+        children = children_of(pid, proc_root)
     return ProcessState(
         pid=pid, sampled_at=now, status=status,
         cpu_time_s=round((int(fields[11]) + int(fields[12])) / _CLOCK_TICKS, 3),
@@ -121,7 +121,7 @@ def _read_wchan(pid: int, proc_root: str) -> str | None:
     return value if value and value != "0" else None
 
 
-def _children_of(pid: int, proc_root: str) -> tuple[int, ...]:
+def children_of(pid: int, proc_root: str = "/proc") -> tuple[int, ...]:
     """Children from /proc/PID/task/*/children when the kernel has it, else a /proc scan."""
     found: list[int] = []
     try:

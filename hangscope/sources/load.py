@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, StackSample
 from hangscope.options import LoadOptions
-from hangscope.sources import flight_recorder, fr_stream, merge, pyspy, stack_pastes
+from hangscope.sources import flight_recorder, fr_stream, merge, oswaits, pyspy, stack_pastes
 from hangscope.sources.logs import loader as log_loader
 from hangscope.sources.logs.scan import sniff_log
 
@@ -65,6 +65,9 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
                 stack_files.append(file_path)
             elif kind == "log":
                 log_files.append(file_path)
+            elif kind == oswaits.KIND:
+                oswaits.load_oswaits(file_path, None, evidence, report.problems)
+                report.loaded.setdefault(oswaits.KIND, []).append(file_path)
             elif explicit:
                 report.problems.append(f"{file_path}: not a recognised evidence file")
             else:
@@ -116,6 +119,8 @@ def _sniff(path: str) -> tuple[str | None, bool]:
         return "fr", False
     if pyspy.sniff_pyspy(head):
         return "pyspy", False
+    if head.lstrip().startswith(b"{") and f'"{oswaits.SCHEMA}"'.encode() in head:
+        return oswaits.KIND, False
     kind = "log" if sniff_log(head, path) else None
     return kind, stack_pastes.sniff_stack_paste(head)
 

@@ -10,9 +10,13 @@ from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence
 from hangscope.sources import flight_recorder
 from hangscope.sources.logs.loader import load_log_file
+from hangscope.sources.oswaits import KIND as OSWAITS_KIND
+from hangscope.sources.oswaits import load_oswaits
 from hangscope.sources.probe import RECORD_KIND as PROBE_KIND
 from hangscope.sources.probe import load_probe_record
 from hangscope.sources.pyspy import RECORD_KIND, load_pyspy_record
+from hangscope.sources.source_lines import KIND as SOURCE_LINES_KIND
+from hangscope.sources.source_lines import load_source_lines
 
 # loader(path, rank, evidence, problems). ``rank`` is None for job-level files (the launcher's
 # log), which say their ranks themselves.
@@ -39,4 +43,6 @@ FILE_LOADERS: dict[str, FileLoader] = {
     RECORD_KIND: load_pyspy_record,
     "log": load_log_file,
     PROBE_KIND: load_probe_record,
+    SOURCE_LINES_KIND: load_source_lines,
+    OSWAITS_KIND: load_oswaits,
 }

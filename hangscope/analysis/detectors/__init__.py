@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from hangscope.analysis.context import Detector
 from hangscope.analysis.detectors import (
+    busy_rank,
     collective_mismatch,
     dataloader_stall,
     deadlock_cycle,
     init_hang,
     log_waits,
     lone_waits,
+    mismatch_error,
     missing_rank,
     network_fault,
+    os_wait,
     python_deadlock,
     quiet_death,
     rank_died,
@@ -25,6 +28,7 @@ ALL: tuple[Detector, ...] = (
     deadlock_cycle.detect,
     collective_mismatch.detect,
     size_mismatch.detect,
+    mismatch_error.detect,
     missing_rank.detect,
     log_waits.detect,
     rank_died.detect,
@@ -32,9 +36,11 @@ ALL: tuple[Detector, ...] = (
     rank_oom.detect,
     network_fault.detect,
     dataloader_stall.detect,
+    os_wait.detect,
     python_deadlock.detect,
     init_hang.detect,
     lone_waits.detect,
     straggler.detect,
+    busy_rank.detect,
     straggler_logs.detect,
 )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from hangscope.analysis.context import Context
 from hangscope.analysis.detectors.mismatch_common import log_mismatch_findings, mismatch_finding
+from hangscope.analysis.majority import odd_ones_out
 from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
 from hangscope.ranges import format_ranks, ranks_phrase
 
@@ -48,11 +49,14 @@ def _from_stacks(ctx: Context) -> list[Finding]:
     sides = sorted(by_op.items(), key=lambda item: (-len(item[1]), min(item[1])))
     (expected_op, majority), rest = sides[0], sides[1:]
     culprits = sorted(r for _, ranks in rest for r in ranks)
-    clear = len(majority) > len(rest[0][1])
+    # the one rule every path uses: more than half of the ranks agree, the others are odd
+    clear = odd_ones_out({r: op for op, ranks in by_op.items() for r in ranks}) is not None
     found = "; ".join(f"{ranks_phrase(ranks)} {'are' if len(ranks) > 1 else 'is'} in {op}"
                       for op, ranks in rest)
     summary = (f"{found} while ranks {format_ranks(majority)} are in {expected_op} "
                "(from stacks: group and seq unknown)")
+    if not clear:
+        summary += "; no majority: either side may be the odd one"
     evidence = [item for _, ranks in sides
                 if (item := ctx.stack_evidence(ranks[0], "main thread: ")) is not None]
     return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=culprits,

@@ -5,6 +5,13 @@ but not in init: still loading, downloading) or absent (no process, no evidence)
 waiting rank's stack and each culprit's. False positives: a slow start where the late rank is
 about to call init (sample again), and store waits of a healthy elastic re-rendezvous.
 
+Group creation from stacks (``new_group``, ``init_device_mesh``, ``split_group``... leave no FR
+entry): ranks stuck inside it while the others are elsewhere (a collective of the next step): the
+finding names who is inside and who is not; the odd side (``analysis.majority``) is the culprit
+(0.92: it outranks the FR view that the ranks inside are "missing" from the next collective),
+both sides with 0.55 where neither is a majority. False positive: ranks sampled while group
+creation is merely slow (its first call imports and connects for a second or two).
+
 From logs: the store-based barrier of ``init_process_group`` ("Waiting in store based barrier ...
 world_size=N, worker_count=M": M below N, ranks never arrived; M above N, more processes than ranks
 used the key, a stale store or duplicate ranks), the TCPStore server's "M/N clients joined", a
@@ -21,6 +28,8 @@ positive: a store wait of a rank that was sampled while init was merely slow.
 from __future__ import annotations
 
 from hangscope.analysis.context import Context
+from hangscope.analysis.majority import odd_ones_out
+from hangscope.analysis.stacks import short_where
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import format_ranks, ranks_phrase
@@ -48,7 +57,54 @@ def detect(ctx: Context) -> list[Finding]:
                                 waiting_ranks=sorted(waiting), confidence=0.85,
                                 summary=summary, evidence=evidence,
                                 collective=CollectiveRef(pg=None, seq=None, op=reason.op)))
-    return findings or _from_logs(ctx) or _lone(ctx)
+    return findings or _group_creation(ctx) or _from_logs(ctx) or _lone(ctx)
+
+
+# process-group creation every rank of the job calls, in the same order (new_group and its
+# kin count the calls: one a rank skipped or added shifts every later one)
+_GROUP_CALLS = frozenset({"new_group", "new_subgroups", "new_subgroups_by_enumeration",
+                          "_new_group_with_tag", "split_group", "init_device_mesh",
+                          "init_process_group", "_store_based_barrier"})
+
+
+def _group_creation(ctx: Context) -> list[Finding]:
+    """Ranks stuck inside group creation while the others are somewhere else (a collective, the
+    next step): who called it and who did not, the odd side by the one majority rule
+    (``analysis.majority``); with no majority both sides are named and those outside are
+    reported (lower confidence)."""
+    inside = sorted(r for r, s in ctx.stacks.items() if s.main is not None
+                    and s.main.kind == "init" and s.main.op in _GROUP_CALLS
+                    and s.progress != "moving")
+    outside = sorted(r for r, s in ctx.stacks.items() if r not in inside and not s.gone
+                     and s.main is not None and s.progress != "moving")
+    if not inside or not outside:
+        return []
+    odd = odd_ones_out({r: r in inside for r in [*inside, *outside]})
+    main = ctx.stacks[inside[0]].main
+    assert main is not None
+    where = f" at {short_where(main.user_frame)}" if main.user_frame is not None else ""
+    doing = "; ".join(f"rank {r}: {ctx.stacks[r].describe()}" for r in outside[:4])
+    summary = (f"{ranks_phrase(inside)} {'is' if len(inside) == 1 else 'are'} inside "
+               f"{main.op}{where}, which every rank of the job must call, in the same order; "
+               f"{ranks_phrase(outside)} {'is' if len(outside) == 1 else 'are'} not in it "
+               f"({doing}). Group creation counts the calls: a group created by some ranks only "
+               "(a new_group under `if rank ...`), or one call more or less on a rank, makes "
+               "every later one disagree")
+    if odd is not None:
+        # above missing_rank's 0.9: the ranks FR sees missing are inside group creation, and
+        # group creation waits for the ranks that are not
+        culprits, waiting, confidence = odd.odd, odd.majority, 0.92
+        verb = "is" if len(culprits) == 1 else "are"
+        summary += f"; {ranks_phrase(culprits)} {verb} the odd one out"
+    else:
+        culprits, waiting, confidence = outside, inside, 0.55
+        summary += " (no majority: either side may have the extra or missing call)"
+    evidence = [item for rank in [inside[0], outside[0], *culprits[:4]]
+                if (item := ctx.stack_evidence(rank, "main thread: ")) is not None]
+    return [Finding(kind=Kind.INIT_HANG, culprit_ranks=culprits, waiting_ranks=waiting,
+                    confidence=confidence, summary=summary,
+                    evidence=list({(e.rank, e.detail): e for e in evidence}.values()),
+                    collective=CollectiveRef(pg=None, seq=None, op=main.op or "new_group"))]
 
 
 # what each init wait needs from the other ranks (the op comes from analysis.stacks.is_init_wait)

@@ -171,7 +171,8 @@ def _log_mismatch_finding(kind: Kind, seq: int | None,
     expected, rest = sides[0], sides[1:]
     majority = sorted(o.rank for o in expected)
     culprits = sorted(o.rank for side in rest for o in side)
-    clear = len(expected) > len(rest[0])
+    # analysis.majority's rule: more than half of the ranks shown agree
+    clear = len(expected) * 2 > len(expected) + sum(len(side) for side in rest)
     source = ("TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprints" if expected[0].numbering == "detail"
               else "the ranks' watchdog timeouts")
 

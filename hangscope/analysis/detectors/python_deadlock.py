@@ -11,6 +11,9 @@ process in the evidence gets lower confidence (0.4 for the GIL, 0.5 for a lock):
 in the paste. False positives: a main thread that legitimately joins a worker thread that is
 itself busy (its thread is then ``compute``, which the summary shows); a queue get on a producer
 that is slow; a GIL wait sampled once while another thread runs long C code holding it.
+Away from the job's source (a raw py-spy dump), the lock is told from the carried source lines,
+a function name, the wchan or the shape of the other threads (``rank_state.refine_idle``); by
+shape alone the confidence is at most 0.75.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import re
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.rank_state import RankStackState
+from hangscope.analysis.rank_state import INFERRED_LOCK, RankStackState
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.ranges import format_ranks
 
@@ -57,6 +60,8 @@ def detect(ctx: Context) -> list[Finding]:
         summary = (f"rank {rank}'s main thread is blocked on {main.op or 'a lock'}: "
                    f"{main.describe()}")
         confidence = 0.9 if rank in waited_on and blocked else 0.7
+        if (main.op or "").startswith(INFERRED_LOCK):  # by shape only: no line, name or wchan
+            confidence = min(confidence, 0.75)
         # any thread not itself waiting for the GIL may be the one that holds it
         gil_holder_missing = main.op == "GIL" and all(
             t.kind == "lock" and t.op == "GIL" for t in others)

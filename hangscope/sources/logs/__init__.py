@@ -39,6 +39,8 @@ host_oom_kill                       pid, process, cgroup, constraint, memcg, tot
 dataloader_worker_killed            pid, pids, signal, exit_code
 dataloader_timeout                  timeout_s
 shm_bus_error                       shm_hint
+size_line                           template, values (``sizes``: a line naming a size, per
+                                    rank stream and template)
 ==================================  =============================================================
 """
 

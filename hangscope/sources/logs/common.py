@@ -37,7 +37,8 @@ from hangscope.model import LogEvent, Severity
 
 MESSAGE_CLIP = 1000
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]")
+ANSI_PATTERN = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]"  # terminal colour/cursor codes
+_ANSI = re.compile(ANSI_PATTERN)
 
 # process prefixes (peeled repeatedly)
 _P_RANK = re.compile(r"\[rank(\d+)\]: ?")

@@ -14,6 +14,7 @@ from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, LogEvent
 from hangscope.sources.logs.progress import scan_progress
 from hangscope.sources.logs.scan import scan_log
+from hangscope.sources.logs.sizes import scan_sizes
 
 _CERTAIN = ("prefix", "pid", "content")
 
@@ -40,4 +41,5 @@ def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: 
         problems.append(str(exc))
         return
     events += scan_progress(path, rank_hint=rank)  # where each rank's log got to, and ends
+    events += scan_sizes(path, rank_hint=rank)  # the sizes it says it built
     attribute(events, rank, evidence)

@@ -135,13 +135,10 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
 
     Lines are read from the end: a stream is done once its last line and its last progress line
     are found, and the scan stops ``SETTLE_LINES`` lines after the last stream that was not."""
-    ctx = _context(path, rank_hint)
-    try:
-        first_line, data = _tail(path)
-    except OSError:
+    read = tail_lines(path, rank_hint)
+    if read is None:
         return []
-    lines = data.split(b"\n")
-    skip = _continuations(lines)
+    ctx, first_line, lines, skip = read
     hinted = (ctx.rank_hint, ctx.local_hint)
     last: dict[tuple[int | None, int | None], tuple[Line, Progress]] = {}
     ends: dict[tuple[int | None, int | None], Line] = {}
@@ -213,6 +210,19 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
         events.append(make_event("progress", line, ctx, "info", fields))
     events.extend(make_event("log_end", line, ctx, "info", {}) for line in ends.values())
     return events
+
+
+def tail_lines(path: str, rank_hint: int | None = None
+               ) -> tuple[Context, int, list[bytes], set[int]] | None:
+    """The log's tail as lines: (its context, the file's line number of the first, the lines, the
+    indexes of continuation lines); None when it cannot be read (the event scan says so)."""
+    ctx = _context(path, rank_hint)
+    try:
+        first_line, data = _tail(path)
+    except OSError:
+        return None
+    lines = data.split(b"\n")
+    return ctx, first_line, lines, _continuations(lines)
 
 
 @dataclass(slots=True)

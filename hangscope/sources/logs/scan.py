@@ -37,6 +37,7 @@ from hangscope.sources.logs import (
 )
 from hangscope.sources.logs.base import Follow, Handler
 from hangscope.sources.logs.common import Context, Line, decode, infer_rank_from_path, parse_line
+from hangscope.sources.logs.normalize import NORMALIZE_MAX, Normalized, normalize
 
 CHUNK = 8 << 20
 LOOKAHEAD = 256 << 10
@@ -119,18 +120,34 @@ def scan_log(path: str, data: bytes | None = None, rank_hint: int | None = None)
     ctx = Context(path=path, year=time.localtime(mtime).tm_year, now=mtime, rank_hint=rank_hint,
                   rank_hint_source=hint_source, local_hint=local_hint)
     if data is not None:
-        return _finish(_scan_bytes_source(iter([data]), ctx, data[:4096]), ctx)
+        return _scan_whole(data, ctx)
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise BadInputError(path, f"cannot read log ({exc.strerror or exc})") from None
     with handle:
         try:
-            head = handle.read(4096)
+            head = handle.read(NORMALIZE_MAX + 1)
+            if len(head) <= NORMALIZE_MAX:  # a paste-sized log: read whole, normalized first
+                return _scan_whole(head, ctx)
             handle.seek(0)
         except OSError as exc:
             raise BadInputError(path, f"cannot read log ({exc.strerror or exc})") from None
-        return _finish(_scan_bytes_source(_chunks(handle, path), ctx, head), ctx)
+        return _finish(_scan_bytes_source(_chunks(handle, path), ctx, head[:4096]), ctx)
+
+
+def _scan_whole(data: bytes, ctx: Context) -> list[LogEvent]:
+    """A log held in memory: its logical lines rebuilt (``normalize``), events cite the original."""
+    fixed = normalize(data)
+    if fixed is None:
+        return _finish(_scan_bytes_source(iter([data]), ctx, data[:4096]), ctx)
+    events = _finish(_scan_bytes_source(iter([fixed.data]), ctx, fixed.data[:4096]), ctx)
+    return [_cite_original(event, fixed) for event in events]
+
+
+def _cite_original(event: LogEvent, fixed: Normalized) -> LogEvent:
+    line_no = fixed.original_line(event.line_no)
+    return event if line_no == event.line_no else dataclasses.replace(event, line_no=line_no)
 
 
 def _chunks(handle: object, path: str) -> Iterator[bytes]:

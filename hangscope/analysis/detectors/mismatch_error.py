@@ -1,0 +1,83 @@
+"""size_mismatch from an error: a rank raised or aborted because the data it received had another
+size or type than its own, so the rank that raised is a symptom and the culprit is elsewhere.
+
+Signal: a rank's own failure (``log_causes``) that is gloo's enforce failure "Received data size
+doesn't match expected size ... Is there a distributed collective mismatch" or NCCL's
+``ncclInvalidUsage`` about a size, count or type. Where the flight recorder shows the mismatch
+(``size_mismatch`` / ``collective_mismatch`` from FR), this detector says nothing: FR's sizes name
+the culprit. Otherwise the culprit is the odd one out of a size the ranks' own logs state
+(``analysis/log_sizes.py``: ``vocabulary: 32 tokens`` on one rank, 31 on the others); without such
+a line the finding names no culprit, says the raising rank is a victim and what would name it.
+Cites: the error line(s) and the size lines of both sides. False positives: a log line whose
+number differs per rank by design, on a job that also hit a size error.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hangscope.analysis.context import Context
+from hangscope.analysis.log_causes import Failure, failures
+from hangscope.analysis.log_sizes import size_diffs
+from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
+from hangscope.model import LogEvent
+from hangscope.ranges import ranks_phrase
+
+_NCCL_SIZE = re.compile(r"(?i)\b(size|count|type|dtype|numel|bytes)\b")
+
+
+def size_error(event: LogEvent) -> bool:
+    """A rank's error that says the data it received differed in size or type from its own."""
+    if event.kind == "gloo_enforce_fail":
+        return bool(event.fields.get("size_mismatch"))
+    if event.kind == "nccl_error":
+        return "InvalidUsage" in str(event.fields.get("code", "")) + event.message \
+            and _NCCL_SIZE.search(event.message) is not None
+    return False
+
+
+def detect(ctx: Context) -> list[Finding]:
+    symptoms: dict[int, Failure] = {}
+    for rank, items in failures(ctx.evidence).items():
+        hit = next((f for f in items if f.what == "collective_error" and size_error(f.event)),
+                   None)
+        if hit is not None:
+            symptoms[rank] = hit
+    if not symptoms:
+        return []
+    if any(ctx.divergence(group) is not None for group in ctx.picture.groups.values()):
+        return []  # the flight recorder's sizes name the culprit (size/collective_mismatch)
+    raised = sorted(symptoms)
+    evidence = [EvidenceItem("log", r, symptoms[r].describe(), symptoms[r].event.where())
+                for r in raised[:4]]
+    error = (f"{ranks_phrase(raised)} aborted on "
+             f"'{_short(symptoms[raised[0]].event.message)}'")
+    diffs = size_diffs(ctx.evidence)
+    if diffs:
+        diff = diffs[0]
+        odd_values = ", ".join((f"rank {r}: " if len(diff.odd) > 1 else "")
+                               + f"'{diff.lines[r].message.strip()[:120]}'" for r in diff.odd[:4])
+        agree = diff.lines[diff.majority[0]].message.strip()[:120]
+        summary = (f"{ranks_phrase(diff.odd)} built a tensor of another size than the others: "
+                   f"its log says {odd_values} where {ranks_phrase(diff.majority)} say '{agree}'; "
+                   f"{error}, a symptom of the data {ranks_phrase(diff.odd)} sent, not the cause")
+        for rank in [*diff.odd[:4], diff.majority[0]]:
+            line = diff.lines[rank]
+            evidence.append(EvidenceItem("log", rank, line.message.strip()[:240], line.where()))
+        culprits, waiting, confidence = diff.odd, diff.majority, 0.8
+    else:
+        summary = (f"{error}: data received had another size or type than expected, so a "
+                   "rank sent a tensor the others did not expect; a rank that raised is a "
+                   "victim, and the evidence does not show whose tensor differs (flight-recorder "
+                   "dumps of every rank, TORCH_FR_BUFFER_SIZE=2000 and a dump, or the hangscope "
+                   "probe, record each rank's sizes)")
+        culprits, waiting, confidence = [], sorted(ctx.evidence.ranks), 0.65
+    return [Finding(kind=Kind.SIZE_MISMATCH, culprit_ranks=culprits, waiting_ranks=waiting,
+                    confidence=confidence, summary=summary, evidence=evidence,
+                    measures={"outcome": "failed"})]
+
+
+def _short(message: str) -> str:
+    found = re.search(r"Received data size doesn't match expected size|ncclInvalidUsage[^.]*",
+                      message)
+    return found.group(0) if found else message.strip()[:120]

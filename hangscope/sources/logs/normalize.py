@@ -1,0 +1,168 @@
+"""Rebuild the logical lines of a log as people paste it, before any family parser sees them.
+
+A log reaches hangscope copied out of a terminal, an issue tracker or a mail: long records are
+hard-wrapped at the terminal's width (a ``WorkNCCL(...)`` record cut in the middle of a number and
+continued on the next line), CRLF line ends, colours. Every parser matches one logical line, so a
+wrapped record is invisible to all of them. This pass undoes the damage once, for every family:
+
+* **Hard wraps at a fixed width.** A terminal cuts every over-long line at exactly its width ``W``,
+  so a wrapped paste's longest lines are exactly ``W`` characters long, ``W`` one of the widths
+  terminals and trackers use (``COMMON_WIDTHS``: a table of equal rows at some other width is not a
+  wrap). Such a line is joined with the next, unless the next one starts a record of its own (a rank
+  or launcher prefix, a timestamp, a glog/c10 head, ``Traceback``) or opens with the same characters
+  (two lines of one stream): two identical longest lines of a healthy log stay two lines.
+* **Records still open.** A line holding the start of a record whose end is known (a watchdog's
+  ``WorkNCCL(`` ... ``before timing out``, a DETAIL ``CollectiveFingerPrint(`` ... ``)``) is joined
+  with the lines that complete it (at most ``MAX_JOIN``), as long as they do not start a record of
+  their own: this catches wraps at word boundaries and at widths the spike test cannot see.
+* CR, ANSI colours: removed (the scanner does this per line too; here it must happen before the
+  widths are measured).
+
+Process prefixes (``[rank3]:``, ``[default0]:``, mpirun's ``[1,3]<stderr>:``) and timestamps
+are peeled per line by :func:`common.parse_line`, which also serves big files this pass skips;
+``srun -l``'s ``12: ``, pytest's ``E   `` and ``pod |`` heads are only recognised here as record
+starts, not yet peeled. The output keeps the original line numbers: ``line_map[i]`` is the first
+original line of logical line ``i + 1``, so events cite the file as the user has it.
+
+Cost: files over ``NORMALIZE_MAX`` bytes are not normalized (rank logs that big were written by the
+job, not pasted); below it, one ``split`` and one ``max(map(len))`` decide in C whether any Python
+work is needed at all.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hangscope.sources.logs.common import ANSI_PATTERN
+
+NORMALIZE_MAX = 16 << 20
+MAX_JOIN = 8  # physical lines one logical line may be rebuilt from
+HEAD = 8  # a line starting with the same characters as the one before opens a new record
+# widths a terminal or tracker commonly cuts at: one line cut at one of these is enough evidence
+COMMON_WIDTHS = frozenset((72, 76, 78, 79, 80, 100, 110, 119, 120, 128, 132, 140, 150, 160, 180,
+                           200, 220, 240, 250, 256))
+
+_ANSI = re.compile(ANSI_PATTERN.encode())
+
+# A line that starts a record of its own is never the continuation of the line before it.
+_RECORD_START = re.compile(
+    r"\s*$"
+    r"|\[(?:rank|RANK|default|Rank|PG |trainer|worker)\s?:?\s?\d"
+    r"|\[\d+,\d+\]<"
+    r"|\[?[IWEF]\d{4} \d\d:\d\d"
+    r"|\[[IWEF] \w"
+    r"|\[?\d{4}-\d\d-\d\d[ T]\d\d:"
+    r"|\[\s*\d+\.\d+\] "
+    r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d+ \d\d:\d\d:\d\d "
+    r"|Traceback \(most"
+    r"|[\w.\-]+:\d+:\d+ \[\d+\] NCCL "
+    r"|\s{0,4}\d{1,5}: "
+    r"|E {3}"
+    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[:\] ]"
+    r"|[\w.\-]+ +\| ")
+
+# (start, end): a line holding ``start`` but not ``end`` continues on the next lines.
+_OPEN_RECORDS = (
+    ("Watchdog caught collective operation timeout", "timing out"),
+    ("WorkNCCL(", ")"),
+    ("CollectiveFingerPrint(", ")"),
+    ("failed to pass monitoredBarrier", " ms"),
+    ("CUDA out of memory. Tried to allocate", "iB"),
+)
+_OPEN_TRIGGER = re.compile(b"|".join(re.escape(s.encode()) for s, _ in _OPEN_RECORDS))
+
+
+@dataclass(slots=True)
+class Normalized:
+    """The logical lines as bytes, and where each starts in the original file (1-based)."""
+
+    data: bytes
+    line_map: list[int]
+
+    def original_line(self, logical: int) -> int:
+        if 1 <= logical <= len(self.line_map):
+            return self.line_map[logical - 1]
+        return logical
+
+
+def wrap_width(lengths: list[int]) -> int | None:
+    """The width a paste was hard-wrapped at, from its line lengths, or None."""
+    width = max(lengths, default=0)
+    return width if width in COMMON_WIDTHS else None
+
+
+def normalize(raw: bytes) -> Normalized | None:
+    """The paste's logical lines, or None when it needs no repair (the common, fast case)."""
+    if len(raw) > NORMALIZE_MAX or not raw:
+        return None
+    data = raw
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n")
+    if b"\x1b" in data:
+        data = _ANSI.sub(b"", data)
+    if data.endswith(b"\n"):
+        data = data[:-1]
+    physical = data.split(b"\n")
+    ascii_only = data.isascii()
+    lengths = list(map(len, physical)) if ascii_only else \
+        [len(p.decode("utf-8", errors="replace")) for p in physical]
+    width = wrap_width(lengths)
+    has_open = _OPEN_TRIGGER.search(data) is not None
+    if width is None and not has_open:
+        return None if data is raw or data + b"\n" == raw else _identity(data, len(physical))
+    text = [p.decode("utf-8", errors="replace") for p in physical]
+    out: list[str] = []
+    line_map: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        start = i
+        line = text[i]
+        piece = lengths[i]
+        i += 1
+        joined = 1
+        while width is not None and piece == width and i < n and joined < MAX_JOIN \
+                and _continues(text[i - 1], text[i]):
+            line += text[i]
+            piece = lengths[i]
+            i += 1
+            joined += 1
+        if has_open:
+            while _is_open(line) and i < n and joined < MAX_JOIN \
+                    and _continues(text[i - 1], text[i]):
+                cut = lengths[i - 1] in COMMON_WIDTHS  # else a word wrap: the space it ate
+                line += text[i] if cut else " " + text[i].lstrip()
+                i += 1
+                joined += 1
+        out.append(line)
+        line_map.append(start + 1)
+    return Normalized(("\n".join(out) + "\n").encode("utf-8"), line_map)
+
+
+def _continues(before: str, after: str) -> bool:
+    """Whether ``after`` may continue ``before``: it starts no record of its own, and does not open
+    the way ``before`` opens (two lines of one stream share their head; a line and its wrapped
+    tail do not)."""
+    if _RECORD_START.match(after):
+        return False
+    head = min(HEAD, len(before))
+    return head < 4 or before[:head] != after[:head]
+
+
+def _identity(data: bytes, count: int) -> Normalized:
+    return Normalized(data + b"\n", list(range(1, count + 1)))
+
+
+def _is_open(line: str) -> bool:
+    """Whether the line starts a record it does not finish."""
+    for start, end in _OPEN_RECORDS:
+        at = line.rfind(start)
+        if at < 0:
+            continue
+        rest = line[at + len(start):]
+        if end == ")":
+            if rest.count("(") + 1 > rest.count(")"):
+                return True
+        elif end not in rest:
+            return True
+    return False

@@ -1,0 +1,110 @@
+"""A healthy job with a slow periodic phase (rank 0 checkpoints while the others wait in a barrier)
+is healthy or slow, never a hang: live, however the samples fall, and from what it left behind,
+also with its scripts moved away."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from hangscope.analysis.engine import analyze
+from hangscope.cli import main
+from hangscope.errors import ExitCode
+from hangscope.options import LoadOptions
+from hangscope.sources.load import load_paths
+
+RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "recorded"
+_JOB_PATH = "/fixtures/jobs/"
+
+
+@pytest.mark.parametrize("scenario, culprit, frame", [
+    ("periodic_checkpoint", [0], "save_checkpoint"), ("python_loop_straggler", [2], "features")])
+def test_saved_stacks_and_logs_of_a_slow_phase_are_not_a_hang(tmp_path, scenario, culprit,
+                                                              frame) -> None:
+    # GIVEN recorded stacks (one snapshot, taken while one rank computed and the others waited
+    # for it) and logs, with the paths to the job's scripts leading nowhere
+    for part in ("stacks", "logs"):
+        shutil.copytree(RECORDED / scenario / part, tmp_path / part)
+        for path in (tmp_path / part).iterdir():
+            text = path.read_text(errors="replace")
+            path.write_text(text.replace(_JOB_PATH, "/moved-away/jobs/"))
+    # WHEN analyzed
+    evidence, _ = load_paths([str(tmp_path / "stacks"), str(tmp_path / "logs")], LoadOptions())
+    verdict = analyze(evidence)[0]
+    # THEN slow, the busy rank named with where it computes; not a hang
+    assert verdict.status.value in ("healthy", "slow"), verdict.findings
+    assert all(f.kind.value != "missing_rank" for f in verdict.findings)
+    if verdict.findings:
+        root = verdict.findings[0]
+        assert (root.kind.value, root.culprit_ranks) == ("straggler", culprit), root.summary
+        assert frame in root.summary
+
+
+@pytest.mark.parametrize("scenario", ["periodic_checkpoint", "train_then_hang"])
+def test_logs_alone_that_advance_say_so_but_cannot_clear_the_job(scenario) -> None:
+    # GIVEN only the ranks' logs: steps advancing, no error (a healthy job stopped from outside,
+    # and one that trained and then hung, alike)
+    evidence, _ = load_paths([str(RECORDED / scenario / "logs")], LoadOptions())
+    verdict = analyze(evidence)[0]
+    # THEN not a hang, not healthy either: the gap says what the logs show and what would tell
+    assert verdict.status.value == "inconclusive", verdict.findings
+    assert any(gap.startswith("from the logs alone: training advanced")
+               for gap in verdict.evidence_gaps), verdict.evidence_gaps
+
+
+torch = pytest.importorskip("torch")
+from fixtures.jobrunner import running_job  # noqa: E402
+
+
+def _during_checkpoint(job, step: int = 119, timeout: float = 120.0) -> None:
+    """Until the ranks have logged the step before a checkpoint (the 3rd: steps 119 -> 120)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if f"step {step} loss" in job.output_path.read_text(errors="replace"):
+            return
+        time.sleep(0.02)
+    raise AssertionError(job.output_tail())
+
+
+@pytest.mark.live
+@pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy not installed")
+@pytest.mark.parametrize("options", [(), ("--samples", "2", "--interval", "0.5",
+                                          "--max-samples", "2")],
+                         ids=["default", "two-samples-inside-the-checkpoint"])
+def test_a_live_look_during_the_checkpoint_is_not_a_hang(tmp_path, options) -> None:
+    out = tmp_path / "out"
+    with running_job("periodic_checkpoint", ready_dir=tmp_path / "ready",
+                     env={"RESULTS_DIR": str(tmp_path / "results")}) as job:
+        _during_checkpoint(job)
+        # WHEN attached while rank 0 checkpoints and the others wait in the barrier
+        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out), "--force",
+                     "--quiet", *options])
+    verdict = json.loads((out / "verdict.json").read_text())
+    # THEN healthy or slow, and no page
+    assert verdict["status"] in ("healthy", "slow"), verdict["findings"]
+    assert code == ExitCode.NO_HANG
+    assert all(f["kind"] != "missing_rank" for f in verdict["findings"])
+
+
+@pytest.mark.live
+@pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy not installed")
+def test_a_rank_in_a_much_slower_python_loop_is_a_straggler(tmp_path) -> None:
+    # GIVEN python_loop_straggler: rank 2 computes its features in a Python loop for most of
+    # each step while ranks 0 and 1 sit idle in the all_reduce (a busy machine shrinks every
+    # rank's CPU, so the ranks are compared with each other)
+    out = tmp_path / "out"
+    with running_job("python_loop_straggler", ready_dir=tmp_path / "ready") as job:
+        time.sleep(1.0)
+        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out), "--force",
+                     "--quiet"])
+    verdict = json.loads((out / "verdict.json").read_text())
+    # THEN slow, rank 2 the straggler, no page
+    assert (verdict["status"], code) == ("slow", ExitCode.NO_HANG), \
+        (verdict["findings"], verdict["rank_classes"])
+    root = verdict["findings"][0]
+    assert (root["kind"], root["culprit_ranks"]) == ("straggler", [2]), root["summary"]
+    assert "features" in root["summary"]
