@@ -42,7 +42,7 @@ from typing import Any
 
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrEntry
-from hangscope.sources import flight_recorder
+from hangscope.sources import flight_recorder, fr_columns
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,9 @@ Body = tuple[Any, ...]
 # a record as shipped: FrEntry's fields in order, frames replaced by an index into ``stacks``
 Shipped = tuple[Any, ...]
 RanksSpec = tuple[int, int, int] | tuple[int, ...] | None
+Latest = tuple[int, int, FrEntry | None] | None  # record id, index, the record if kept whole
+# what reading the records gives: valid records, first record id, latest, backend, tail exact
+Read = tuple[int, int | None, Latest, str, bool]
 
 
 @dataclass(slots=True)
@@ -154,7 +157,38 @@ class _Reducer:
             group.desc = desc
         return group
 
-    def digest(self) -> DumpDigest:  # noqa: C901 - one pass, kept flat for speed
+    def classify(self, raw: dict[str, Any]) -> tuple[tuple[str, str], str, Body | None]:
+        """A plain record's group, backend and body; body None if the record is kept whole
+        (not known to be completed, or p2p). Raises what the fast path raises on bad input."""
+        conv = self.converter
+        backend, op, peer, says_p2p = conv.parse_name(raw["profiling_name"])
+        pg = conv.pg(raw)
+        state = raw["state"]
+        completed = flight_recorder.completion(state, backend, raw)
+        is_p2p = raw.get("is_p2p")
+        if type(is_p2p) is not bool:
+            is_p2p = says_p2p
+        if completed is not True or is_p2p:
+            return pg, backend, None
+        timeout, thread_name = raw.get("timeout_ms"), raw.get("thread_name")
+        return pg, backend, (
+            pg[1], op, backend, is_p2p, state, completed,
+            tuple(map(tuple, raw["input_sizes"])), tuple(raw["input_dtypes"]),
+            tuple(map(tuple, raw["output_sizes"])), tuple(raw["output_dtypes"]),
+            timeout if type(timeout) is int else None, peer, thread_name)
+
+    def digest(self) -> DumpDigest:
+        n_problems = len(self.problems)
+        cols = fr_columns.scan(self.entries_raw)
+        if cols is not None:
+            done = fr_columns.assemble(self, cols)
+            if done is not None:
+                return self.finish(*done)
+            del self.problems[n_problems:]  # read again, record by record
+            self.body_ids, self.bodies, self.groups = {}, [], {}
+        return self.finish(*self.by_record())
+
+    def by_record(self) -> Read:  # noqa: C901 - one pass, kept flat for speed
         conv = self.converter
         convert, parse_name, pg_of = conv.convert, conv.parse_name, conv.pg
         names, pgs = conv.name_cache, conv.pg_cache
@@ -229,7 +263,7 @@ class _Reducer:
             else:
                 if entry is not None:
                     group.kept[len(group.seqs)] = entry
-                    body = body_of(_body(entry))
+                    body = body_of(fr_columns.body_of(entry))
                 group.seqs.append(seq)
                 group.p2p_seqs.append(p2p_seq)
                 group.record_ids.append(rid)
@@ -245,6 +279,11 @@ class _Reducer:
                 latest = (rid, index, entry)
             if backend and not backend_seen:
                 backend_seen = backend
+        return n_valid, first_rid, latest, backend_seen, ordered and timed
+
+    def finish(self, n_valid: int, first_rid: int | None, latest: Latest, backend_seen: str,
+               tail_exact: bool) -> DumpDigest:
+        convert = self.converter.convert
         for group in self.groups.values():
             for position in range(max(0, len(group.seqs) - TAIL), len(group.seqs)):
                 if position not in group.kept:
@@ -265,7 +304,7 @@ class _Reducer:
             bodies=self.bodies, stacks=self.stacks,
             groups={name: self.part(group) for name, group in self.groups.items()},
             problems=self.problems[:MAX_PROBLEMS], n_problems=len(self.problems),
-            tail_exact=ordered and timed)
+            tail_exact=tail_exact)
 
     def part(self, group: _Group) -> GroupPart:
         """The group's arrays in the order ``correlate`` sorts collectives: by seq, stably."""
@@ -307,12 +346,6 @@ class _Reducer:
 
 class _Whole(Exception):  # noqa: N818 - control flow: this record is kept whole
     pass
-
-
-def _body(entry: FrEntry) -> Body:
-    return (entry.pg_desc, entry.op, entry.backend, entry.is_p2p, entry.state, entry.completed,
-            entry.input_sizes, entry.input_dtypes, entry.output_sizes, entry.output_dtypes,
-            entry.timeout_ms, entry.peer, entry.thread_name)
 
 
 _SPECS: dict[int, tuple[tuple[int, ...], RanksSpec]] = {}
