@@ -145,7 +145,8 @@ def _tree_rss(pid: int, cmd: list[str]) -> int:
     return total
 
 
-def run_child(cmd: list[str], log: Path, timeout: float, mem_limit_gb: float, env=None) -> dict:
+def run_child(cmd: list[str], log: Path, timeout: float, mem_limit_gb: float, env=None,
+              cwd: Path = ROOT) -> dict:
     """Run cmd with stdout+stderr to log; return wall, peak RSS (MiB: largest process, and the
     whole tree, sampled), rc, timed_out.
 
@@ -162,7 +163,7 @@ def run_child(cmd: list[str], log: Path, timeout: float, mem_limit_gb: float, en
     tree_peak = 0
     with open(log, "wb") as out:
         p = subprocess.Popen(full, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                             env=env, cwd=str(ROOT))
+                             env=env, cwd=str(cwd))
         if limit > 0:
             try:
                 resource.prlimit(p.pid, resource.RLIMIT_AS, (limit, limit))
@@ -262,10 +263,12 @@ def summarize_hangscope(res: dict, out_dir: Path, truth: dict, timeout: float) -
 
 
 def ensure_dumps(work: Path, n: int, entries: int, version: str,
-                 writer: str = "c10") -> tuple[Path, dict, dict]:
+                 writer: str = "c10", fmt: str = "pickle",
+                 timing: bool = True) -> tuple[Path, dict, dict]:
     from fixtures import synth_fr
 
-    d = work / f"fr_{n}x{entries}_v{version}_{writer}"
+    d = work / (f"fr_{n}x{entries}_v{version}_{writer}" + ("_json" if fmt == "json" else "")
+                + ("" if timing else "_untimed"))
     truth_p = d / "expected.json"
     info = {"generated": False, "gen_s": None}
     if truth_p.exists() and len(list(d.glob(PREFIX + "*"))) == n:
@@ -274,8 +277,8 @@ def ensure_dumps(work: Path, n: int, entries: int, version: str,
         if d.exists():
             shutil.rmtree(d)
         t0 = time.monotonic()
-        truth = synth_fr.write_large(d, n, entries, version, progress=n >= 1024,
-                                      writer=writer)
+        truth = synth_fr.write_large(d, n, entries, version, fmt, progress=n >= 1024,
+                                      writer=writer, timing=timing)
         info = {"generated": True, "gen_s": time.monotonic() - t0}
     info["bytes"] = sum(p.stat().st_size for p in d.glob(PREFIX + "*"))
     return d, truth, info
@@ -328,17 +331,23 @@ def _ratio(a: dict | None, b: dict | None) -> str:
 
 
 def table(rows: list[dict]) -> str:
+    base = any("basen" in r or "base1" in r for r in rows)
     out = [
-        "| ranks x entries | dumps on disk | floor: load and drop, 1 process | hangscope --jobs 1 "
+        "| ranks x entries | dumps on disk | floor: load and drop, 1 process "
+        + ("| baseline --jobs 1 | baseline --jobs N | baseline N / floor " if base else "")
+        + "| hangscope --jobs 1 "
         "| hangscope --jobs N | jobs N / floor | torchfrtrace | torchfrtrace / jobs N "
         "| hangscope result | torchfrtrace result | report opens in |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if base else ""),
     ]
     for r in rows:
         report = r.get("report_load_s")
+        based = (f"| {fmt_cell(r.get('base1'))} | {fmt_cell(r.get('basen'))} "
+                 f"| {_ratio(r.get('basen'), r.get('load'))} ") if base else ""
         out.append(
             f"| {r['ranks']} x {r['entries']} | {r['bytes'] / 1024**2:.0f} MiB "
-            f"| {fmt_cell(r.get('load'))} | {fmt_cell(r.get('hs1'))} | {fmt_cell(r.get('hsn'))} "
+            f"| {fmt_cell(r.get('load'))} {based}| {fmt_cell(r.get('hs1'))} "
+            f"| {fmt_cell(r.get('hsn'))} "
             f"| {_ratio(r.get('hsn'), r.get('load'))} | {fmt_cell(r.get('frtrace'))} "
             f"| {_ratio(r.get('frtrace'), r.get('hsn'))} | {r.get('hangscope_result', '-')} "
             f"| {r.get('frtrace_result', '-')} "
@@ -449,6 +458,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writer", default="c10", choices=("c10", "python"),
                     help="c10: pickled the way c10's Pickler writes real dumps (strings memoized "
                     "by value, shared frames); python: the pickle module (slower to unpickle)")
+    ap.add_argument("--fmt", default="pickle", choices=("pickle", "json"))
+    ap.add_argument("--no-timing", action="store_true",
+                    help="dumps without duration_ms and the started/completed times")
+    ap.add_argument("--baseline", default=None,
+                    help="a source tree of hangscope (e.g. main before a change) to run beside "
+                    "this one, with PYTHONPATH set to it: columns 'baseline --jobs 1/N'")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "hangscope-bench"))
     ap.add_argument("--timeout", type=float, default=1800.0, help="per tool run, seconds")
     ap.add_argument("--mem-limit-gb", type=float, default=16.0)
@@ -494,7 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     for n in [int(x) for x in args.ranks.split(",") if x]:
-        d, truth, info = ensure_dumps(work, n, args.entries, args.version, args.writer)
+        d, truth, info = ensure_dumps(work, n, args.entries, args.version, args.writer,
+                                      args.fmt, not args.no_timing)
         row = {
             "ranks": n,
             "entries": args.entries,
@@ -509,15 +525,25 @@ def main(argv: list[str] | None = None) -> int:
             row["load"] = run_child([sys.executable, __file__, "_load_only", str(d)],
                                     logs / f"load_{n}.log", args.timeout, args.mem_limit_gb)
             print(f"[{n}] floor          {fmt_cell(row['load'])}", flush=True)
-        for key, jobs in (("hs1", 1), ("hsn", args.jobs_n)):
-            if key not in tools:
+        runs = [("hs1", 1, ROOT), ("hsn", args.jobs_n, ROOT)]
+        if args.baseline:
+            runs = [("base1", 1, Path(args.baseline)), ("basen", args.jobs_n,
+                                                        Path(args.baseline)), *runs]
+        for key, jobs, tree in runs:
+            if key.replace("base", "hs") not in tools:
                 continue
-            out = work / f"hangscope_out_{n}_j{jobs}"
+            out = work / f"hangscope_out_{n}_j{jobs}{'_base' if key.startswith('base') else ''}"
             if out.exists():
                 shutil.rmtree(out)
+            env = {**os.environ, "PYTHONPATH": str(tree)}
             r = run_child([sys.executable, "-m", "hangscope", "analyze", str(d), "--out", str(out),
                            "--json", "--jobs", str(jobs)],
-                          logs / f"hangscope_{n}_j{jobs}.log", args.timeout, args.mem_limit_gb)
+                          logs / f"{key}_{n}_j{jobs}.log", args.timeout, args.mem_limit_gb,
+                          env=env, cwd=tree)  # python -m puts the cwd first on sys.path
+            if key.startswith("base"):
+                row[key] = r
+                print(f"[{n}] baseline -j{jobs:<3} {fmt_cell(r)}", flush=True)
+                continue
             result = summarize_hangscope(r, out, truth, args.timeout) + _cited_records(out)
             if (out / "verdict.json").exists() or r["timed_out"]:
                 row[key] = r

@@ -38,6 +38,8 @@ import gc
 import logging
 from array import array
 from dataclasses import dataclass
+from itertools import islice
+from operator import gt
 from typing import Any
 
 from hangscope.errors import BadInputError
@@ -309,25 +311,29 @@ class _Reducer:
     def part(self, group: _Group) -> GroupPart:
         """The group's arrays in the order ``correlate`` sorts collectives: by seq, stably."""
         seqs = group.seqs
-        order = list(range(len(seqs)))
-        if any(a > b for a, b in zip(seqs, seqs[1:])):
-            order.sort(key=seqs.__getitem__)
-        position = {old: new for new, old in enumerate(order)} if group.kept else {}
-        kept = {position[old]: entry for old, entry in group.kept.items()}
+        n = len(seqs)
+        if any(map(gt, seqs, islice(seqs, 1, None))):
+            order = sorted(range(n), key=seqs.__getitem__)
+            position = {old: new for new, old in enumerate(order)} if group.kept else {}
+            kept = {position[old]: entry for old, entry in group.kept.items()}
+            p2p_seqs, record_ids, bodies = (
+                list(map(column.__getitem__, order))
+                for column in (group.p2p_seqs, group.record_ids, group.bodies))
+            seqs = list(map(seqs.__getitem__, order))
+        else:  # already in order (the common case): no per-record work
+            kept, p2p_seqs, record_ids, bodies = \
+                group.kept, group.p2p_seqs, group.record_ids, group.bodies
         pending = -1
         for new in sorted(kept):
             if kept[new].completed is False:
                 pending = new
                 break
-        if pending < 0 and order and (last := kept.get(len(order) - 1)) is not None \
+        if pending < 0 and n and (last := kept.get(n - 1)) is not None \
                 and last.completed is None:
-            pending = len(order) - 1
+            pending = n - 1
         return GroupPart(
-            desc=group.desc,
-            seqs=array("q", [seqs[i] for i in order]),
-            p2p_seqs=array("q", [group.p2p_seqs[i] for i in order]),
-            record_ids=array("q", [group.record_ids[i] for i in order]),
-            bodies=array("I", [group.bodies[i] for i in order]),
+            desc=group.desc, seqs=array("q", seqs), p2p_seqs=array("q", p2p_seqs),
+            record_ids=array("q", record_ids), bodies=array("I", bodies),
             kept={new: self.ship(entry) for new, entry in kept.items()},
             pending=pending, p2p=[self.ship(entry) for entry in group.p2p])
 
