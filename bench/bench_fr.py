@@ -15,8 +15,8 @@ then times, each in its own child process, one after the other:
 
 Dumps are pickled the way c10's Pickler writes real ones (--writer c10, the default:
 fixtures/c10_pickle.py) or with the pickle module (--writer python). Tool "split" runs one
-`--jobs 1` analysis in-process under cProfile and reports the seconds spent reading,
-unpickling, reducing, matching and rendering.
+`--jobs 1` analysis in-process with a CPU-time counter around each stage and reports the
+seconds spent reading, unpickling, reducing, hydrating, matching and rendering.
 
 Wall time from the parent; peak RSS two ways: the largest single process of the tree
 (ru_maxrss of os.wait4, which covers the waited-for descendants) and the whole tree (the sum
@@ -83,40 +83,71 @@ def _load_only(d: str) -> int:
 
 # ------------------------------------------------------------------ child: time split
 
-# (label, module file suffix, function name): cumulative time under cProfile, --jobs 1
+# (label, module, attribute): CPU seconds spent inside, one --jobs 1 run in one process
 _SPLIT = (
-    ("read+unpickle", "sources/flight_recorder.py", "read_raw"),
-    ("unpickle", "sources/safe_pickle.py", "loads"),
-    ("reduce", "sources/fr_digest.py", "digest"),
-    ("load total", "sources/load.py", "load_paths"),
-    ("match (analysis)", "hangscope/pipeline.py", "analyze_evidence"),
-    ("render (verdict, html)", "hangscope/pipeline.py", "write_outputs"),
-    ("total", "hangscope/pipeline.py", "analyze_paths"),
+    ("reading", "hangscope.sources.flight_recorder", "_read_bounded"),
+    ("unpickle", "hangscope.sources.flight_recorder", "_decode"),
+    ("reduce", "hangscope.sources.fr_digest", "_Reducer.digest"),
+    ("load total", "hangscope.sources.load", "load_paths"),
+    ("analysis", "hangscope.pipeline", "analyze_evidence"),
+    ("render (verdict, html)", "hangscope.pipeline", "write_outputs"),
+    ("total", "hangscope.pipeline", "analyze_paths"),
 )
 
 
 def _split(d: str, out: str) -> int:
-    """Run `hangscope analyze d --jobs 1` in this process under cProfile and print where the
-    time went (cumulative seconds per stage; the profiler adds its own overhead)."""
-    import cProfile
-    import pstats
+    """Run `hangscope analyze d --jobs 1` in this process with a CPU-time counter around each
+    stage (no profiler: the counters cost microseconds per dump) and print where the time went.
+    "hydrate" is the parent's share of loading (load total less reading, unpickling and
+    reducing); "match" the analysis less the dumps it reads again for the report."""
+    import importlib
 
     from hangscope.cli import main as hs_main
 
-    prof = cProfile.Profile()
-    prof.enable()
+    got = {label: 0.0 for label, _m, _a in _SPLIT}
+    depth = {label: 0 for label, _m, _a in _SPLIT}
+
+    def timed(label, fn):
+        def wrapper(*args, **kwargs):
+            if depth[label]:
+                return fn(*args, **kwargs)
+            depth[label] += 1
+            start = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                got[label] += time.process_time() - start
+                depth[label] -= 1
+        return wrapper
+
+    for label, module, attr in _SPLIT:
+        owner = importlib.import_module(module)
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        setattr(owner, name, timed(label, getattr(owner, name)))
+    from hangscope.sources import load
+
+    loaded = {}
+    load_paths = load.load_paths
+
+    def snapshot(*args, **kwargs):
+        try:
+            return load_paths(*args, **kwargs)
+        finally:
+            loaded.update(got)
+
+    load.load_paths = snapshot
     try:
         hs_main(["analyze", d, "--out", out, "--json", "--jobs", "1"])
     except SystemExit:
         pass
-    prof.disable()
-    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-    got = {}
-    for (fname, _line, func), (_cc, _nc, _tt, ct, _callers) in stats.items():
-        for label, suffix, name in _SPLIT:
-            if func == name and fname.endswith(suffix):
-                got[label] = got.get(label, 0.0) + ct
-    got["reading"] = got.get("read+unpickle", 0.0) - got.get("unpickle", 0.0)
+    again = sum(got[k] - loaded.get(k, 0.0) for k in ("reading", "unpickle", "reduce"))
+    got = {k: loaded.get(k, v) if k in ("reading", "unpickle", "reduce") else v
+           for k, v in got.items()}
+    got["hydrate"] = got["load total"] - got["reading"] - got["unpickle"] - got["reduce"]
+    got["match (analysis)"] = got.pop("analysis") - got["render (verdict, html)"] - again
+    got["read again for the report"] = again
     print("SPLIT " + json.dumps(got))
     return 0
 
@@ -356,12 +387,12 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-SPLIT_COLS = ("reading", "unpickle", "reduce", "match (analysis)", "render (verdict, html)",
-              "total")
+SPLIT_COLS = ("reading", "unpickle", "reduce", "hydrate", "match (analysis)",
+              "read again for the report", "render (verdict, html)", "total")
 
 
 def split_table(rows: list[dict]) -> str:
-    """Where the time of one `--jobs 1` run goes, seconds under cProfile (cumulative)."""
+    """Where the CPU time of one `--jobs 1` run goes, seconds."""
     out = ["| ranks x entries | " + " | ".join(SPLIT_COLS) + " |",
            "|---|" + "---|" * len(SPLIT_COLS)]
     for r in rows:
@@ -394,10 +425,9 @@ def render_section(rows: list[dict], m: dict, args) -> str:
             "",
             table(rows),
             "",
-            "Time split of one `hangscope analyze --jobs 1` run in one process under cProfile "
-            "(cumulative seconds; the profiler slows Python code, so these add to more than the "
-            "plain run; reading = read_raw less unpickling; match includes frames hydrated on "
-            "demand):",
+            "CPU-time split of one `hangscope analyze --jobs 1` run in one process (a counter "
+            "around each stage, no profiler; hydrate = the parent's share of loading; match = "
+            "the analysis less the dumps it reads again for the report and less rendering):",
             "",
             split_table(rows),
             end,

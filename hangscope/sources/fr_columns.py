@@ -19,6 +19,7 @@ stands for all of them.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from itertools import chain, compress, islice, repeat
 from operator import eq, itemgetter, lt
@@ -41,9 +42,9 @@ _STR, _INT = {str}, {int}
 class Columns:
     """What :func:`scan` read. Every record is a dict with the fields the full loader needs."""
 
-    record_ids: list[int] | tuple[int, ...]
-    seqs: list[int] | tuple[int, ...]
-    p2p_seqs: list[int] | tuple[int, ...]
+    record_ids: array  # type: ignore[type-arg]
+    seqs: array  # type: ignore[type-arg]
+    p2p_seqs: array  # type: ignore[type-arg]
     timed: bool  # every record has a positive int creation time
     firsts: list[int]  # per record, the index of the first record with the same key
 
@@ -67,49 +68,38 @@ def _columns(entries: list[dict[str, Any]]) -> list[Any]:
             for f in _FIELDS]
 
 
-def scan(entries: list[Any]) -> Columns | None:  # noqa: C901 - a list of checks
+def scan(entries: list[Any]) -> Columns | None:
     """The dump's columns and keys; None where a record is not of the plain kind (see the
     module docstring): then nothing is decided here."""
-    if not entries or _types(entries) != {dict}:
+    try:
+        return _scan(entries) if entries else None
+    except (TypeError, KeyError, OverflowError):  # a record not a dict, an unhashable value...
         return None
+
+
+def _scan(entries: list[Any]) -> Columns | None:
     (names, groups, states, p2ps, timeouts, threads, retired, in_sizes, out_sizes, in_types,
      out_types, rids, seqs, p2p_seqs, created, durations) = _columns(entries)
-    if _types(names) != _STR or _types(states) != _STR or _types(rids) != _INT \
-            or _types(seqs) != _INT or not _types(p2ps) <= {bool, NoneType} \
-            or not _types(timeouts) <= {int, NoneType} \
-            or not _types(threads) <= {str, NoneType} \
+    # ints, as int() reads them (array takes a bool as 0/1, as int() does)
+    rids, seqs = array("q", rids), array("q", seqs)
+    p2p_seqs = array("q", p2p_seqs if None not in p2p_seqs else [seq or 0 for seq in p2p_seqs])
+    # Where values of different types can be equal (1 == 1.0 == True), every record is checked;
+    # a str, a None, a list or a tuple equals only its own kind, so for those fields the first
+    # record of each key is checked below, which holds for every record equal to it.
+    if not _types(p2ps) <= {bool, NoneType} or not _types(timeouts) <= {int, NoneType} \
             or not _types(retired) <= {bool, NoneType}:
         return None
-    group_types = _types(groups)
-    if group_types == {list}:  # JSON
+    if type(groups[0]) is list:  # JSON
+        if _types(groups) != {list}:
+            return None
         groups = list(map(tuple, groups))
-    elif group_types != {tuple}:
-        return None
-    if not _types(chain.from_iterable(groups)) <= _STR:
-        return None
-    p2p_types = _types(p2p_seqs)
-    if p2p_types != _INT:
-        if not p2p_types <= {int, NoneType}:
-            return None
-        p2p_seqs = [seq or 0 for seq in p2p_seqs]
     for sizes in (in_sizes, out_sizes):
-        if _types(sizes) != {list}:
-            return None
-        inner = _types(chain.from_iterable(sizes))
-        if not inner <= {list} or not _types(chain.from_iterable(
-                chain.from_iterable(sizes))) <= _INT:
-            return None
-    for dtypes in (in_types, out_types):
-        if _types(dtypes) != {list} or not _types(chain.from_iterable(dtypes)) <= _STR:
+        if not _types(chain.from_iterable(chain.from_iterable(sizes))) <= _INT:
             return None
     duration_types = _types(durations)
-    if int in duration_types or bool in duration_types:  # float() of a huge int overflows
+    if int in duration_types:  # float() of a huge int overflows
         numbers = [d for d in durations if type(d) is int]
-        if numbers:
-            try:
-                float(max(numbers)), float(min(numbers))
-            except OverflowError:
-                return None
+        float(max(numbers)), float(min(numbers))
     timed = _types(created) == _INT and min(created) > 0
     seen: dict[Any, int] = {}
     firsts = list(map(seen.setdefault,
@@ -117,6 +107,13 @@ def scan(entries: list[Any]) -> Columns | None:  # noqa: C901 - a list of checks
                       range(len(entries))))
     lists = (in_sizes, out_sizes, in_types, out_types)
     if not all(all(map(eq, column, map(column.__getitem__, firsts))) for column in lists):
+        # sizes differ among records of one key: make them part of it
+        for column in lists:
+            if _types(column) != {list}:
+                return None
+        for sizes in (in_sizes, out_sizes):
+            if _types(chain.from_iterable(sizes)) != {list}:
+                return None
         seen = {}
         nested = [map(tuple, map(map, repeat(tuple), in_sizes)),
                   map(tuple, map(map, repeat(tuple), out_sizes)),
@@ -124,7 +121,22 @@ def scan(entries: list[Any]) -> Columns | None:  # noqa: C901 - a list of checks
         firsts = list(map(seen.setdefault,
                           zip(names, groups, states, p2ps, timeouts, threads, retired, *nested),
                           range(len(entries))))
+    if not all(map(_plain, (entries[first] for first in seen.values()))):
+        return None
     return Columns(record_ids=rids, seqs=seqs, p2p_seqs=p2p_seqs, timed=timed, firsts=firsts)
+
+
+def _plain(raw: dict[str, Any]) -> bool:
+    """Whether the str, list and tuple fields of one record have the types the record-by-record
+    path reads the same way whatever the value."""
+    group, thread = raw.get("process_group"), raw.get("thread_name")
+    return type(raw["profiling_name"]) is str and type(raw["state"]) is str \
+        and type(thread) in (str, NoneType) \
+        and type(group) in (tuple, list) and all(type(part) is str for part in group) \
+        and all(type(raw.get(field)) is list and all(type(dims) is list for dims in raw[field])
+                for field in _SIZES) \
+        and all(type(raw.get(field)) is list and all(type(name) is str for name in raw[field])
+                for field in _DTYPES)
 
 
 def assemble(reducer: Any, cols: Columns) -> Any:  # noqa: C901
