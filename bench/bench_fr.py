@@ -10,13 +10,18 @@ then times, each in its own child process, one after the other:
                refuses everything) and throws it away, on one core: the floor for any analyzer;
   hangscope -j1  `python -m hangscope analyze DIR --out TMP --json --jobs 1`;
   hangscope -jN  the same with --jobs N (N = usable cores: the default);
+  baseline -j1/-jN  with --baseline TREE: the same two runs of another hangscope source tree
+               (main before a change, say), PYTHONPATH and working directory set to it;
   torchfrtrace torch 2.13's analyzer, `torchfrtrace DIR -p nccl_trace_rank_` (analysis mode),
                up to --frtrace-max-ranks ranks (beyond, it ran out of memory at 16 GiB).
 
 Dumps are pickled the way c10's Pickler writes real ones (--writer c10, the default:
-fixtures/c10_pickle.py) or with the pickle module (--writer python). Tool "split" runs one
-`--jobs 1` analysis in-process with a CPU-time counter around each stage and reports the
-seconds spent reading, unpickling, reducing, hydrating, matching and rendering.
+fixtures/c10_pickle.py) or with the pickle module (--writer python); --version picks the FR
+format (2.2 to 2.10), --fmt json writes JSON dumps (2.7 on), --no-timing writes dumps as with
+TORCH_NCCL_ENABLE_TIMING off (no duration_ms; synth_fr's write_large). Only the tp x dp
+layout is built. Tool "split" runs one `--jobs 1` analysis in-process with a CPU-time
+counter around each stage and reports the seconds spent reading, unpickling, reducing,
+hydrating, matching and rendering.
 
 Wall time from the parent; peak RSS two ways: the largest single process of the tree
 (ru_maxrss of os.wait4, which covers the waited-for descendants) and the whole tree (the sum
@@ -490,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
                     "by value, shared frames); python: the pickle module (slower to unpickle)")
     ap.add_argument("--fmt", default="pickle", choices=("pickle", "json"))
     ap.add_argument("--no-timing", action="store_true",
-                    help="dumps without duration_ms and the started/completed times")
+                    help="dumps as with timing off: no duration_ms")
     ap.add_argument("--baseline", default=None,
                     help="a source tree of hangscope (e.g. main before a change) to run beside "
                     "this one, with PYTHONPATH set to it: columns 'baseline --jobs 1/N'")

@@ -107,10 +107,11 @@ def reduce_dump(path: str, rank: int) -> DumpDigest:
     """Read one dump and reduce it. Raises BadInputError like ``flight_recorder.load_dump``.
 
     Hot path at scale (8 million records at 4096 x 2000): a record that is plain history
-    (completed, no frames, not p2p) becomes four numbers and a body id without ever being an
-    :class:`FrEntry`; every other record goes through the full loader's ``Converter``. A record
-    the fast path cannot read goes through the ``Converter`` too, which reports its problem as
-    the full loader does."""
+    (completed, no frames, not p2p) becomes three numbers and a body id without ever being an
+    :class:`FrEntry`, and without per-record Python where the dump's fields have the plain
+    types (``fr_columns`` reads them column by column, in C); every other record goes through
+    the full loader's ``Converter``. A record the fast path cannot read goes through the
+    ``Converter`` too, which reports its problem as the full loader does."""
     raw, entries_raw = flight_recorder.read_raw(path)
     problems: list[str] = []
     return _Reducer(path, rank, raw, entries_raw, problems).digest()
