@@ -194,7 +194,7 @@ def run_child(cmd: list[str], log: Path, timeout: float, mem_limit_gb: float, en
     limit = int(mem_limit_gb * 1024**3)
     rss_file = Path(str(log) + ".maxrss")
     rss_file.unlink(missing_ok=True)
-    full = ["/usr/bin/time", "-f", "%M", "-o", str(rss_file), *cmd]
+    full = ["/usr/bin/time", "-f", "%U %S %M", "-o", str(rss_file), *cmd]
     t0 = time.monotonic()
     tree_peak = 0
     with open(log, "wb") as out:
@@ -221,11 +221,13 @@ def run_child(cmd: list[str], log: Path, timeout: float, mem_limit_gb: float, en
     rc = os.waitstatus_to_exitcode(status)
     p.returncode = rc
     try:
-        largest = int(rss_file.read_text().split()[-1]) / 1024
+        user, system, maxrss = rss_file.read_text().split()[-3:]
+        largest, cpu = int(maxrss) / 1024, float(user) + float(system)
     except (OSError, ValueError, IndexError):
-        largest = 0.0  # killed: time wrote nothing
+        largest, cpu = 0.0, None  # killed: time wrote nothing
     return {
         "wall_s": wall,
+        "cpu_s": cpu,  # user + system of the tool and the children it waited for
         "rss_mib": largest,
         "tree_mib": max(tree_peak / 1024**2, largest),
         "rc": rc,
@@ -356,7 +358,8 @@ def fmt_cell(r: dict | None) -> str:
     if r.get("timed_out"):
         return f"> {r['wall_s']:.0f} s"
     tree = r.get("tree_mib", r["rss_mib"])
-    return f"{r['wall_s']:.2f} s / {tree:.0f} MiB"
+    cpu = f" (cpu {r['cpu_s']:.1f} s)" if r.get("cpu_s") is not None else ""
+    return f"{r['wall_s']:.2f} s{cpu} / {tree:.0f} MiB"
 
 
 def _ratio(a: dict | None, b: dict | None) -> str:
@@ -590,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{n}] report opens   {row['report_load_s']}", flush=True)
         if "split" in tools:
             out = work / f"hangscope_split_{n}"
+            if out.exists():
+                shutil.rmtree(out)
             r = run_child([sys.executable, __file__, "_split", str(d), str(out)],
                           logs / f"split_{n}.log", args.timeout, args.mem_limit_gb)
             lines = [ln for ln in _tail(r["log"]).splitlines() if ln.startswith("SPLIT ")]

@@ -1,20 +1,20 @@
 """One dump's raw entries read column by column, in C, for ``fr_digest``.
 
 Most records of a dump differ from an earlier one only in record id, seqs, times and frames.
-Reading them one by one in Python (a dozen ``dict.get``, tuples built per record, a 13-part key
-hashed per record) costs about as much as unpickling the dump. Here each field is pulled out for
-all records at once (``operator.itemgetter`` over the entries), the fields that decide a
-record's body become one small key per record (its scalars: name, group, state, ...), and
-``dict.setdefault`` maps every record to the first record with the same key: all in C. Sizes and
-dtypes are not hashed per record but compared, in C, with those of that first record; only
-where some differ are they made part of the key.
+Here each field is pulled out for all records at once (``operator.itemgetter`` over the
+entries), the fields that decide a record's body become one small key per record (its scalars:
+name, group, state, ...), and ``dict.setdefault`` maps every record to the first record with the
+same key: all in C. Sizes and dtypes are not hashed per record but compared, in C, with those of
+that first record; only where some differ are they made part of the key. (Measured on c10-written
+dumps, this is about 10% cheaper than the record-by-record loop, not more: both are bound by
+touching the freshly unpickled objects in memory, not by the interpreter.)
 
 The answers cannot change: :func:`scan` gives up (``None``, and the caller reads the dump
-record by record as before) unless every field has exactly the types the record-by-record path
-reads the same way whatever the value (``str`` names, ``int`` ids, lists of lists of ``int``
-sizes, ...). With those types, records with equal keys are equal in every field the body is
-made of, so one body, computed from the first record of each key by the record-by-record code,
-stands for all of them.
+record by record as before) unless every field has the types the record-by-record path reads
+the same way whatever the value (``str`` names, ``int`` ids, lists of lists for sizes, ...).
+With those types, records with equal keys are equal in every field the body is made of, so one
+body, computed from the first record of each key by the record-by-record code, stands for all
+of them (sizes compare with ``==``, see :func:`_scan`).
 """
 
 from __future__ import annotations
@@ -93,9 +93,10 @@ def _scan(entries: list[Any]) -> Columns | None:
         if _types(groups) != {list}:
             return None
         groups = list(map(tuple, groups))
-    for sizes in (in_sizes, out_sizes):
-        if not _types(chain.from_iterable(chain.from_iterable(sizes))) <= _INT:
-            return None
+    # Sizes are not type-checked per record (that pass over every list costs as much as the
+    # comparison below): a record whose sizes equal its key's first record's under == (4096 and
+    # 4096.0 do) shares that record's body, which is how the parent's body table (a dict keyed
+    # by bodies) and every detector compare them anyway. Records shown whole are converted.
     duration_types = _types(durations)
     if int in duration_types:  # float() of a huge int overflows
         numbers = [d for d in durations if type(d) is int]
