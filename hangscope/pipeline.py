@@ -36,7 +36,17 @@ ANALYSIS_MAX_S = 15.0
 
 
 def default_out_dir() -> str:
-    return os.path.abspath(time.strftime("hangscope-%Y%m%d-%H%M%S"))
+    """A new folder named by the time, made here so that it is ours: two runs in the same second
+    (a runbook's retry, two terminals) get ``-2``, ``-3``... instead of refusing each other."""
+    base = os.path.abspath(time.strftime("hangscope-%Y%m%d-%H%M%S"))
+    for n in range(1, 1000):
+        candidate = base if n == 1 else f"{base}-{n}"
+        try:
+            os.mkdir(candidate)
+        except FileExistsError:
+            continue
+        return candidate
+    raise UsageError(f"{base}: 999 output folders this second already; pass --out")
 
 
 def prepare_out_dir(options: OutputOptions) -> str:
@@ -154,10 +164,10 @@ def analyze_paths(paths: list[str], load: LoadOptions, output: OutputOptions,
     return result
 
 
-def run_report(paths: list[str], load: LoadOptions) -> Result:
+def run_report(paths: list[str], load: LoadOptions, redact: bool = True) -> Result:
     """Analyze again from saved evidence (a bundle), writing nothing: the caller renders."""
     started = time.monotonic()
-    result = analyze_paths(paths, load, OutputOptions(write_html=False), None)
+    result = analyze_paths(paths, load, OutputOptions(write_html=False, redact=redact), None)
     result.seconds = time.monotonic() - started
     return result
 
@@ -166,6 +176,10 @@ def analyze_evidence(evidence: JobEvidence, output: OutputOptions, out: str | No
     from hangscope.analysis.engine import analyze
 
     verdict, ctx = analyze(evidence)
+    if output.redact:  # before anything is written or printed: verdict.json travels in tickets
+        from hangscope.report.redact import redact_all
+
+        verdict = redact_all(verdict)
     result = Result(verdict=verdict, context=ctx, evidence=evidence, out_dir=out)
     if out is not None:
         result.files = write_outputs(result, output, out)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 
 from hangscope import __version__
-from hangscope.analysis import detectors
+from hangscope.analysis import config_skew, detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import GroupView, build_picture, finished
+from hangscope.analysis.gpu_ranks import cite_gpus, rank_gpus
 from hangscope.analysis.log_progress import log_states, logs_advance
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.moved_since_dump import reconcile
@@ -52,6 +53,8 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     expected = set(range(world)) if world else set(seen)
     gaps = list(evidence.gaps) + ctx.picture.notes + ras_unmapped(evidence)
     findings = order_findings(_one_straggler(order_findings(reconcile(ctx, findings, gaps))))
+    findings, differences = config_skew.explain(ctx, findings)
+    findings = order_findings(findings)
     if not any(f.culprit_ranks for f in findings) and (
             note := stack_only_note(ctx.picture, ctx.stacks)):
         gaps.append(note)  # stacks cannot tell an ordering deadlock: say so
@@ -62,6 +65,8 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
         gaps.append(f"no flight-recorder dump for rank{'s' if len(missing_dumps) > 1 else ''} "
                     f"{format_ranks(missing_dumps)}")
     status = _status(ctx, findings, gaps)
+    gpus = rank_gpus(ctx.evidence)
+    cite_gpus(findings[0] if findings else None, gpus)
     verdict = Verdict(
         status=status,
         world_size=world,
@@ -71,6 +76,8 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
         evidence_gaps=gaps,
         rank_classes=_classes(ctx, findings),
         tool_version=__version__,
+        gpus={rank: gpu.describe() for rank, gpu in gpus.items()},
+        config_differences=differences,
     )
     return verdict, ctx
 
@@ -216,6 +223,13 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
                     "stacks)")
         return Status.INCONCLUSIVE
     if "gloo" in ctx.picture.backends:
+        world = ctx.picture.world_size or 0
+        if len(ctx.picture.dumps) >= world and logs_advance(ctx.evidence) is not None:
+            # every rank's dump idle and its logs trained on without a fault: a healthy job
+            gaps.append("no collective is pending in any rank's dump and the logs show training "
+                        "advancing with no error; gloo records no send/recv, so a rank blocked in "
+                        "a point-to-point op would not show here")
+            return Status.HEALTHY
         gaps.append("no collective is pending in any dump; gloo records no send/recv, so ranks "
                     "may be blocked in point-to-point ops or outside torch.distributed")
         return Status.INCONCLUSIVE
@@ -259,7 +273,12 @@ def _waiting_gap(ctx: Context) -> str:
         parts.append(text)
     if whole:
         return ("every rank that waits is inside the same collective with matching arguments, "
-                "and no rank has completed it")
+                "and no rank has completed it; nothing tells the ranks apart (FR shows every "
+                "rank's entry in the same state, and no GPU readings or NCCL RAS counts single "
+                "one out). Collect next: NCCL RAS (`ncclras`, NCCL >= 2.24: a rank behind in its "
+                "operation counts), nvidia-smi on every node twice a few seconds apart (a GPU at "
+                "0% with flat power while its peers spin is the odd rank; `hangscope attach` "
+                "takes both), and py-spy dump --native of each rank")
     return "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
 
 

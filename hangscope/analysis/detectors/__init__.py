@@ -5,6 +5,7 @@ from __future__ import annotations
 from hangscope.analysis.context import Detector
 from hangscope.analysis.detectors import (
     busy_rank,
+    call_sites,
     collective_mismatch,
     dataloader_stall,
     deadlock_cycle,
@@ -22,14 +23,17 @@ from hangscope.analysis.detectors import (
     size_mismatch,
     straggler,
     straggler_logs,
+    symmetric,
 )
 
 ALL: tuple[Detector, ...] = (
     deadlock_cycle.detect,
+    call_sites.detect,
     collective_mismatch.detect,
     size_mismatch.detect,
     mismatch_error.detect,
     missing_rank.detect,
+    symmetric.detect,
     log_waits.detect,
     rank_died.detect,
     quiet_death.detect,

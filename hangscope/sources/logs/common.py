@@ -10,6 +10,8 @@ prefixes, peeled in any order and repeated:
   ``log_line_prefix``); accelerate launches through torchrun and gets the same prefix.
 * ``[rank: 3]`` -- Lightning's ``rank_prefixed_message``; ``[RANK 3]`` -- a common user pattern.
 * ``[1,3]<stderr>:`` -- Open MPI ``--tag-output`` (job, rank); ``[3] `` -- a bare rank tag.
+* ``48: `` -- ``srun -l``/``--label``: the task id, right-aligned to the widest one (`` 3: `` among
+  16 tasks), only at the very start of a line.
 
 Timestamp/level prefixes (at most one):
 
@@ -49,6 +51,8 @@ _P_ROLE = re.compile(r"\[([A-Za-z_][A-Za-z_\-]*?)(\d+)\]:")
 _P_BARE = re.compile(r"\[(\d{1,6})\] (?=\S)")
 # Ray's worker prefix: ``(RayWorkerWrapper pid=4009) `` or ``(RayTrainWorker pid=9, ip=10.0.0.1) ``
 _P_RAY = re.compile(r"\((?:[\w.\-]+ )?pid=\d+(?:, ip=[^)]*)?\) ")
+SRUN_PATTERN = r" {0,5}(\d{1,6}): "  # ``srun -l``'s task label (normalize peels it too)
+_P_SRUN = re.compile(SRUN_PATTERN)
 
 # timestamp / level prefixes
 _T_GLOG = re.compile(r"([IWEF])(\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +\d+ [^\]\s]+:\d+\] ?")
@@ -153,6 +157,10 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
     ray = _P_RAY.match(text)
     if ray:
         pos = ray.end()
+    elif text[:1].isdigit() or text[:1] == " ":
+        srun = _P_SRUN.match(text)
+        if srun:
+            rank, source, pos = int(srun.group(1)), "prefix", srun.end()
     for _ in range(6):
         if not text.startswith("[", pos):
             break

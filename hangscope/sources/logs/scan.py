@@ -28,10 +28,12 @@ from hangscope.sources.logs import (
     dataloader,
     elastic,
     gloo,
+    gpu,
     init,
     nccl_debug,
     nccl_ras,
     oom,
+    runtime_lines,
     torch_nccl,
     traceback,
 )
@@ -46,7 +48,8 @@ MAX_FOLLOW_LINES = 4000
 MAX_JSON_BYTES = 64 << 20
 
 # Order matters only when one line holds triggers of several families: first match wins.
-_FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, oom, dataloader, gloo, init, traceback)
+_FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, oom, dataloader, gloo, init, traceback,
+             gpu, runtime_lines)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
 for _module in _FAMILIES:
@@ -66,20 +69,23 @@ _TRIGGERS = re.compile(b"|".join(re.escape(t) for t in sorted(_HANDLERS, key=len
 # fixture, that this gives exactly the events a full trigger search gives.
 _ANCHORS = re.compile(
     rb"E(?:rror|xception \(either|xception in thread|RROR|nforceNotMet)"
-    rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog)"
+    rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog)|v(?:ersion:? \d)|V(?:ersion \d)"
     rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node )|H(?:eartbeat monitor)"
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
     rb"|\((?:exitcode: |first observed failure\)|pid)|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process)"
     rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d)"
     rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in)"
-    rb"|U(?:DA out of memory|DA error|nexpected )|y(?: peer)"
-    rb"|j(?:ob process)")
+    rb"|U(?:DA out of memory|DA error|nexpected |sing |nable to determine)"
+    rb"|y(?: peer| environment to )"
+    rb"|j(?:ob process)|N(?:VRM: )|O(?:ut Of Memory)|H(?:W Exception by GPU)")
 _PREFILTER = _ANCHORS
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",
                 b"ProcessGroupNCCL", b"torch.distributed", b"Watchdog caught", b"ChildFailedError",
                 b"Communicators", b"oom-kill", b"Killed process", b"DataLoader", b"gloo",
-                b"elastic", b"CUDA out of memory", b"NCCL version", b"[default")
+                b"elastic", b"CUDA out of memory", b"NCCL version", b"[default",
+                b"NVRM: ", b"CUDA error: ", b"oom_kill event", b"Out Of Memory",
+                b"HW Exception by GPU")
 
 
 def sniff_log(head: bytes, path: str) -> bool:
@@ -302,7 +308,7 @@ def _finish(events: list[LogEvent], ctx: Context) -> list[LogEvent]:
         pid, host = event.fields.get("pid"), event.fields.get("host")
         src = event.fields.get("rank_source")
         if isinstance(pid, int) and isinstance(host, str) and src not in ("prefix", "pid") \
-                and event.kind in ("nccl_warn", "nccl_transport_error"):
+                and event.kind in ("nccl_warn", "nccl_transport_error", runtime_lines.KIND):
             known = ctx.pid_rank.get((host, pid))
             if known is not None:
                 fields = dict(event.fields)
