@@ -131,9 +131,10 @@ def _plain(raw: dict[str, Any]) -> bool:
     """Whether the str, list and tuple fields of one record have the types the record-by-record
     path reads the same way whatever the value."""
     group, thread = raw.get("process_group"), raw.get("thread_name")
+    if not isinstance(group, (tuple, list)) or not all(type(part) is str for part in group):
+        return False
     return type(raw["profiling_name"]) is str and type(raw["state"]) is str \
         and type(thread) in (str, NoneType) \
-        and type(group) in (tuple, list) and all(type(part) is str for part in group) \
         and all(type(raw.get(field)) is list and all(type(dims) is list for dims in raw[field])
                 for field in _SIZES) \
         and all(type(raw.get(field)) is list and all(type(name) is str for name in raw[field])
