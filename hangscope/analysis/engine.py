@@ -7,7 +7,8 @@ import logging
 from hangscope import __version__
 from hangscope.analysis import config_skew, detectors
 from hangscope.analysis.context import Context
-from hangscope.analysis.correlate import GroupView, build_picture, finished
+from hangscope.analysis.correlate import GLOO_P2P_NOTE, GroupView, build_picture, finished
+from hangscope.analysis.gap_lines import group_rank_gaps
 from hangscope.analysis.gpu_ranks import cite_gpus, rank_gpus
 from hangscope.analysis.log_progress import log_states, logs_advance
 from hangscope.analysis.log_waits import add_log_waits
@@ -65,6 +66,9 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
         gaps.append(f"no flight-recorder dump for rank{'s' if len(missing_dumps) > 1 else ''} "
                     f"{format_ranks(missing_dumps)}")
     status = _status(ctx, findings, gaps)
+    if _p2p_caveat_moot(ctx, findings):
+        gaps = [g for g in gaps if g != GLOO_P2P_NOTE]
+    gaps = group_rank_gaps(gaps)
     gpus = rank_gpus(ctx.evidence)
     cite_gpus(findings[0] if findings else None, gpus)
     verdict = Verdict(
@@ -185,6 +189,18 @@ def _why_nothing(ctx: Context) -> str:
                 "to the job (stacks) or dump the flight recorder")
     return ("no usable evidence: no flight-recorder dump, no stack, and no log line that names "
             "a failure")
+
+
+def _p2p_caveat_moot(ctx: Context, findings: list[Finding]) -> bool:
+    """gloo's FR has no send/recv; that matters unless the culprits' own stacks show where they
+    are, and no rank's stack is in send/recv (a rank "missing" from a collective in the dumps may
+    well be blocked in a p2p op they cannot show)."""
+    if not findings or not findings[0].culprit_ranks:
+        return False
+    if any(s.main is not None and s.main.kind == "p2p" for s in ctx.stacks.values()):
+        return False
+    return all((s := ctx.stacks.get(r)) is not None and s.main is not None
+               for r in findings[0].culprit_ranks)
 
 
 def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
