@@ -20,6 +20,7 @@ from hangscope.analysis.detectors import (
     rank_died,
     rank_oom,
     size_mismatch,
+    stall_reports,
     straggler,
     straggler_logs,
 )
@@ -31,6 +32,7 @@ ALL: tuple[Detector, ...] = (
     mismatch_error.detect,
     missing_rank.detect,
     log_waits.detect,
+    stall_reports.detect,
     rank_died.detect,
     quiet_death.detect,
     rank_oom.detect,

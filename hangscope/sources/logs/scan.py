@@ -32,6 +32,7 @@ from hangscope.sources.logs import (
     nccl_debug,
     nccl_ras,
     oom,
+    stall_reports,
     torch_nccl,
     traceback,
 )
@@ -46,7 +47,8 @@ MAX_FOLLOW_LINES = 4000
 MAX_JSON_BYTES = 64 << 20
 
 # Order matters only when one line holds triggers of several families: first match wins.
-_FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, oom, dataloader, gloo, init, traceback)
+_FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, oom, dataloader, gloo, init, traceback,
+             stall_reports)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
 for _module in _FAMILIES:
@@ -69,11 +71,11 @@ _ANCHORS = re.compile(
     rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog)"
     rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node )|H(?:eartbeat monitor)"
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
-    rb"|\((?:exitcode: |first observed failure\)|pid)|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process)"
+    rb"|\((?:exitcode: |first observed failure\)|pid)|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks)"
     rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d)"
     rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in)"
-    rb"|U(?:DA out of memory|DA error|nexpected )|y(?: peer)"
-    rb"|j(?:ob process)")
+    rb"|U(?:DA out of memory|DA error|nexpected )|y(?: peer| ranks: )|g(?: ranks: )"
+    rb"|j(?:ob process|oining collective)")
 _PREFILTER = _ANCHORS
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",
