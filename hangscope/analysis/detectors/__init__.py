@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hangscope.analysis.context import Detector
 from hangscope.analysis.detectors import (
+    arg_skew,
     busy_rank,
     collective_mismatch,
     dataloader_stall,
@@ -33,6 +34,7 @@ ALL: tuple[Detector, ...] = (
     missing_rank.detect,
     log_waits.detect,
     stall_reports.detect,
+    arg_skew.detect,
     rank_died.detect,
     quiet_death.detect,
     rank_oom.detect,
