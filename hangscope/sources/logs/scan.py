@@ -74,7 +74,7 @@ _ANCHORS = re.compile(
     rb"|\((?:exitcode: |first observed failure\)|pid)|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks)"
     rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d)"
     rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in)"
-    rb"|U(?:DA out of memory|DA error|nexpected )|y(?: peer| ranks: )|g(?: ranks: )"
+    rb"|U(?:DA out of memory|DA error|nexpected )|y(?: peer| ranks: )|g(?: ranks: |ht collective op)"
     rb"|j(?:ob process|oining collective)")
 _PREFILTER = _ANCHORS
 

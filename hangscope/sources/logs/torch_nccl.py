@@ -72,9 +72,9 @@ from hangscope.sources.logs.common import (
 )
 
 _WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>.*?)\) ran for "
-    r"(?P<ran>\d+) milliseconds before timing out")
-_KV = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape)=(\[[^\]]*\]|[^,)]+)")
+    r"(?:Watchdog caught|Caught) collective operation timeout: WorkNCCL\((?P<work>(?:[^()]|\(ms\))*)\)"
+    r"(?: ran for (?P<ran>\d+) milliseconds before timing out)?")
+_KV = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape)=(\[[^\]]*\]|[^,)\s]+)")
 
 
 def _pg_fields(line: Line, ctx: Context, fields: dict[str, str | int | float]
@@ -91,7 +91,9 @@ def watchdog(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     m = _WATCHDOG.search(line.body)
     if not m:
         return []
-    fields: dict[str, str | int | float] = {"ran_ms": int(m.group("ran")), "pg": ""}
+    fields: dict[str, str | int | float] = {"pg": ""}
+    if m.group("ran"):  # an elided or cut record ("WorkNCCL(... OpType=BROADCAST ...)") keeps the rest
+        fields["ran_ms"] = int(m.group("ran"))
     for key, value in _KV.findall(m.group("work")):
         value = value.strip()
         if key == "SeqNum":
@@ -336,6 +338,7 @@ def cuda_error(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"terminated with exception: CUDA error", cuda_error),
     (b"Watchdog caught collective operation timeout", watchdog),
+    (b"Caught collective operation timeout", watchdog),  # torch <= 1.12 exception text
     (b"detected by watchdog at work", work_status),
     (b"Timeout at NCCL work", work_status),
     (b"Timeout at collective: ", desync),
