@@ -182,7 +182,7 @@ _FP_MISMATCH = re.compile(
     r"CollectiveFingerPrint\((?P<fp2>.*?)\)(?:\.|$|,)")
 _FP_KV = re.compile(
     r"(SequenceNumber|OpType|TensorShape|TensorDtypes|TensorDeviceTypes|CollectiveSequenceNumber)"
-    r"=(\[[^\]]*\]|[^,]+)")
+    r"=(\[[^\]]*\]|\d+(?=[A-Z,)\s]|$)|[^,]+)")  # "SequenceNumber=17OpType=BARRIER": no comma
 _FP_SHORT = {"SequenceNumber": "seq", "CollectiveSequenceNumber": "seq", "OpType": "op",
              "TensorShape": "shape", "TensorDtypes": "dtype"}
 
