@@ -258,8 +258,11 @@ def describe(event: LogEvent, limit: int = 240) -> str:
             text += f" (raised at {last})"
     elif event.kind == "elastic_child_failed":
         signal = fields.get("signal")
-        text = (f"launcher: exit code {fields.get('exitcode')}"
-                + (f" ({signal})" if signal else "") + f", pid {fields.get('pid', '?')}")
+        code = fields.get("exitcode")
+        text = ("launcher: " + (f"exit code {code}" if code is not None else "died")
+                + (f" ({signal})" if signal else "")
+                + (f", pid {fields['pid']}" if "pid" in fields else "")
+                + (f" ({fields['binary']})" if code is None and fields.get("binary") else ""))
     else:
         text = event.message
     return one_line(str(text), limit)

@@ -115,6 +115,28 @@ def table(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return events
 
 
+_LOOSE_RANK = re.compile(r"^\s*rank\s*: (-?\d+ \(local_rank: \d+\))\s*$")
+_LOOSE_FIELD = re.compile(r"^\s*(\w+)\s*: ?(.*?)\s*$")
+
+
+def table_fragment(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """A failure table pasted without its ``Root Cause``/``Failures:`` header: a ``rank : N
+    (local_rank: M)`` row and the rows after it (exitcode, error_file, traceback)."""
+    m = _LOOSE_RANK.match(line.body)
+    if not m:
+        return []
+    values = {"rank": m.group(1)}
+    for nxt in follow.lines():
+        fm = _LOOSE_FIELD.match(nxt.body)
+        if not fm or fm.group(1) in values or fm.group(1) == "rank":
+            break
+        follow.consume(nxt.line_no)
+        values[fm.group(1)] = fm.group(2)
+    if "exitcode" not in values:
+        return []
+    return [_entry_event(line, ctx, values, 1)]
+
+
 def _entry_event(entry: Line, ctx: Context, values: dict[str, str], root: int) -> LogEvent:
     fields: dict[str, str | int | float] = {"root_cause": root}
     rank: int | None = None
@@ -184,10 +206,47 @@ def deepspeed_exit(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
                        rank=line.rank, rank_source=line.rank_source or "")]
 
 
+_WORKER_DIED = re.compile(r"Worker proc (?P<name>[A-Za-z]+)-(?P<idx>\d+) died unexpectedly")
+_CAUGHT = re.compile(r"\[(?P<host>[\w.-]+):(?P<pid>\d+)\s*:\d+:\d+\]\s+Caught signal (?P<n>\d+) "
+                     r"\((?P<what>[^):]*)")
+
+
+def worker_died(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """vLLM's multiprocess executor: ``Worker proc VllmWorker-3 died unexpectedly, shutting down
+    executor``: the worker's index is its tensor-parallel rank; how it died is not said."""
+    m = _WORKER_DIED.search(line.body)
+    if not m:
+        return []
+    return [make_event("elastic_child_failed", line, ctx, "error",
+                       {"signal": "unknown (died unexpectedly)", "binary": m.group("name")},
+                       rank=int(m.group("idx")), rank_source="content")]
+
+
+def caught_signal(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """A process's own fatal-signal handler (UCX/UCS, as NCCL and MPI jobs load it):
+    ``[host:5283 :0:5704] Caught signal 7 (Bus error: nonexistent physical address)``; the rank
+    comes from the pid where NCCL's ``Init COMPLETE`` line mapped it."""
+    m = _CAUGHT.search(line.body) or _CAUGHT.search(line.raw)
+    if not m:
+        return []
+    pid, host = int(m.group("pid")), m.group("host")
+    number = int(m.group("n"))
+    fields: dict[str, str | int | float] = {"signal": SIGNALS.get(number, f"SIG{number}"),
+                                            "pid": pid, "host": host, "exitcode": -number}
+    known = ctx.pid_rank.get((host, pid))
+    if known is not None:
+        return [make_event("elastic_child_failed", line, ctx, "error", fields, rank=known[1],
+                           rank_source="pid")]
+    return [make_event("elastic_child_failed", line, ctx, "error", fields)]
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
+    (b"died unexpectedly", worker_died),
+    (b"Caught signal ", caught_signal),
     (b"sigkill_handler] [", deepspeed_exit),
     (b"failed (exitcode:", failed),
     (b"closing signal", closing),
     (b"Failures:", table),
     (b"Root Cause (first observed failure):", table),
+    (b"(local_rank: ", table_fragment),
 ]

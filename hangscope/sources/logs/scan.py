@@ -71,11 +71,11 @@ _ANCHORS = re.compile(
     rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog|een collectives)"
     rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node )|H(?:eartbeat monitor)"
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
-    rb"|\((?:exitcode: |first observed failure\)|pid)|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks)"
+    rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: )|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks)"
     rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d)"
     rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in)"
-    rb"|U(?:DA out of memory|DA error|nexpected )|y(?: peer| ranks: )|g(?: ranks: |ht collective op)"
-    rb"|j(?:ob process|oining collective)")
+    rb"|U(?:DA out of memory|DA error|nexpected )|y(?: peer| ranks: )|g(?: ranks: |ht collective op|ht signal )"
+    rb"|j(?:ob process|oining collective)|x(?:pectedly)")
 _PREFILTER = _ANCHORS
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",
