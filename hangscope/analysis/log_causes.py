@@ -91,14 +91,33 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
             yield (event.rank if event.rank is not None else rank), event
     world = evidence.expected_world_size()
     hosts = {ev.host for ev in evidence.ranks.values() if ev.host}
+    sole = _sole_failed_child(evidence.unattributed_logs)
     for event in evidence.unattributed_logs:
         if event.rank is not None:
             yield event.rank, event
             continue
         local = event.fields.get("local_rank")
+        if local is None and event.path in sole and event.line_no < sole[event.path][1]:
+            local = sole[event.path][0]  # rule sole-failed-child (see _sole_failed_child)
         # On a single host a launcher's local rank is the global rank.
         if isinstance(local, int) and len(hosts) <= 1 and (world is None or local < world):
             yield local, event
+
+
+def _sole_failed_child(events: list[LogEvent]) -> dict[str, tuple[int, int]]:
+    """Rule ``sole-failed-child``: a log, with no rank on its lines, in which the launcher reports
+    exactly one failed child (its local rank): the failures printed before that report are that
+    child's (the launcher's report follows the failure it reports). Per path: (local rank, line
+    of the report)."""
+    found: dict[str, set[int]] = {}
+    line: dict[str, int] = {}
+    for event in events:
+        local = event.fields.get("local_rank")
+        if event.kind == "elastic_child_failed" and event.rank is None and isinstance(local, int):
+            found.setdefault(event.path, set()).add(local)
+            line[event.path] = max(line.get(event.path, 0), event.line_no)
+    return {path: (next(iter(locals_)), line[path]) for path, locals_ in found.items()
+            if len(locals_) == 1}
 
 
 # Signals a launcher or scheduler sends to stop processes: on a rank that another rank's own

@@ -222,6 +222,28 @@ def worker_died(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
                        rank=int(m.group("idx")), rank_source="content")]
 
 
+_CALLED = re.compile(r"CalledProcessError: Command '\[.*?--local_rank=(?P<lr>\d+)(?:.*?\]' "
+                     r"(?:returned non-zero exit status (?P<code>-?\d+)|died with <Signals\.(?P<sig>SIG\w+)))?")
+
+
+def called_process(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """torch.distributed.launch before torchrun: ``subprocess.CalledProcessError: Command
+    '['python', '-u', 'train.py', '--local_rank=7', ...]' returned non-zero exit status 1.`` (or
+    ``died with <Signals.SIGKILL: 9>``; a line cut before that still names the local rank): the
+    launcher's word on which local rank failed."""
+    m = _CALLED.search(line.body)
+    if not m:
+        return []
+    fields: dict[str, str | int | float] = {"local_rank": int(m.group("lr"))}
+    if m.group("code") is not None:
+        fields["exitcode"] = int(m.group("code"))
+        fields["signal"] = _signal_of(int(m.group("code")))
+    elif m.group("sig"):
+        fields["signal"] = m.group("sig")
+    return [make_event("elastic_child_failed", line, ctx, "error", fields,
+                       rank=line.rank, rank_source=line.rank_source or "")]
+
+
 def caught_signal(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     """A process's own fatal-signal handler (UCX/UCS, as NCCL and MPI jobs load it):
     ``[host:5283 :0:5704] Caught signal 7 (Bus error: nonexistent physical address)``; the rank
@@ -242,6 +264,7 @@ def caught_signal(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"died unexpectedly", worker_died),
+    (b"CalledProcessError: Command", called_process),
     (b"Caught signal ", caught_signal),
     (b"sigkill_handler] [", deepspeed_exit),
     (b"failed (exitcode:", failed),

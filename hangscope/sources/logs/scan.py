@@ -73,7 +73,7 @@ _ANCHORS = re.compile(
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
     rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: )|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks)"
     rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d)"
-    rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in)"
+    rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in|arrier, but)"
     rb"|U(?:DA out of memory|DA error|nexpected )|y(?: peer| ranks: )|g(?: ranks: |ht collective op|ht signal )"
     rb"|j(?:ob process|oining collective)|x(?:pectedly)")
 _PREFILTER = _ANCHORS

@@ -212,13 +212,27 @@ _BARRIER = re.compile(
     r"Ranks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms")
 
 
+# A non-zero rank's side of the same barrier: it passed, and rank 0's send/recv failed.
+_BARRIER_PEER = re.compile(r"successfully reached monitoredBarrier, but received errors while "
+                           r"waiting for send/recv from rank (?P<ranks>\d+)")
+_BARRIER_MS = re.compile(r"Timed out waiting (\d+)ms")
+
+
 def monitored_barrier(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
-    m = _BARRIER.search(line.body)
+    m = _BARRIER.search(line.body) or _BARRIER_PEER.search(line.body)
     if not m:
         return []
     ranks = [int(x) for x in m.group("ranks").split(",")]
-    fields: dict[str, str | int | float] = {"failed_ranks": join_ints(ranks),
-                                            "timeout_ms": int(m.group("ms"))}
+    fields: dict[str, str | int | float] = {"failed_ranks": join_ints(ranks)}
+    if "ms" in m.groupdict():
+        fields["timeout_ms"] = int(m.group("ms"))
+    else:
+        for count, nxt in enumerate(follow.lines()):
+            ms = _BARRIER_MS.search(nxt.body)
+            if ms or count > 3:
+                if ms:
+                    fields["timeout_ms"] = int(ms.group(1))
+                break
     rank, source = _pg_fields(line, ctx, fields)
     return [make_event("monitored_barrier_failure", line, ctx, "error", fields, rank=rank,
                        rank_source=source)]
@@ -344,6 +358,7 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Timeout at collective: ", desync),
     (b"Detected mismatch between collectives", fingerprint_mismatch),
     (b"failed to pass monitoredBarrier", monitored_barrier),
+    (b"successfully reached monitoredBarrier", monitored_barrier),
     (b"Heartbeat monitor timed out", heartbeat),
     (b"got stuck for", heartbeat),
     (b"NCCL error in:", nccl_error),
