@@ -99,6 +99,12 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
         local = event.fields.get("local_rank")
         if local is None and event.path in sole and event.line_no < sole[event.path][1]:
             local = sole[event.path][0]  # rule sole-failed-child (see _sole_failed_child)
+        gpu = event.fields.get("gpu")
+        if local is None and event.kind in OOM_KINDS and isinstance(gpu, int) and gpu > 0:
+            # rule gpu-index-as-local-rank: a process that saw GPU N > 0 was not isolated by
+            # CUDA_VISIBLE_DEVICES, so under one process per GPU, N is its local rank (GPU 0 is
+            # also what every isolated process sees: not read)
+            local = gpu
         # On a single host a launcher's local rank is the global rank.
         if isinstance(local, int) and len(hosts) <= 1 and (world is None or local < world):
             yield local, event
