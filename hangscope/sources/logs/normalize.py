@@ -20,8 +20,8 @@ wrapped record is invisible to all of them. This pass undoes the damage once, fo
 
 Process prefixes (``[rank3]:``, ``[default0]:``, mpirun's ``[1,3]<stderr>:``) and timestamps
 are peeled per line by :func:`common.parse_line`, which also serves big files this pass skips;
-``srun -l``'s ``12: ``, pytest's ``E   `` and ``pod |`` heads are only recognised here as record
-starts, not yet peeled. The output keeps the original line numbers: ``line_map[i]`` is the first
+``srun -l``'s ``12: ``, pytest's ``E   `` and ``pod |`` heads are recognised here as record
+starts and peeled by ``parse_line``. The output keeps the original line numbers: ``line_map[i]`` is the first
 original line of logical line ``i + 1``, so events cite the file as the user has it.
 
 Cost: files over ``NORMALIZE_MAX`` bytes are not normalized (rank logs that big were written by the
