@@ -135,9 +135,20 @@ def log_mismatch_findings(ctx: Context, kind: Kind) -> list[Finding]:
     Different ops give ``collective_mismatch``, the same op with other shapes, dtypes or numel
     ``size_mismatch``; only findings of ``kind`` are returned."""
     by_key: dict[tuple[str, str, int | None], dict[int, Observation]] = {}
+    # rule same-seq-same-group: a watchdog line that names no group, in a log whose watchdog lines
+    # name one group only, at a sequence number >= 100 that a line of that group also has, is
+    # taken to be of that group (two groups at one large SeqNum by chance are unlikely)
+    named = {o.pg for o in ctx.picture.observations if o.numbering == "watchdog" and o.pg}
+    sole = next(iter(named)) if len(named) == 1 else ""
+    grouped_seqs = {o.seq for o in ctx.picture.observations
+                    if o.numbering == "watchdog" and o.pg == sole and sole}
     for obs in ctx.picture.observations:
         if obs.numbering == "detail" or (obs.numbering == "watchdog" and obs.op):
-            key = (obs.numbering, obs.pg if obs.numbering == "watchdog" else "", obs.seq)
+            pg = obs.pg
+            if obs.numbering == "watchdog" and not pg and (obs.seq or 0) >= 100 \
+                    and obs.seq in grouped_seqs:
+                pg = sole
+            key = (obs.numbering, pg if obs.numbering == "watchdog" else "", obs.seq)
             by_key.setdefault(key, {}).setdefault(obs.rank, obs)
     findings = []
     for (_, _, seq), per_rank in sorted(by_key.items(), key=lambda item: item[0][2] or 0):

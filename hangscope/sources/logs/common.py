@@ -56,6 +56,7 @@ _P_BARE = re.compile(r"\[(\d{1,6})\] (?=\S)")
 _P_SRUN = re.compile(r" {0,4}(\d{1,5}): (?=\S)")
 _P_PIPE = re.compile(r"(?:[\w][\w.\-/]*[.\-/][\w.\-/]*|[\w.\-/]+(?= {2})) *\| ")
 _P_KUBE = re.compile(r"\[pod/[^\]\s]+\] ")
+_P_INDENTED = re.compile(r"\[(?:rank:? ?\d+|RANK \d+|\d+,\d+\]<std|[A-Za-z_]+\d+\]:|[IWEF]\d{4} )")
 _P_PYTEST = re.compile(r"E {2,8}(?=\S)")
 # Ray's worker prefix: ``(RayWorkerWrapper pid=4009) `` or ``(RayTrainWorker pid=9, ip=10.0.0.1) ``
 _P_RAY = re.compile(r"\((?:[\w.\-]+ )?pid=\d+(?:, ip=[^)]*)?\) ")
@@ -160,6 +161,9 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
     rank: int | None = None
     source = ""
     local: int | None = None
+    indent = len(text) - len(text.lstrip(" \t"))
+    if indent and _P_INDENTED.match(text, indent):
+        pos = indent  # a paste indented as a code block or a quote: "    [rank7]:[E816 ..."
     for _ in range(3):
         head = _P_PIPE.match(text, pos) or _P_KUBE.match(text, pos) or _P_PYTEST.match(text, pos)
         if head:
