@@ -208,6 +208,27 @@ def fingerprint_mismatch(line: Line, ctx: Context, follow: Follow) -> list[LogEv
                        rank_source=source)]
 
 
+_DDP_PARAMS = re.compile(r"DDP expects same model across all ranks, but Rank (?P<r1>\d+) has (?P<n1>\d+) "
+                         r"params, while rank (?P<r2>\d+) has inconsistent (?P<n2>\d+) params")
+
+
+def ddp_param_mismatch(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """DDP's constructor (``_verify_param_shape_across_processes``) compares the ranks' parameter
+    counts: ``DDP expects same model across all ranks, but Rank 1 has 212 params, while rank 0 has
+    inconsistent 0 params.`` Read as a fingerprint pair: the second rank is the one torch calls
+    inconsistent."""
+    m = _DDP_PARAMS.search(line.body)
+    if not m:
+        return []
+    fields: dict[str, str | int | float] = {
+        "rank_a": int(m.group("r1")), "op_a": "verify_params", "shape_a": f"{m.group('n1')} params",
+        "rank_b": int(m.group("r2")), "op_b": "verify_params", "shape_b": f"{m.group('n2')} params",
+        "differ": "parameter count", "inconsistent": int(m.group("r2"))}
+    rank, source = resolve_rank(line, ctx)
+    return [make_event("collective_fingerprint_mismatch", line, ctx, "error", fields, rank=rank,
+                       rank_source=source)]
+
+
 _BARRIER = re.compile(
     r"Ranks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms")
 
@@ -358,6 +379,7 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Timeout at collective: ", desync),
     (b"Detected mismatch between collectives", fingerprint_mismatch),
     (b"failed to pass monitoredBarrier", monitored_barrier),
+    (b"DDP expects same model across all ranks", ddp_param_mismatch),
     (b"successfully reached monitoredBarrier", monitored_barrier),
     (b"Heartbeat monitor timed out", heartbeat),
     (b"got stuck for", heartbeat),
