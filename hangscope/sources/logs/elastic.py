@@ -226,6 +226,22 @@ _CALLED = re.compile(r"CalledProcessError: Command '\[.*?--local_rank=(?P<lr>\d+
                      r"(?:returned non-zero exit status (?P<code>-?\d+)|died with <Signals\.(?P<sig>SIG\w+)))?")
 
 
+_RAY_DIED = re.compile(r"The actor is dead because its worker process has died|A worker died or was "
+                       r"killed while executing a task by an unexpected system error")
+
+
+def ray_worker_died(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """Ray's raylet / GCS on a dead worker process (verl, OpenRLHF, vLLM on Ray): ``A worker died or
+    was killed while executing a task by an unexpected system error``; ``The actor is dead because
+    its worker process has died. Worker exit type: SYSTEM_ERROR``. Ray's list of "potential root
+    causes" after it (OOM killer, ``ray stop``, SIGSEGV) is generic, and not read as the cause."""
+    if not _RAY_DIED.search(line.body):
+        return []
+    return [make_event("elastic_child_failed", line, ctx, "error",
+                       {"signal": "unknown (Ray worker process died)", "binary": "ray"},
+                       rank=line.rank, rank_source=line.rank_source or "")]
+
+
 def called_process(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     """torch.distributed.launch before torchrun: ``subprocess.CalledProcessError: Command
     '['python', '-u', 'train.py', '--local_rank=7', ...]' returned non-zero exit status 1.`` (or
@@ -264,6 +280,8 @@ def caught_signal(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"died unexpectedly", worker_died),
+    (b"worker process has died", ray_worker_died),
+    (b"A worker died or was killed", ray_worker_died),
     (b"CalledProcessError: Command", called_process),
     (b"Caught signal ", caught_signal),
     (b"sigkill_handler] [", deepspeed_exit),

@@ -75,7 +75,7 @@ _ANCHORS = re.compile(
     rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d|ng ncclUniqueId)"
     rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in|arrier, but)"
     rb"|U(?:DA out of memory|DA error|nexpected )|y(?: peer| ranks: )|g(?: ranks: |ht collective op|ht signal )"
-    rb"|j(?:ob process|oining collective)|x(?:pectedly)|O(?:OM when alloc)|I(?:P out of memory)|'(?:out of memory')")
+    rb"|j(?:ob process|oining collective)|x(?:pectedly)|k(?:er process has died|er died or was)|O(?:OM when alloc)|I(?:P out of memory)|'(?:out of memory')")
 _PREFILTER = _ANCHORS
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",
