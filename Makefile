@@ -1,18 +1,49 @@
 # The two set-up commands of README.md: `make demo` and `make test`. Each installs what it needs.
 PYTHON ?= python3
-PIP = $(PYTHON) -m pip
-STAMP = .install.stamp
+VENV ?= .venv
+
+# An interpreter that refuses `pip install` into itself (PEP 668: Debian's and Ubuntu's own
+# python3 carry an EXTERNALLY-MANAGED marker) gets a project virtual environment in $(VENV);
+# any other (pyenv, conda, a venv already active) is used as it is. USE_VENV=1 forces one.
+MANAGED := $(shell $(PYTHON) -c "import os, sys, sysconfig; \
+  print(int(sys.prefix == sys.base_prefix and os.path.exists(os.path.join( \
+  sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED'))))" 2>/dev/null)
+USE_VENV ?= $(MANAGED)
+ifeq ($(USE_VENV),1)
+RUN := $(abspath $(VENV))/bin/python
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+STAMP_DIR := $(VENV)/
+INTERPRETER := $(VENV)/bin/python
+else
+RUN := $(PYTHON)
+STAMP_DIR :=
+INTERPRETER :=
+endif
+PIP = $(RUN) -m pip
+CORE = $(STAMP_DIR).install-core.stamp
+STAMP = $(STAMP_DIR).install.stamp
 
 .PHONY: install demo test lint typecheck bench reports clean
 
-$(STAMP): pyproject.toml
+$(VENV)/bin/python:
+	@echo "$(PYTHON) is externally managed (PEP 668): using a virtual environment in $(VENV)/"
+	$(PYTHON) -m venv $(VENV) || { \
+	  echo "hint: Debian/Ubuntu ship venv apart: apt-get install python3-venv"; exit 1; }
+
+# What the demo needs: torch and this package (py-spy comes with it).
+$(CORE): pyproject.toml $(INTERPRETER)
 	# torch==2.13.0 first: the CPU build (a local wheel on the project machines), so that no
 	# other package pulls a CUDA build of torch.
 	$(PIP) install -q --disable-pip-version-check "torch==2.13.0"
-	$(PIP) install -q --disable-pip-version-check -e ".[torch,test]"
+	$(PIP) install -q --disable-pip-version-check -e ".[torch]"
 	# An editable install compiles nothing and PYTHONDONTWRITEBYTECODE (set on the project
 	# machines) stops Python caching it: without this every hangscope start compiles ~70 modules.
-	$(PYTHON) -m compileall -q hangscope
+	$(RUN) -m compileall -q hangscope
+	touch $(CORE)
+
+# What the tests need besides: pytest and friends, Chromium, a SLURM cluster of virtual nodes.
+$(STAMP): $(CORE)
+	$(PIP) install -q --disable-pip-version-check -e ".[torch,test]"
 	@command -v chromium >/dev/null 2>&1 || { \
 	  command -v apt-get >/dev/null 2>&1 && (apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
@@ -26,18 +57,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
-	$(PYTHON) -m fixtures.demo
+demo: $(CORE)
+	$(RUN) -m fixtures.demo
 
 test: $(STAMP)
-	$(PYTHON) -m pytest -q -p no:cacheprovider
+	$(RUN) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
-	$(PYTHON) -m ruff check hangscope tests
-	$(PYTHON) -m mypy
+	$(RUN) -m ruff check hangscope tests
+	$(RUN) -m mypy
 
 bench: $(STAMP)
-	$(PYTHON) bench/bench_fr.py
+	$(RUN) bench/bench_fr.py
 
 clean:
-	rm -rf $(STAMP) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .install.stamp .install-core.stamp $(VENV) build *.egg-info .pytest_cache \
+	  .mypy_cache .ruff_cache

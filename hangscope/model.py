@@ -175,6 +175,22 @@ class FrDump:
 
 
 # --------------------------------------------------------------------------------------------------
+# Runtime configuration (libraries, versions, collective-relevant settings)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFact:
+    """One setting that defines a rank's runtime: ``key`` is ``env:NAME``, ``lib:NAME`` or a
+    version (``nccl_version``, ``torch_version``, ``python_version``, ...); ``where`` is the
+    bundle file or ``log:line`` it was read from."""
+
+    key: str
+    value: str
+    source: str  # runtime (read from /proc at collection) | log
+    where: str = ""
+
+
+# --------------------------------------------------------------------------------------------------
 # A rank and a job
 
 
@@ -193,6 +209,8 @@ class RankEvidence:
     worker_pids: list[int] = field(default_factory=list)  # DataLoader workers
     worker_samples: dict[int, list[StackSample]] = field(default_factory=dict)
     worker_proc: dict[int, list[ProcessState]] = field(default_factory=dict)
+    config: list[ConfigFact] = field(default_factory=list)  # libraries, versions, settings
+    config_env_read: bool = False  # the environment was read whole: a variable absent is unset
 
 
 @dataclass(frozen=True, slots=True)

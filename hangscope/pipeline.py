@@ -36,7 +36,17 @@ ANALYSIS_MAX_S = 15.0
 
 
 def default_out_dir() -> str:
-    return os.path.abspath(time.strftime("hangscope-%Y%m%d-%H%M%S"))
+    """A new folder named by the time, made here so that it is ours: two runs in the same second
+    (a runbook's retry, two terminals) get ``-2``, ``-3``... instead of refusing each other."""
+    base = os.path.abspath(time.strftime("hangscope-%Y%m%d-%H%M%S"))
+    for n in range(1, 1000):
+        candidate = base if n == 1 else f"{base}-{n}"
+        try:
+            os.mkdir(candidate)
+        except FileExistsError:
+            continue
+        return candidate
+    raise UsageError(f"{base}: 999 output folders this second already; pass --out")
 
 
 def prepare_out_dir(options: OutputOptions) -> str:

@@ -101,3 +101,18 @@ class TestReport:
         assert "ROOT CAUSE: missing_rank" in text.stdout
         js = run_cli("report", str(missing_rank_dumps), "--format", "json")
         assert json.loads(js.stdout)["findings"][0]["culprit_ranks"] == [1]
+
+
+def test_two_runs_in_the_same_second_without_out_both_write(tmp_path, monkeypatch,
+                                                           missing_rank_dumps) -> None:
+    # GIVEN no --out, twice in a row (the clock frozen so that both fall in one second)
+    import time as time_module
+    dumps = missing_rank_dumps
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(time_module, "strftime", lambda fmt, *a: "hangscope-20261124-120000")
+    codes = [main(["analyze", str(dumps), "--quiet"]) for _ in range(2)]
+    # THEN both found the hang, each in its own folder
+    assert codes == [ExitCode.HANG_FOUND, ExitCode.HANG_FOUND]
+    made = sorted(p.name for p in tmp_path.glob("hangscope-*"))
+    assert made == ["hangscope-20261124-120000", "hangscope-20261124-120000-2"]
+    assert all((tmp_path / name / "verdict.json").exists() for name in made)

@@ -115,7 +115,7 @@ class TestIdentity:
                "NCCL_RAS_ADDR": "localhost:28100", "NCCL_IB_HCA": "mlx5"}
         assert filter_env(env) == {"RANK": "0", "NCCL_DEBUG": "INFO", "SLURM_JOB_ID": "1",
                                    "TORCH_FR_BUFFER_SIZE": "2000",
-                                   "NCCL_RAS_ADDR": "localhost:28100"}
+                                   "NCCL_RAS_ADDR": "localhost:28100", "NCCL_IB_HCA": "mlx5"}
 
     @pytest.mark.parametrize("cmdline,kind", [
         (["/usr/bin/python3", "/usr/local/bin/torchrun", "--nproc-per-node", "8", "t.py"],

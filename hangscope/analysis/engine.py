@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from hangscope import __version__
-from hangscope.analysis import detectors
+from hangscope.analysis import config_skew, detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import GroupView, build_picture, finished
 from hangscope.analysis.log_progress import log_states, logs_advance
@@ -52,6 +52,8 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     expected = set(range(world)) if world else set(seen)
     gaps = list(evidence.gaps) + ctx.picture.notes + ras_unmapped(evidence)
     findings = order_findings(_one_straggler(order_findings(reconcile(ctx, findings, gaps))))
+    findings, differences = config_skew.explain(ctx, findings)
+    findings = order_findings(findings)
     if not any(f.culprit_ranks for f in findings) and (
             note := stack_only_note(ctx.picture, ctx.stacks)):
         gaps.append(note)  # stacks cannot tell an ordering deadlock: say so
@@ -71,6 +73,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
         evidence_gaps=gaps,
         rank_classes=_classes(ctx, findings),
         tool_version=__version__,
+        config_differences=differences,
     )
     return verdict, ctx
 
@@ -216,6 +219,13 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
                     "stacks)")
         return Status.INCONCLUSIVE
     if "gloo" in ctx.picture.backends:
+        world = ctx.picture.world_size or 0
+        if len(ctx.picture.dumps) >= world and logs_advance(ctx.evidence) is not None:
+            # every rank's dump idle and its logs trained on without a fault: a healthy job
+            gaps.append("no collective is pending in any rank's dump and the logs show training "
+                        "advancing with no error; gloo records no send/recv, so a rank blocked in "
+                        "a point-to-point op would not show here")
+            return Status.HEALTHY
         gaps.append("no collective is pending in any dump; gloo records no send/recv, so ranks "
                     "may be blocked in point-to-point ops or outside torch.distributed")
         return Status.INCONCLUSIVE

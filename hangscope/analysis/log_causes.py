@@ -32,6 +32,7 @@ ECHO_KINDS = frozenset({"gloo_connection_closed", "gloo_timeout", "nccl_watchdog
                         "nccl_work_status", "nccl_desync", "monitored_barrier_failure",
                         "collective_fingerprint_mismatch", "nccl_warn"})
 OOM_KINDS = frozenset({"cuda_oom", "host_oom_kill"})
+_OOM_MESSAGE = re.compile(r"^(?:CUDA|HIP) out of memory|^CUDA error: out of memory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,8 @@ def classify(event: LogEvent) -> str | None:
     kind = event.kind
     if kind in OOM_KINDS or "OutOfMemoryError" in str(event.fields.get("exc_type", "")):
         return "oom"
+    if kind == "traceback" and _OOM_MESSAGE.search(str(event.fields.get("exc_message", ""))):
+        return "oom"  # torch < 2.1 raised CUDA OOM as a RuntimeError
     if kind in ECHO_KINDS:
         return None
     if kind == "elastic_child_failed":
@@ -277,7 +280,9 @@ def describe(event: LogEvent, limit: int = 240) -> str:
     line it starts at; the exit signal, not the table row's first cell."""
     fields = event.fields
     if event.kind == "traceback" or fields.get("exc_type"):
-        text = f"{fields.get('exc_type', 'exception')}: {fields.get('exc_message', '')}".strip()
+        message = fields.get("exc_message") or ("" if event.kind == "traceback" else
+                                                event.message)
+        text = f"{fields.get('exc_type', 'exception')}: {message}".strip()
         last = fields.get("last_frame")
         if last:
             text += f" (raised at {last})"

@@ -26,6 +26,7 @@ class Kind(str, enum.Enum):
     STRAGGLER = "straggler"
     NETWORK_FAULT = "network_fault"
     INIT_HANG = "init_hang"
+    CONFIG_SKEW = "config_skew"
 
 
 class Status(str, enum.Enum):
@@ -49,7 +50,7 @@ KIND_PRIORITY = {
     Kind.RANK_OOM: 0, Kind.RANK_DIED: 1, Kind.P2P_DEADLOCK: 2, Kind.PG_ORDER_DEADLOCK: 2,
     Kind.PYTHON_DEADLOCK: 3, Kind.DATALOADER_STALL: 3, Kind.COLLECTIVE_MISMATCH: 4,
     Kind.SIZE_MISMATCH: 4, Kind.INIT_HANG: 5, Kind.NETWORK_FAULT: 6, Kind.MISSING_RANK: 7,
-    Kind.STRAGGLER: 8,
+    Kind.STRAGGLER: 8, Kind.CONFIG_SKEW: 9,
 }
 
 
@@ -117,6 +118,25 @@ class RankClass:
     role: str  # culprit | waiting | ok | unknown
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigGroup:
+    """Ranks that share one value of a setting; ``where`` cites one of them (file or file:line)."""
+
+    value: str
+    ranks: list[int]
+    where: str = ""
+
+
+@dataclass(slots=True)
+class ConfigDifference:
+    """A setting the ranks disagree on (``env:NCCL_SOCKET_IFNAME``, ``nccl_version``,
+    ``lib:libnccl``), its groups largest first. ``unknown`` lists ranks nothing said it for."""
+
+    key: str
+    groups: list[ConfigGroup]
+    unknown: list[int] = field(default_factory=list)
+
+
 @dataclass(slots=True)
 class Verdict:
     status: Status
@@ -127,6 +147,7 @@ class Verdict:
     evidence_gaps: list[str] = field(default_factory=list)
     rank_classes: list[RankClass] = field(default_factory=list)
     tool_version: str = ""
+    config_differences: list[ConfigDifference] = field(default_factory=list)
 
     @property
     def root(self) -> Finding | None:
@@ -143,7 +164,8 @@ class Verdict:
             "evidence_gaps": list(self.evidence_gaps),
             "rank_classes": [asdict(cls) for cls in self.rank_classes],
             "hangscope_version": self.tool_version,
-        }
+        } | ({"config_differences": [asdict(d) for d in self.config_differences]}
+             if self.config_differences else {})
 
 
 def order_findings(findings: list[Finding]) -> list[Finding]:

@@ -28,6 +28,7 @@ from hangscope.collect import (
     permissions,
     procstate,
     pyspy,
+    runtime,
     sampling,
 )
 from hangscope.collect import probe as probe_client
@@ -183,6 +184,9 @@ def _describe_job(writer: BundleWriter, job: JobProcesses) -> None:
     for rank in job.ranks:
         entry = writer.rank_entry(rank.rank)
         entry.host, entry.pid, entry.local_rank = job.host, rank.pid, rank.local_rank
+        # libraries, versions and settings, compared across ranks by analysis.config_skew
+        writer.add_file(rank.rank, runtime.KIND, runtime.FILE_NAME,
+                        runtime.to_bytes(runtime.describe(rank)))
     if job.missing_local_ranks:
         writer.gaps.append(f"local ranks {job.missing_local_ranks} should run on {job.host} "
                            "but have no process (exited or never started)")

@@ -25,6 +25,7 @@ Layout (``schema`` = :data:`SCHEMA`)::
     tree      {source, parent[], frame[], ranks[], count[], truncated}  merged stacks, roots first
     details   {"<rank>": RankDetail}
     job_logs  LogColumns                                                logs tied to no rank
+    config    [{setting, key, values: [{value, ranks, where}], unknown}]  what differs between ranks
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from hangscope.analysis.verdict import Finding
 from hangscope.model import FrEntry, LogEvent, ProcessState, RankEvidence, StackSample
 from hangscope.ranges import format_ranks
 from hangscope.report import stacktree
+from hangscope.report.config_table import config_rows
 from hangscope.report.payload_types import (
     ClassColumns,
     Collective,
@@ -111,6 +113,7 @@ def build_payload(result: Result, redact_secrets: bool = True) -> Payload:
         "tree": tree,
         "details": details,
         "job_logs": _logs(ev.unattributed_logs, s, MAX_JOB_LOGS),
+        "config": config_rows(verdict),
     }
     if redact_secrets:
         payload = redact(payload)

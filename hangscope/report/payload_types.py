@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from hangscope.report.config_table import ConfigRow
+
 
 class Collective(TypedDict):
     pg: str | None
@@ -177,3 +179,4 @@ class Payload(TypedDict):
     tree: TreeColumns
     details: dict[str, RankDetail]
     job_logs: LogColumns
+    config: list[ConfigRow]  # what differs between ranks; empty when they agree

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from hangscope.analysis.verdict import Finding, Status, Verdict
 from hangscope.ranges import format_ranks
+from hangscope.report.config_table import format_differences
 
 MAX_CLASSES = 12
 MAX_EVIDENCE = 6
@@ -31,6 +32,7 @@ def format_verdict(verdict: Verdict, color: bool = False) -> Iterator[str]:
             yield f"  {format_ranks(cls.ranks):>20}  [{cls.role}] {cls.state}"
         if len(verdict.rank_classes) > MAX_CLASSES:
             yield f"  ... {len(verdict.rank_classes) - MAX_CLASSES} more groups in verdict.json"
+    yield from format_differences(verdict)
     if verdict.evidence_gaps:
         yield ""
         yield "Evidence gaps:"

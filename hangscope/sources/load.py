@@ -11,13 +11,24 @@ from __future__ import annotations
 
 import gc
 import os
+import re
+import stat
 from dataclasses import dataclass, field
 
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, StackSample
 from hangscope.options import LoadOptions
-from hangscope.sources import flight_recorder, fr_stream, merge, oswaits, pyspy, stack_pastes
+from hangscope.sources import (
+    flight_recorder,
+    fr_stream,
+    merge,
+    oswaits,
+    pyspy,
+    runtime,
+    stack_pastes,
+)
 from hangscope.sources.logs import loader as log_loader
+from hangscope.sources.logs.normalize import logical_bytes
 from hangscope.sources.logs.scan import sniff_log
 
 MAX_FILES = 200_000
@@ -44,6 +55,7 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
     stack_files: list[str] = []
     log_files: list[str] = []
     paste_files: list[str] = []
+    runtime_files: list[str] = []
     bundles: list[str] = []
     for path in paths:
         if not os.path.exists(path):
@@ -54,6 +66,9 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
             if whole:
                 continue
         for file_path, explicit in _files_under(path, set(bundles)):
+            if (special := not_a_file(file_path)) is not None:
+                report.problems.append(special)  # opening it could block forever
+                continue
             kind, paste = _sniff(file_path)
             if paste:
                 paste_files.append(file_path)
@@ -68,6 +83,8 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
             elif kind == oswaits.KIND:
                 oswaits.load_oswaits(file_path, None, evidence, report.problems)
                 report.loaded.setdefault(oswaits.KIND, []).append(file_path)
+            elif kind == "runtime":
+                runtime_files.append(file_path)
             elif explicit:
                 report.problems.append(f"{file_path}: not a recognised evidence file")
             else:
@@ -83,6 +100,9 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
         log_loader.load_log_file(path, None, evidence, report.problems)
         if len(report.problems) == before:
             report.loaded.setdefault("log", []).append(path)
+    for path in runtime_files:
+        runtime.load_runtime_file(path, None, evidence, report.problems)
+        report.loaded.setdefault("runtime", []).append(path)
     evidence.gaps.extend(report.problems)
     if not report.count() and not evidence.ranks:
         if report.problems:
@@ -107,6 +127,31 @@ def _files_under(path: str, skip: set[str]) -> list[tuple[str, bool]]:
     return found
 
 
+_FR_PIPE = re.compile(r"(\d+)\.pipe$")
+
+
+def not_a_file(path: str) -> str | None:
+    """One line saying what ``path`` is when it is not a regular file (a FIFO, a socket, a
+    device), else None. Such a file is never opened: reading a FIFO blocks until someone writes,
+    a device like /dev/zero never ends."""
+    try:
+        mode = os.stat(path).st_mode  # follows a symlink; stat never blocks
+    except OSError as exc:
+        return f"{path}: cannot read ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        m = _FR_PIPE.search(path)
+        if m:
+            return (f"{path}: a named pipe, not read: it looks like the flight-recorder trigger "
+                    f"of TORCH_NCCL_DEBUG_INFO_PIPE_FILE; writing to it makes the live rank "
+                    f"{m.group(1)} dump its flight recorder (`hangscope attach` does that)")
+        return f"{path}: a named pipe (FIFO), not read: reading it would wait for a writer"
+    what = ("a socket" if stat.S_ISSOCK(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "not a regular file")
+    return f"{path}: {what}, not read"
+
+
 def _sniff(path: str) -> tuple[str | None, bool]:
     """The file's kind from its first bytes, and whether it (also) holds a gdb or faulthandler
     stack paste: a rank's log may carry a faulthandler dump beside its watchdog lines."""
@@ -121,8 +166,13 @@ def _sniff(path: str) -> tuple[str | None, bool]:
         return "pyspy", False
     if head.lstrip().startswith(b"{") and f'"{oswaits.SCHEMA}"'.encode() in head:
         return oswaits.KIND, False
+    if runtime.sniff_runtime(head):
+        return "runtime", False
+    logical = logical_bytes(head)  # a paste behind a tool's head, or hard-wrapped
+    if logical is not head and pyspy.sniff_pyspy(logical):
+        return "pyspy", False
     kind = "log" if sniff_log(head, path) else None
-    return kind, stack_pastes.sniff_stack_paste(head)
+    return kind, stack_pastes.sniff_stack_paste(logical)
 
 
 def _load_fr(files: list[str], options: LoadOptions, evidence: JobEvidence,
@@ -175,8 +225,8 @@ def _load_pastes(files: list[str], evidence: JobEvidence, report: LoadReport) ->
         try:
             with open(path, "rb") as handle:
                 data = handle.read(stack_pastes.MAX_BYTES + 1)
-            samples = stack_pastes.parse_stack_paste(data.decode("utf-8", "replace"), path,
-                                                     os.path.getmtime(path))
+            text = logical_bytes(data).decode("utf-8", "replace")
+            samples = stack_pastes.parse_stack_paste(text, path, os.path.getmtime(path))
         except OSError as exc:
             report.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
             continue

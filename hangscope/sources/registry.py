@@ -15,6 +15,8 @@ from hangscope.sources.oswaits import load_oswaits
 from hangscope.sources.probe import RECORD_KIND as PROBE_KIND
 from hangscope.sources.probe import load_probe_record
 from hangscope.sources.pyspy import RECORD_KIND, load_pyspy_record
+from hangscope.sources.runtime import RECORD_KIND as RUNTIME_KIND
+from hangscope.sources.runtime import load_runtime_file
 from hangscope.sources.source_lines import KIND as SOURCE_LINES_KIND
 from hangscope.sources.source_lines import load_source_lines
 
@@ -45,4 +47,5 @@ FILE_LOADERS: dict[str, FileLoader] = {
     PROBE_KIND: load_probe_record,
     SOURCE_LINES_KIND: load_source_lines,
     OSWAITS_KIND: load_oswaits,
+    RUNTIME_KIND: load_runtime_file,
 }

@@ -123,3 +123,33 @@ def test_log_only_report_draws_the_log_waits_and_cites_their_lines(visit, tmp_pa
     assert detail.is_visible()
     assert "desync_report.log:13" in detail.inner_text()
     seen.shot("logs-desync_report")
+
+
+def test_what_differs_between_ranks_shows_only_when_they_differ(visit, tmp_path):
+    from hangscope.model import ConfigFact
+
+    skew = sorted(f"fixtures/logs/config_skew/{n}" for n in os.listdir(
+        os.path.join(ROOT, "fixtures/logs/config_skew")) if n.startswith("nccl_version_skew"))
+    same = [p.replace("nccl_version_skew", "homogeneous") for p in skew]
+    # GIVEN the two-rank logs on different NCCL builds, one value carrying markup
+    evidence_, _ = load_paths([os.path.join(ROOT, p) for p in skew], LoadOptions())
+    evidence_.rank(0).config.append(ConfigFact("env:NCCL_SOCKET_IFNAME", HOSTILE, "runtime"))
+    evidence_.rank(1).config.append(ConfigFact("env:NCCL_SOCKET_IFNAME", "eth0", "runtime"))
+    path = write_report(analyze_evidence(evidence_, OutputOptions(write_html=False), None),
+                        str(tmp_path / "skew.html"))
+    seen = visit(path)
+    page = seen.page
+    # THEN the table is there, versions first, the markup inert text
+    assert seen.errors == [] and seen.requests == [] and seen.dialogs == []
+    assert page.locator("#config-sec").is_visible()
+    rows = page.locator("#config-table tbody tr")
+    assert rows.count() == 5
+    assert rows.first.inner_text().startswith("NCCL version")
+    assert "2.18.1" in rows.first.inner_text()
+    assert HOSTILE in page.locator("#config-table").inner_text()
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+    seen.shot("config-skew")
+    # AND on ranks that agree the section stays hidden
+    same_page = visit(report_for(same, str(tmp_path / "same.html"))).page
+    assert not same_page.locator("#config-sec").is_visible()
+    assert same_page.locator("#config-table tbody tr").count() == 0

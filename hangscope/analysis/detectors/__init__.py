@@ -6,6 +6,7 @@ from hangscope.analysis.context import Detector
 from hangscope.analysis.detectors import (
     arg_skew,
     busy_rank,
+    call_sites,
     collective_mismatch,
     dataloader_stall,
     deadlock_cycle,
@@ -28,6 +29,7 @@ from hangscope.analysis.detectors import (
 
 ALL: tuple[Detector, ...] = (
     deadlock_cycle.detect,
+    call_sites.detect,
     collective_mismatch.detect,
     size_mismatch.detect,
     mismatch_error.detect,

@@ -1,4 +1,5 @@
-"""size_mismatch from the format-agnostic tier: ranks that called one collective with other arguments.
+"""size_mismatch from the format-agnostic tier: ranks that called one collective with other
+arguments.
 
 Rule ``odd-arguments-at-same-op``: ``collective_line`` events (``sources/logs/collective_lines.py``:
 any line naming a rank, a collective and its count/shape/dtype) are grouped by the op and its
@@ -59,7 +60,8 @@ def detect(ctx: Context) -> list[Finding]:
     weak = any(lines[r].fields.get("rank_from") in ("device", "hint") for r in odd.odd)
     confidence = (0.6 if where.startswith("seq ") else 0.5) - (0.05 if weak else 0.0)
     said = "; ".join(f"rank {r}: {_say(_args(lines[r]))}" for r in odd.odd[:4])
-    summary = (f"rule odd-arguments-at-same-op: at {op} ({where if where.startswith('seq ') else 'one print'})"
+    at = where if where.startswith("seq ") else "one print"
+    summary = (f"rule odd-arguments-at-same-op: at {op} ({at})"
                f" {ranks_phrase(odd.majority)} logged {_say(odd.value)}, while {said}: the same "
                "collective called with other arguments")
     evidence = [EvidenceItem("log", r, lines[r].message[:300], lines[r].where())
@@ -67,6 +69,9 @@ def detect(ctx: Context) -> list[Finding]:
     seq = sample.fields.get("seq")
     return [Finding(kind=Kind.SIZE_MISMATCH, culprit_ranks=odd.odd, waiting_ranks=odd.majority,
                     confidence=round(confidence, 2), summary=summary, evidence=evidence,
-                    collective=CollectiveRef(pg=None, seq=int(seq) if str(seq).isdigit() else None,
-                                             op=op, numbering="log line"),
+                    collective=CollectiveRef(pg=None, seq=_seq(seq), op=op, numbering="log line"),
                     measures={"rule": "odd-arguments-at-same-op"})]
+
+
+def _seq(value: object) -> int | None:
+    return int(str(value)) if str(value).isdigit() else None

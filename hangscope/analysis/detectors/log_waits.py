@@ -66,9 +66,10 @@ def _silent(ctx: Context, seen: list[Observation]) -> Finding | None:
 
 def _root_absent(ctx: Context, seen: list[Observation]) -> Finding | None:
     """Rule ``broadcast-root-absent``: every rank that timed out did so in a broadcast, none of
-    them is rank 0, and rank 0 logged no wait of its own (default group, or none named). A broadcast in a training loop is
-    rooted at rank 0 (``src=0``) nearly always, and a root that is inside it would have timed
-    out too: rank 0 was elsewhere (a rank-0-only phase: validation, a checkpoint save, logging).
+    them is rank 0, and rank 0 logged no wait of its own (default group, or none named). A
+    broadcast in a training loop is rooted at rank 0 (``src=0``) nearly always, and a root that
+    is inside it would have timed out too: rank 0 was elsewhere (a rank-0-only phase:
+    validation, a checkpoint save, logging).
     0.45: the root is not named by the lines, and rank 0's log may simply be missing."""
     waiting = sorted({o.rank for o in seen})
     if 0 in waiting or ctx.picture.observed(0) or \

@@ -77,7 +77,7 @@ def _reports(ctx: Context) -> list[Finding]:
     ops = sorted(missing, key=lambda op: first[op].line_no)
     waiting = sorted(set(range(world)) - absent) if world else []
     basis = (f"{tool} lists {ranks_phrase(sorted(absent))} as not having submitted "
-             f"{'any of the ' + str(len(ops)) + ' stalled ops' if len(ops) > 1 else 'the stalled op'}"
+             f"{f'any of the {len(ops)} stalled ops' if len(ops) > 1 else 'the stalled op'}"
              f" ({ops[0] or 'unnamed'}{', ...' if len(ops) > 1 else ''}) that the other ranks "
              "submitted and wait in")
     if only_ready and guessed:

@@ -65,6 +65,23 @@
     D.gaps.forEach(function (g) { $("gap-list").appendChild(el("li", { text: g })); });
   }
 
+  // ---- what differs between ranks ---------------------------------------------------------
+  if (D.config && D.config.length) {
+    $("config-sec").hidden = false;
+    var cbody = document.querySelector("#config-table tbody");
+    D.config.forEach(function (row) {
+      var cell = el("td");
+      row.values.forEach(function (v, i) {
+        var item = el("div", { cls: i === 0 ? "" : "odd-value" }, el("code", { text: v.value || "(empty)" }),
+          document.createTextNode(" \u2014 " + ranksLabel(v.ranks) + " "));
+        if (v.where) item.appendChild(el("span", { cls: "sub", text: v.where }));
+        cell.appendChild(item);
+      });
+      cbody.appendChild(el("tr", null, el("td", { text: row.setting }), cell,
+        el("td", { text: row.unknown ? ranksLabel(row.unknown) : "" })));
+    });
+  }
+
   // ---- findings ---------------------------------------------------------------------------
   function evidenceTable(ev) {
     var body = el("tbody");

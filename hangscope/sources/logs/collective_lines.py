@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the docstring and patterns quote raw log lines)
 """The format-agnostic tier: any line that names a rank and a collective, with its arguments.
 
 Below the family parsers, users' own prints (``Rank 7 tensor before allreduce: torch.Size([32768000])``),
@@ -23,6 +24,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import Line, decode, make_event, parse_line
+from hangscope.sources.logs.normalize import normalize
 from hangscope.sources.logs.progress import MAX_LINE, tail_lines
 
 MAX_EVENTS = 4096
@@ -56,11 +58,15 @@ def scan_collective_lines(path: str, rank_hint: int | None = None) -> list[LogEv
     if read is None:
         return []
     ctx, first_line, lines, skip = read
+    fixed = normalize(b"\n".join(lines))  # hard-wrapped COLL lines rebuilt, as the event scan does
+    if fixed is not None:
+        lines, skip = fixed.data.split(b"\n"), set()
     found: list[tuple[Line, dict[str, str | int | float], str, str | None]] = []
     for index, raw in enumerate(lines):
         if index in skip or not _OPS.search(raw):
             continue
-        line = parse_line(decode(raw.split(b"\r")[-1], MAX_LINE), first_line + index, ctx)
+        number = first_line + (fixed.original_line(index + 1) - 1 if fixed else index)
+        line = parse_line(decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE), number, ctx)
         body = line.body
         if len(body) > 600 or any(mark in body for mark in _SKIP):
             continue
@@ -83,12 +89,12 @@ def scan_collective_lines(path: str, rank_hint: int | None = None) -> list[LogEv
             break
     hosts = {host for _, _, host, _ in found if host}
     out = []
-    for line, fields, _host, dev in found:
+    for line, fields, _host, gpu in found:
         rank, source = line.rank, line.rank_source and "prefix"
         if rank is None and (m := _MSG_RANK.search(line.body)):
             rank, source = int(m.group("r")), "message"
-        if rank is None and dev is not None and len(hosts) == 1:
-            rank, source = int(dev), "device"
+        if rank is None and gpu is not None and len(hosts) == 1:
+            rank, source = int(gpu), "device"
         if rank is None and ctx.rank_hint is not None:
             rank, source = ctx.rank_hint, "hint"
         if rank is None:

@@ -57,6 +57,7 @@ def cuda_oom(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     head = body.split(":", 1)[0] if ": CUDA" in body else ""
     if head and " " not in head.strip():
         fields["exc_type"] = head.strip()
+        fields["exc_message"] = body.split(":", 1)[1].strip()[:500]  # what a finding quotes
 
     def put(key: str, text: str) -> None:
         value = size_bytes(text)

@@ -32,6 +32,7 @@ from hangscope.sources.logs import (
     nccl_debug,
     nccl_ras,
     oom,
+    runtime_lines,
     stall_reports,
     torch_nccl,
     traceback,
@@ -48,7 +49,7 @@ MAX_JSON_BYTES = 64 << 20
 
 # Order matters only when one line holds triggers of several families: first match wins.
 _FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, oom, dataloader, gloo, init, traceback,
-             stall_reports)
+             runtime_lines, stall_reports)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
 for _module in _FAMILIES:
@@ -68,13 +69,13 @@ _TRIGGERS = re.compile(b"|".join(re.escape(t) for t in sorted(_HANDLERS, key=len
 # fixture, that this gives exactly the events a full trigger search gives.
 _ANCHORS = re.compile(
     rb"E(?:rror|xception \(either|xception in thread|RROR|nforceNotMet)"
-    rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog|een collectives)"
+    rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog|een collectives)|v(?:ersion:? \d)|V(?:ersion \d)"
     rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node )|H(?:eartbeat monitor)"
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
     rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: )|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks)"
     rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d|ng ncclUniqueId)"
     rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in|arrier, but)"
-    rb"|U(?:DA out of memory|DA error|nexpected )|y(?: peer| ranks: )|g(?: ranks: |ht collective op|ht signal )"
+    rb"|U(?:DA out of memory|DA error|nexpected |sing )|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal )"
     rb"|j(?:ob process|oining collective)|x(?:pectedly)|k(?:er process has died|er died or was)|O(?:OM when alloc)|I(?:P out of memory)|'(?:out of memory')")
 _PREFILTER = _ANCHORS
 
@@ -304,7 +305,7 @@ def _finish(events: list[LogEvent], ctx: Context) -> list[LogEvent]:
         pid, host = event.fields.get("pid"), event.fields.get("host")
         src = event.fields.get("rank_source")
         if isinstance(pid, int) and isinstance(host, str) and src not in ("prefix", "pid") \
-                and event.kind in ("nccl_warn", "nccl_transport_error"):
+                and event.kind in ("nccl_warn", "nccl_transport_error", runtime_lines.KIND):
             known = ctx.pid_rank.get((host, pid))
             if known is not None:
                 fields = dict(event.fields)
