@@ -262,7 +262,7 @@ def report(paths: tuple[str, ...], fmt: str, output: str | None, no_redact: bool
     """Re-render the report of a bundle (or any saved evidence) without collecting again."""
     from hangscope.report.render import Format, render
 
-    result = run_report(list(paths), LoadOptions())
+    result = run_report(list(paths), LoadOptions(), redact=not no_redact)
     color = (output is None and fmt == "text" and sys.stdout.isatty()
              and "NO_COLOR" not in os.environ)
     text = render(result, cast(Format, fmt), output, redact=not no_redact, color=color)

@@ -164,10 +164,10 @@ def analyze_paths(paths: list[str], load: LoadOptions, output: OutputOptions,
     return result
 
 
-def run_report(paths: list[str], load: LoadOptions) -> Result:
+def run_report(paths: list[str], load: LoadOptions, redact: bool = True) -> Result:
     """Analyze again from saved evidence (a bundle), writing nothing: the caller renders."""
     started = time.monotonic()
-    result = analyze_paths(paths, load, OutputOptions(write_html=False), None)
+    result = analyze_paths(paths, load, OutputOptions(write_html=False, redact=redact), None)
     result.seconds = time.monotonic() - started
     return result
 
@@ -176,6 +176,10 @@ def analyze_evidence(evidence: JobEvidence, output: OutputOptions, out: str | No
     from hangscope.analysis.engine import analyze
 
     verdict, ctx = analyze(evidence)
+    if output.redact:  # before anything is written or printed: verdict.json travels in tickets
+        from hangscope.report.redact import redact_all
+
+        verdict = redact_all(verdict)
     result = Result(verdict=verdict, context=ctx, evidence=evidence, out_dir=out)
     if out is not None:
         result.files = write_outputs(result, output, out)

@@ -8,6 +8,7 @@ from hangscope import __version__
 from hangscope.analysis import config_skew, detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import GroupView, build_picture, finished
+from hangscope.analysis.gpu_ranks import cite_gpus, rank_gpus
 from hangscope.analysis.log_progress import log_states, logs_advance
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.moved_since_dump import reconcile
@@ -64,6 +65,8 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
         gaps.append(f"no flight-recorder dump for rank{'s' if len(missing_dumps) > 1 else ''} "
                     f"{format_ranks(missing_dumps)}")
     status = _status(ctx, findings, gaps)
+    gpus = rank_gpus(ctx.evidence)
+    cite_gpus(findings[0] if findings else None, gpus)
     verdict = Verdict(
         status=status,
         world_size=world,
@@ -73,6 +76,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
         evidence_gaps=gaps,
         rank_classes=_classes(ctx, findings),
         tool_version=__version__,
+        gpus={rank: gpu.describe() for rank, gpu in gpus.items()},
         config_differences=differences,
     )
     return verdict, ctx
@@ -269,7 +273,12 @@ def _waiting_gap(ctx: Context) -> str:
         parts.append(text)
     if whole:
         return ("every rank that waits is inside the same collective with matching arguments, "
-                "and no rank has completed it")
+                "and no rank has completed it; nothing tells the ranks apart (FR shows every "
+                "rank's entry in the same state, and no GPU readings or NCCL RAS counts single "
+                "one out). Collect next: NCCL RAS (`ncclras`, NCCL >= 2.24: a rank behind in its "
+                "operation counts), nvidia-smi on every node twice a few seconds apart (a GPU at "
+                "0% with flat power while its peers spin is the odd rank; `hangscope attach` "
+                "takes both), and py-spy dump --native of each rank")
     return "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
 
 

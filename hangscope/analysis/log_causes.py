@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from hangscope.analysis.gpu_ranks import FaultRanks
 from hangscope.analysis.ras_facts import ras_facts
 from hangscope.model import JobEvidence, LogEvent
 from hangscope.sources.logs.common import one_line
@@ -27,6 +28,8 @@ _ECHO = re.compile(r"Connection (closed|reset) by peer|Broken pipe|Timed out wai
                    r"remote process exited|ChildFailedError|Socket Timeout|recvBytes|"
                    r"Application timeout caused pair closure|failed to pass monitoredBarrier|"
                    r"Detected mismatch between collectives", re.I)
+# A Python exception that is the CUDA runtime's report of a fault on the rank's own GPU.
+_GPU_FAULT = re.compile(r"CUDA error: (?!out of memory)|CUDA_ERROR_|cudaError")
 ECHO_KINDS = frozenset({"gloo_connection_closed", "gloo_timeout", "nccl_watchdog_timeout",
                         "elastic_closing_signal", "nccl_heartbeat_stuck", "fr_dump_notice",
                         "nccl_work_status", "nccl_desync", "monitored_barrier_failure",
@@ -40,7 +43,8 @@ class Failure:
     rank: int
     event: LogEvent
     # "oom" | "signal" | "exit" | "exception" | "thread_exception" | "transport" | "dataloader" |
-    # "collective_error" | "dead"
+    # "collective_error" | "dead" | "gpu" (a fault of the rank's GPU or of its GPU program: an
+    # NVRM Xid, a CUDA error)
     what: str
     detail: str = ""  # what the event says about this rank, where the event names several
 
@@ -51,8 +55,9 @@ class Failure:
 def classify(event: LogEvent) -> str | None:
     """The kind of failure this event records for its own rank, or None for an echo/noise."""
     kind = event.kind
-    if kind in OOM_KINDS or "OutOfMemoryError" in str(event.fields.get("exc_type", "")):
-        return "oom"
+    if kind in OOM_KINDS or "OutOfMemoryError" in str(event.fields.get("exc_type", "")) \
+            or "OOM when allocating" in str(event.fields.get("exc_message", "")):
+        return "oom"  # (TensorFlow's ResourceExhaustedError under Horovod says the latter)
     if kind == "traceback" and _OOM_MESSAGE.search(str(event.fields.get("exc_message", ""))):
         return "oom"  # torch < 2.1 raised CUDA OOM as a RuntimeError
     if kind in ECHO_KINDS:
@@ -63,14 +68,18 @@ def classify(event: LogEvent) -> str | None:
         code = event.fields.get("exitcode")
         return "exit" if isinstance(code, int) and code != 0 else None
     if kind == "cuda_error":
-        return "exception"
+        return "oom" if "out of memory" in str(event.fields.get("error", "")) else "gpu"
+    if kind == "gpu_xid":
+        return "gpu" if event.fields.get("xid") != 45 else None
+    if kind == "gpu_fault":
+        return "gpu"
     if kind == "traceback":
         message = f"{event.fields.get('exc_type', '')}: {event.fields.get('exc_message', '')}"
         if _ECHO.search(message) or "ChildFailedError" in message:
             return None
         if event.fields.get("thread") not in (None, "", "MainThread"):
             return "thread_exception"  # the thread died; the process lives on
-        return "exception"
+        return "gpu" if _GPU_FAULT.search(message) else "exception"
     if kind == "nccl_transport_error":
         return "transport"
     if kind.startswith("dataloader") or kind == "shm_bus_error":
@@ -78,6 +87,9 @@ def classify(event: LogEvent) -> str | None:
     if kind == "nccl_error" and (event.fields.get("code") == "ncclRemoteError"
                                  or "remote process exited" in event.message):
         return "transport"  # NCCL's own words: the peer or the network, not this rank
+    if kind == "nccl_error" and (event.fields.get("code") == "ncclUnhandledCudaError"
+                                 or "Cuda failure" in str(event.fields.get("last_error", ""))):
+        return "gpu"  # NCCL's CUDA call failed on this rank's own GPU
     if kind in ("gloo_enforce_fail", "nccl_error"):
         return "collective_error"
     return None
@@ -95,9 +107,16 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
     world = evidence.expected_world_size()
     hosts = {ev.host for ev in evidence.ranks.values() if ev.host}
     sole = _sole_failed_child(evidence.unattributed_logs)
+    faults = None
     for event in evidence.unattributed_logs:
         if event.rank is not None:
             yield event.rank, event
+            continue
+        if event.kind == "gpu_xid":  # a kernel line: its GPU's or its pid's rank, where known
+            faults = faults or FaultRanks(evidence)
+            owner = faults.rank_of(event)
+            if owner is not None:
+                yield owner, event
             continue
         local = event.fields.get("local_rank")
         if local is None and event.path in sole and event.line_no < sole[event.path][1]:
@@ -286,6 +305,11 @@ def describe(event: LogEvent, limit: int = 240) -> str:
         last = fields.get("last_frame")
         if last:
             text += f" (raised at {last})"
+    elif event.kind == "gpu_fault":
+        text = f"GPU {fields.get('gpu')} hardware exception: {fields.get('reason')}"
+    elif event.kind == "gpu_xid":
+        pid = f", pid {fields['pid']}" if "pid" in fields else ""
+        text = f"NVRM Xid {fields.get('xid')} on GPU {fields.get('pci')}{pid}: {fields.get('text')}"
     elif event.kind == "elastic_child_failed":
         signal = fields.get("signal")
         code = fields.get("exitcode")

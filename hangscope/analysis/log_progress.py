@@ -118,9 +118,12 @@ def log_states(evidence: JobEvidence) -> dict[int, str]:
     """One line per rank known from its logs' ends: ranks with the same line share a wait-graph
     class (so a quiet rank is not lumped with the ranks that reported losing it)."""
     states = {}
+    own = failures(evidence)
     for rank, log in rank_logs(evidence).items():
         after = f" after {describe_progress(log.progress)}" if log.progress else ""
-        if log.lost_peer:
+        if own.get(rank) and own[rank][0].what in ("gpu", "oom", "exception", "signal"):
+            states[rank] = f"its log shows its own failure: {own[rank][0].describe(120)}"
+        elif log.lost_peer:
             what = ("lost the connection to a peer" if log.peer_closed
                     else "timed out waiting for a peer")
             states[rank] = f"its log says it {what}{after}"

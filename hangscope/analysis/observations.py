@@ -165,11 +165,16 @@ def _desync(reporter: int | None, event: LogEvent, pg: str) -> list[Observation]
     seq = _int(fields.get("seq"))
     op = str(fields.get("op", ""))
     where = event.where()
-    listed: list[tuple[str, ObsState]] = [("joined_not_finished", "waiting"),
-                                          ("finished_not_joined_next", "completed"),
-                                          ("never_joined", "never_joined")]
-    out = [Observation(r, state, "desync", pg, seq, op, where, reporter=reporter, time=event.time)
-           for name, state in listed for r in _ranks(fields.get(name))]
+    # each list with the seq the report gives it: a lagging rank "finished collective #182, but
+    # didn't join collective #183" is at #182, not at the #315 its reporter timed out in
+    listed: list[tuple[str, ObsState, int | None]] = [
+        ("joined_not_finished", "waiting", _int(fields.get("joined_seq"))),
+        ("finished_not_joined_next", "completed", _int(fields.get("finished_seq"))),
+        ("never_joined", "never_joined", None)]
+    out = [Observation(r, state, "desync", pg, own if own is not None else seq,
+                       op if own is None or own == seq else "", where, reporter=reporter,
+                       time=event.time)
+           for name, state, own in listed for r in _ranks(fields.get(name))]
     if reporter is not None and not any(o.rank == reporter for o in out):
         out.append(Observation(reporter, "timed_out", "desync", pg, seq, op, where,
                                time=event.time))

@@ -58,7 +58,7 @@ KIND_PRIORITY = {
 class EvidenceItem:
     """One cited fact. ``where`` is ``file:line`` (or a file and an FR record id)."""
 
-    source: str  # flight_recorder | py-spy | log | proc | probe
+    source: str  # flight_recorder | py-spy | log | proc | probe | gpu
     rank: int | None
     detail: str
     where: str = ""
@@ -147,6 +147,9 @@ class Verdict:
     evidence_gaps: list[str] = field(default_factory=list)
     rank_classes: list[RankClass] = field(default_factory=list)
     tool_version: str = ""
+    # rank -> its GPU as nvidia-smi or NCCL showed it (``analysis/gpu_ranks.py``); in the JSON
+    # only when some rank has one
+    gpus: dict[int, str] = field(default_factory=dict)
     config_differences: list[ConfigDifference] = field(default_factory=list)
 
     @property
@@ -154,7 +157,7 @@ class Verdict:
         return self.findings[0] if self.findings else None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "schema": SCHEMA,
             "status": self.status.value,
             "world_size": self.world_size,
@@ -164,8 +167,12 @@ class Verdict:
             "evidence_gaps": list(self.evidence_gaps),
             "rank_classes": [asdict(cls) for cls in self.rank_classes],
             "hangscope_version": self.tool_version,
-        } | ({"config_differences": [asdict(d) for d in self.config_differences]}
-             if self.config_differences else {})
+        }
+        if self.gpus:
+            out["gpus"] = {str(r): g for r, g in sorted(self.gpus.items())}
+        if self.config_differences:
+            out["config_differences"] = [asdict(d) for d in self.config_differences]
+        return out
 
 
 def order_findings(findings: list[Finding]) -> list[Finding]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from hangscope.bundle import BundleWriter, CollectionRecord
 from hangscope.collect import (
     fr_trigger,
+    gpu,
     identity,
     logs,
     nccl_ras,
@@ -106,7 +107,9 @@ def collect(options: AttachOptions, bundle_dir: str,
                    "flight recorder": pool.submit(_collect_fr, job, writer, summary, options,
                                                   budget),
                    "logs": pool.submit(_collect_logs, job, writer, summary, budget),
-                   "NCCL RAS": pool.submit(_collect_ras, job, writer, summary, options, budget)}
+                   "NCCL RAS": pool.submit(_collect_ras, job, writer, summary, options, budget),
+                   "GPU readings": pool.submit(gpu.collect, writer, summary.gaps, budget,
+                                               job.ranks)}
         _describe_job(writer, job)
         oswaits.collect_into(writer, rank_of_pid, worker_of)
         summary.gaps.extend(_describe_node(writer, job, summary, wall_start, started))

@@ -55,6 +55,7 @@ class ClassColumns(TypedDict):
     where: list[int]
     last: list[int]
     rep: list[int]
+    gpu: list[int]  # the class's ranks' GPUs (verdict ``gpus``); all -1 when no GPU evidence
 
 
 class RankColumns(TypedDict):
@@ -63,6 +64,7 @@ class RankColumns(TypedDict):
     host: list[int]
     pid: list[int | None]
     status: list[int]
+    gpu: list[int]  # the rank's GPU line, -1 without one
 
 
 class FrameColumns(TypedDict):

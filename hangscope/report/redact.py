@@ -1,14 +1,20 @@
 """Redact secrets that logs and environments leak into evidence, before anything is rendered.
 
-Applied to every string of the report payload by default (``--no-redact`` turns it off): tokens
-and passwords in URLs, ``KEY=value`` pairs whose key names a secret, bearer tokens, and well-known
-token shapes (GitHub, Hugging Face, AWS, Slack).
+Applied by default (``--no-redact`` turns it off) to every string of the verdict before it is
+written (verdict.json), printed (the terminal summary, ``--json``) or rendered, and to the report
+payload (which also quotes evidence the verdict does not): tokens and passwords in URLs,
+``KEY=value`` pairs whose key names a secret, bearer tokens, and well-known token shapes (GitHub,
+Hugging Face, AWS, Slack).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import re
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 MASK = "[REDACTED]"
 _PATTERNS = (
@@ -39,4 +45,24 @@ def redact(value: Any) -> Any:
         return {key: redact(item) for key, item in value.items()}
     if isinstance(value, list):
         return [redact(item) for item in value]
+    return value
+
+
+def redact_all(value: T) -> T:
+    """A copy of ``value`` (the verdict: dataclasses, lists, dicts) with every string redacted;
+    enum members (kinds, statuses) stay what they are."""
+    if isinstance(value, enum.Enum):
+        return value
+    if isinstance(value, str):
+        return redact_text(value)  # type: ignore[return-value]
+    if isinstance(value, list):
+        return [redact_all(item) for item in value]  # type: ignore[return-value]
+    if isinstance(value, tuple):
+        return tuple(redact_all(item) for item in value)  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {key: redact_all(item) for key, item in value.items()}  # type: ignore[return-value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: redact_all(getattr(value, f.name))
+                   for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **changes)
     return value

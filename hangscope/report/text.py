@@ -32,6 +32,13 @@ def format_verdict(verdict: Verdict, color: bool = False) -> Iterator[str]:
             yield f"  {format_ranks(cls.ranks):>20}  [{cls.role}] {cls.state}"
         if len(verdict.rank_classes) > MAX_CLASSES:
             yield f"  ... {len(verdict.rank_classes) - MAX_CLASSES} more groups in verdict.json"
+    if verdict.gpus:
+        yield ""
+        yield "GPUs:"
+        for rank, gpu in sorted(verdict.gpus.items())[:MAX_CLASSES]:
+            yield f"  rank {rank:>5}  {gpu}"
+        if len(verdict.gpus) > MAX_CLASSES:
+            yield f"  ... {len(verdict.gpus) - MAX_CLASSES} more in verdict.json"
     yield from format_differences(verdict)
     if verdict.evidence_gaps:
         yield ""

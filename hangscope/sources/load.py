@@ -22,6 +22,7 @@ from hangscope.sources import (
     flight_recorder,
     fr_stream,
     merge,
+    nvsmi,
     oswaits,
     pyspy,
     runtime,
@@ -83,6 +84,9 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
             elif kind == oswaits.KIND:
                 oswaits.load_oswaits(file_path, None, evidence, report.problems)
                 report.loaded.setdefault(oswaits.KIND, []).append(file_path)
+            elif kind == nvsmi.KIND:
+                nvsmi.load_gpu_file(file_path, None, evidence, report.problems)
+                report.loaded.setdefault(nvsmi.KIND, []).append(file_path)
             elif kind == "runtime":
                 runtime_files.append(file_path)
             elif explicit:
@@ -166,6 +170,8 @@ def _sniff(path: str) -> tuple[str | None, bool]:
         return "pyspy", False
     if head.lstrip().startswith(b"{") and f'"{oswaits.SCHEMA}"'.encode() in head:
         return oswaits.KIND, False
+    if nvsmi.sniff(head):
+        return nvsmi.KIND, False
     if runtime.sniff_runtime(head):
         return "runtime", False
     logical = logical_bytes(head)  # a paste behind a tool's head, or hard-wrapped

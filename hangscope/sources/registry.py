@@ -10,6 +10,8 @@ from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence
 from hangscope.sources import flight_recorder
 from hangscope.sources.logs.loader import load_log_file
+from hangscope.sources.nvsmi import KIND as GPU_KIND
+from hangscope.sources.nvsmi import load_gpu_file
 from hangscope.sources.oswaits import KIND as OSWAITS_KIND
 from hangscope.sources.oswaits import load_oswaits
 from hangscope.sources.probe import RECORD_KIND as PROBE_KIND
@@ -47,5 +49,6 @@ FILE_LOADERS: dict[str, FileLoader] = {
     PROBE_KIND: load_probe_record,
     SOURCE_LINES_KIND: load_source_lines,
     OSWAITS_KIND: load_oswaits,
+    GPU_KIND: load_gpu_file,
     RUNTIME_KIND: load_runtime_file,
 }

@@ -25,6 +25,7 @@ from hangscope.analysis.detectors import (
     stall_reports,
     straggler,
     straggler_logs,
+    symmetric,
 )
 
 ALL: tuple[Detector, ...] = (
@@ -34,6 +35,7 @@ ALL: tuple[Detector, ...] = (
     size_mismatch.detect,
     mismatch_error.detect,
     missing_rank.detect,
+    symmetric.detect,
     log_waits.detect,
     stall_reports.detect,
     arg_skew.detect,

@@ -140,7 +140,8 @@ def _finding(ctx: Context, culprits: list[int],
         by = f" (rank {format_ranks(reporters)}'s desync report)" if reporters else ""
         text = (f"{ranks_phrase(culprits)} lag{'' if len(culprits) > 1 else 's'} behind{by}: "
                 + "; ".join(_lag(ctx, r) for r in culprits[:4])
-                + f"; {ranks_phrase(waiting) if waiting else 'the others'} wait in {where}")
+                + f"; {ranks_phrase(waiting) if waiting else 'the others'} "
+                f"wait{'s' if len(waiting) == 1 else ''} in {where}")
     else:
         text = (f"{ranks_phrase(culprits)} {'are' if len(culprits) > 1 else 'is'} behind in "
                 f"{where}: " + "; ".join(_lag(ctx, r) for r in culprits[:4])

@@ -124,7 +124,8 @@ def _stack_finding(ctx: Context, culprits: list[int],
         doing.append(f"rank {rank}: {state.describe()}" if state else f"rank {rank}: no stack")
     verb = "are" if len(culprits) > 1 else "is"
     summary = (f"{ranks_phrase(culprits)} {verb} not in any collective "
-               f"while {ranks_phrase(waiting)} wait in {reason.op} ({'; '.join(doing)})")
+               f"while {ranks_phrase(waiting)} wait{'s' if len(waiting) == 1 else ''} in "
+               f"{reason.op} ({'; '.join(doing)})")
     has_stacks = all(rank in ctx.stacks for rank in culprits)
     return Finding(kind=Kind.MISSING_RANK, culprit_ranks=culprits, waiting_ranks=waiting,
                    confidence=0.8 if has_stacks else 0.5, summary=summary, evidence=evidence,

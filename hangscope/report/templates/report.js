@@ -129,12 +129,19 @@
   var keys = { ranks: function (i) { return C.rep[i]; }, count: function (i) { return C.count[i]; },
     role: function (i) { return S(C.role[i]); }, state: function (i) { return S(C.state[i]); },
     where: function (i) { return S(C.where[i]); }, last: function (i) { return S(C.last[i]); } };
+  // a GPU column only where some rank's GPU is known
+  var hasGpu = (C.gpu || []).some(function (g) { return g >= 0; });
+  if (hasGpu) {
+    keys.gpu = function (i) { return S(C.gpu[i]); };
+    document.querySelector("#class-table thead tr").appendChild(el("th", { "data-key": "gpu", text: "GPU" }));
+  }
   for (var i = 0; i < nClasses; i++) {
     var role = S(C.role[i]);
     var tr = el("tr", { cls: "role-" + role, "data-cls": C.id[i] },
       el("td", { cls: "mono", text: C.ranks[i] }), el("td", { cls: "num", text: C.count[i] }),
       el("td", null, el("span", { cls: "role " + role, text: role })), el("td", { text: S(C.state[i]) }),
       el("td", null, el("code", { text: S(C.where[i]) })), el("td", { text: S(C.last[i]) }));
+    if (hasGpu) tr.appendChild(el("td", { cls: "mono", text: S(C.gpu[i]) }));
     tr.addEventListener("click", showRank.bind(null, C.rep[i]));
     rowByClass.push(tr);
     tbody.appendChild(tr);
@@ -259,7 +266,8 @@
       " \u2014 " + S(C.state[ci])));
     var ri = D.ranks.rank.indexOf(rank);
     var meta = [S(D.ranks.host[ri]) && "host " + S(D.ranks.host[ri]), D.ranks.pid[ri] !== null && "pid " + D.ranks.pid[ri],
-      S(D.ranks.status[ri]) && "process " + S(D.ranks.status[ri])].filter(Boolean);
+      S(D.ranks.status[ri]) && "process " + S(D.ranks.status[ri]),
+      D.ranks.gpu && S(D.ranks.gpu[ri])].filter(Boolean);
     if (meta.length) box.appendChild(el("p", { cls: "sub", text: meta.join(" \u00b7 ") }));
     var picker = el("div", { cls: "picker" }, "Detailed ranks in this class: ");
     Object.keys(D.details).map(Number).filter(function (x) { return classOfRank.get(x) === ci; }).sort(function (a, b) { return a - b; })

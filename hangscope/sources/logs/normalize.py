@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hangscope.sources.logs.common import ANSI_PATTERN
+from hangscope.sources.logs.common import ANSI_PATTERN, SRUN_PATTERN
 
 NORMALIZE_MAX = 16 << 20
 MAX_JOIN = 8  # physical lines one logical line may be rebuilt from
@@ -54,7 +54,7 @@ _HEADS = (
     ("pytest", re.compile(r"E {3}")),
     ("kubectl", re.compile(r"\[pod/[^\]\s]{1,200}\] ")),
     ("compose", re.compile(r"[\w.\-]{1,100} +\| ")),
-    ("srun", re.compile(r" {0,4}(\d{1,5}): ")),
+    ("srun", re.compile(SRUN_PATTERN)),
 )
 HEAD_SAMPLE = 40  # first non-empty lines looked at to decide that a paste has a head
 HEAD_SHARE = 0.8  # of them that must carry it
@@ -71,7 +71,7 @@ _RECORD_START = re.compile(
     r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d+ \d\d:\d\d:\d\d "
     r"|Traceback \(most"
     r"|[\w.\-]+:\d+:\d+ \[\d+\] NCCL "
-    r"|\s{0,4}\d{1,5}: "
+    rf"|{SRUN_PATTERN}"
     r"|E {3}"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[:\] ]"
     r"|[\w.\-]+ +\| ")

@@ -121,7 +121,35 @@ def host_oom(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event("host_oom_kill", line, ctx, "fatal", fields, rank=None, rank_source="")]
 
 
+_SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.\-]+): tasks? (?P<tasks>[\d,\-]+): Out Of Memory")
+
+
+def srun_oom(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """SLURM names the OOM-killed task, i.e. the rank: ``srun: error: node07: task 48: Out Of
+    Memory`` (``src/srun/.../srun_job.c``; after ``slurmstepd: error: Detected 1 oom_kill event in
+    StepId=1234.0. Some of the step tasks have been OOM Killed.``)."""
+    m = _SRUN_TASK.search(line.body)
+    if m is None:
+        return []
+    events = []
+    for task in _expand(m.group("tasks")):
+        fields: dict[str, str | int | float] = {"host": m.group("host"), "summary": 0}
+        events.append(make_event("host_oom_kill", line, ctx, "fatal", fields, rank=task,
+                                 rank_source="content"))
+    return events
+
+
+def _expand(text: str) -> list[int]:
+    found: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit():
+            found.extend(range(int(lo), int(hi) + 1 if hi.isdigit() else int(lo) + 1))
+    return found[:4096]
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
+    (b": Out Of Memory", srun_oom),
     (b"CUDA out of memory", cuda_oom),
     (b"CUDA error: out of memory", cuda_oom),
     (b"HIP out of memory", cuda_oom),

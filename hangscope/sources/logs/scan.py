@@ -28,6 +28,7 @@ from hangscope.sources.logs import (
     dataloader,
     elastic,
     gloo,
+    gpu,
     init,
     nccl_debug,
     nccl_ras,
@@ -49,7 +50,7 @@ MAX_JSON_BYTES = 64 << 20
 
 # Order matters only when one line holds triggers of several families: first match wins.
 _FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, oom, dataloader, gloo, init, traceback,
-             runtime_lines, stall_reports)
+             gpu, runtime_lines, stall_reports)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
 for _module in _FAMILIES:
@@ -75,14 +76,18 @@ _ANCHORS = re.compile(
     rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: )|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks)"
     rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d|ng ncclUniqueId)"
     rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in|arrier, but)"
-    rb"|U(?:DA out of memory|DA error|nexpected |sing )|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal )"
-    rb"|j(?:ob process|oining collective)|x(?:pectedly)|k(?:er process has died|er died or was)|O(?:OM when alloc)|I(?:P out of memory)|'(?:out of memory')")
+    rb"|U(?:DA out of memory|DA error|nexpected |sing |nable to determine)"
+    rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal )"
+    rb"|j(?:ob process|oining collective)|N(?:VRM: )|O(?:ut Of Memory|OM when alloc)|H(?:W Exception by GPU)"
+    rb"|x(?:pectedly)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')")
 _PREFILTER = _ANCHORS
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",
                 b"ProcessGroupNCCL", b"torch.distributed", b"Watchdog caught", b"ChildFailedError",
                 b"Communicators", b"oom-kill", b"Killed process", b"DataLoader", b"gloo",
-                b"elastic", b"CUDA out of memory", b"NCCL version", b"[default")
+                b"elastic", b"CUDA out of memory", b"NCCL version", b"[default",
+                b"NVRM: ", b"CUDA error: ", b"oom_kill event", b"Out Of Memory",
+                b"HW Exception by GPU")
 
 
 def sniff_log(head: bytes, path: str) -> bool:

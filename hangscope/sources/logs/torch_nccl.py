@@ -160,11 +160,13 @@ def desync(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         if j:
             ranks = [int(x) for x in j.group("ranks").split(",")]
             fields["joined_not_finished"] = join_ints(ranks)
+            fields["joined_seq"] = int(j.group("seq"))  # their own seq, not the timed-out one
             lagging += ranks
         f = _FINISHED.search(text)
         if f:
             ranks = [int(x) for x in f.group("ranks").split(",")]
             fields["finished_not_joined_next"] = join_ints(ranks)
+            fields["finished_seq"] = int(f.group("seq"))
             lagging += ranks
         n = _NEVER.search(text)
         if n:
@@ -356,15 +358,21 @@ def fr_dump(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 
 _CUDA_ERROR = re.compile(r"CUDA error: (?P<error>[^.\n]+)")
+_EXC_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception): CUDA error")
 
 
 def cuda_error(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
-    """A CUDA error the rank's own NCCL watchdog hit (``Process group watchdog thread terminated
-    with exception: CUDA error: an illegal memory access was encountered``; also ECC and Xid
-    faults): that rank failing first, not a timeout's echo."""
+    """A CUDA error on the rank's own GPU: its NCCL watchdog hit it (``Process group watchdog
+    thread terminated with exception: CUDA error: an illegal memory access was encountered``), the
+    CUDA runtime raised it (``RuntimeError: CUDA error: unspecified launch failure`` outside a
+    traceback block, ``what():  CUDA error: uncorrectable ECC error encountered`` after ``terminate
+    called``): that rank failing first, not a timeout's echo. NCCL's own ``Cuda failure '...'`` WARN
+    is ``nccl_debug``'s."""
     m = _CUDA_ERROR.search(line.body)
-    if not m or "Watchdog caught" in line.body:
-        return []
+    if not m or "Watchdog caught" in line.body or m.group("error").startswith("out of memory"):
+        return []  # an OOM is ``oom.cuda_oom``'s
+    if _EXC_LINE.match(line.body):
+        return []  # a Python exception's last line: the traceback event is that rank's failure
     fields: dict[str, str | int | float] = {"error": m.group("error").strip()[:200]}
     rank, source = _pg_fields(line, ctx, fields)
     return [make_event("cuda_error", line, ctx, "error", fields, rank=rank, rank_source=source)]
@@ -372,6 +380,7 @@ def cuda_error(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"terminated with exception: CUDA error", cuda_error),
+    (b"CUDA error: ", cuda_error),
     (b"Watchdog caught collective operation timeout", watchdog),
     (b"Caught collective operation timeout", watchdog),  # torch <= 1.12 exception text
     (b"detected by watchdog at work", work_status),
