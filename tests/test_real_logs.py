@@ -40,7 +40,6 @@ KNOWN_MISSES = {
     "d_pytorch_lightning_19106_log_dict_keys_mismatch": "the DETAIL mismatch line is cut inside rank 1's fingerprint (the other rank's is not in the paste), so no second side is known",
     "d_returnn_1484_gloo_has_data_hang_cuda1_missing": "per-step prints name the device (cuda:0..3), not the rank, and the missing one is an absence (cuda:1 stops printing); no rule reads a stream that went silent as the culprit",
     "d_returnn_1485_slow_epochs_all_ranks": "slow epochs on every rank (a straggler of the whole job): per-step times are read per rank stream, and this log has no rank streams",
-    "d_rocm_4021_mi300x_gpu_hang_hw_exception": "ROCm/HSA 'HW Exception by GPU node-9 ... reason :GPU Hang' is not parsed",
     "d_sglang_22607_hicache_prefetch_allreduce_vs_broadcast": "two py-spy stacks pasted as prose (TP0 vs TP1-3): stack pastes with markdown fences and TP names are not split per rank",
     "d_torchdata_659_rank0_late_shared_seed_socket_timeout": "'Socket Timeout' while creating the DataLoader iterator (shared seed from rank 0): no rule ties a DataLoader-init store timeout to rank 0",
     "d_torchtitan_1618_validation_uneven_batches": "the users' per-rank prints of validation batch counts differ; no rule reads uneven loop lengths as a mismatch",
