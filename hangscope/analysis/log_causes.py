@@ -106,6 +106,7 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
             yield (event.rank if event.rank is not None else rank), event
     world = evidence.expected_world_size()
     hosts = {ev.host for ev in evidence.ranks.values() if ev.host}
+    sole = _sole_failed_child(evidence.unattributed_logs)
     faults = None
     for event in evidence.unattributed_logs:
         if event.rank is not None:
@@ -118,9 +119,33 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
                 yield owner, event
             continue
         local = event.fields.get("local_rank")
+        if local is None and event.path in sole and event.line_no < sole[event.path][1]:
+            local = sole[event.path][0]  # rule sole-failed-child (see _sole_failed_child)
+        gpu = event.fields.get("gpu")
+        if local is None and event.kind in OOM_KINDS and isinstance(gpu, int) and gpu > 0:
+            # rule gpu-index-as-local-rank: a process that saw GPU N > 0 was not isolated by
+            # CUDA_VISIBLE_DEVICES, so under one process per GPU, N is its local rank (GPU 0 is
+            # also what every isolated process sees: not read)
+            local = gpu
         # On a single host a launcher's local rank is the global rank.
         if isinstance(local, int) and len(hosts) <= 1 and (world is None or local < world):
             yield local, event
+
+
+def _sole_failed_child(events: list[LogEvent]) -> dict[str, tuple[int, int]]:
+    """Rule ``sole-failed-child``: a log, with no rank on its lines, in which the launcher reports
+    exactly one failed child (its local rank): the failures printed before that report are that
+    child's (the launcher's report follows the failure it reports). Per path: (local rank, line
+    of the report)."""
+    found: dict[str, set[int]] = {}
+    line: dict[str, int] = {}
+    for event in events:
+        local = event.fields.get("local_rank")
+        if event.kind == "elastic_child_failed" and event.rank is None and isinstance(local, int):
+            found.setdefault(event.path, set()).add(local)
+            line[event.path] = max(line.get(event.path, 0), event.line_no)
+    return {path: (next(iter(locals_)), line[path]) for path, locals_ in found.items()
+            if len(locals_) == 1}
 
 
 # Signals a launcher or scheduler sends to stop processes: on a rank that another rank's own
@@ -287,8 +312,11 @@ def describe(event: LogEvent, limit: int = 240) -> str:
         text = f"NVRM Xid {fields.get('xid')} on GPU {fields.get('pci')}{pid}: {fields.get('text')}"
     elif event.kind == "elastic_child_failed":
         signal = fields.get("signal")
-        text = (f"launcher: exit code {fields.get('exitcode')}"
-                + (f" ({signal})" if signal else "") + f", pid {fields.get('pid', '?')}")
+        code = fields.get("exitcode")
+        text = ("launcher: " + (f"exit code {code}" if code is not None else "died")
+                + (f" ({signal})" if signal else "")
+                + (f", pid {fields['pid']}" if "pid" in fields else "")
+                + (f" ({fields['binary']})" if code is None and fields.get("binary") else ""))
     else:
         text = event.message
     return one_line(str(text), limit)

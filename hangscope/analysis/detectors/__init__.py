@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hangscope.analysis.context import Detector
 from hangscope.analysis.detectors import (
+    arg_skew,
     busy_rank,
     call_sites,
     collective_mismatch,
@@ -21,6 +22,7 @@ from hangscope.analysis.detectors import (
     rank_died,
     rank_oom,
     size_mismatch,
+    stall_reports,
     straggler,
     straggler_logs,
     symmetric,
@@ -35,6 +37,8 @@ ALL: tuple[Detector, ...] = (
     missing_rank.detect,
     symmetric.detect,
     log_waits.detect,
+    stall_reports.detect,
+    arg_skew.detect,
     rank_died.detect,
     quiet_death.detect,
     rank_oom.detect,

@@ -47,7 +47,7 @@ def detect(ctx: Context) -> list[Finding]:
                   key=lambda r: (r not in gpu, _first_time(logged.get(r, [])) is None,
                                  _first_time(logged.get(r, [])) or 0.0, r))
     if not dead:
-        return _unranked_gpu(ctx)
+        return _unranked_gpu(ctx) or _unranked(ctx)
     gpus = rank_gpus(ctx.evidence) if gpu else {}
     waited_on = {r for _, (_, targets) in ctx.graph.waits.items() for r in targets}
     waiting = sorted({r for _, (sources, targets) in ctx.graph.waits.items()
@@ -144,3 +144,17 @@ def _exit_text(code: int | None, signal: int | None) -> str:
     if signal is not None:
         return f", killed by signal {signal}"
     return f", exit code {code}" if code is not None else ""
+
+
+def _unranked(ctx: Context) -> list[Finding]:
+    """A supervisor says a worker process died (Ray's raylet, an executor) and names no rank: the
+    death is known, the rank is not (0.6; nothing says whether it was the first cause)."""
+    events = [e for e in unranked(ctx.evidence, frozenset({"signal"}))
+              if e.kind == "elastic_child_failed"]
+    if not events:
+        return []
+    summary = (f"a worker process of the job died (the log names no rank): "
+               f"{describe(events[0], 200)}")
+    evidence = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:4]]
+    return [Finding(kind=Kind.RANK_DIED, culprit_ranks=[], waiting_ranks=[], confidence=0.6,
+                    summary=summary, evidence=evidence)]

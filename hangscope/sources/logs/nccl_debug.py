@@ -39,7 +39,7 @@ from hangscope.sources.logs.common import Context, Line, make_event
 
 LINE = re.compile(
     r"(?:^|\s)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-    r"(?:(?P<src>[\w./\-]+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
+    r"(?:(?P<src>[\w./\-]+(?::| )\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
 _INIT = re.compile(r"comm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)")
 _TRANSPORT = re.compile(
     r"^(?P<transport>NET/IB|NET/Socket|NET/\w+|Net|socketProgress|socketPoll|socketWait|"
@@ -51,7 +51,7 @@ _VENDOR = re.compile(r"vendor err (?P<v>\d+)")
 _DIRECTION = re.compile(r"\((?P<dir>Send|Recv)\)")
 _TRANSPORT_WORDS = ("Connection closed", "Connection reset", "completion from peer", "NET/",
                     "socketProgress", "ibv_", "Net :", "timeout", "Timeout", "unreachable",
-                    "refused", "truncated")
+                    "refused", "truncated", "connection abort", "Connect to")
 
 
 def note_init(line: Line, ctx: Context) -> None:

@@ -42,9 +42,16 @@ _OLD = re.compile(r"\(GPU (\d+); ([\d.]+ ?[KMGT]?i?B) total capacity; ([\d.]+ ?[
                   r"allocated; ([\d.]+ ?[KMGT]?i?B) free; ([\d.]+ ?[KMGT]?i?B) reserved")
 
 
+# The same fault in other runtimes' words: ROCm/HIP, TensorFlow's BFC allocator, NCCL's CUDA calls.
+_GPU_OOM_WORDS = ("CUDA out of memory", "CUDA error: out of memory", "HIP out of memory",
+                  "hipErrorOutOfMemory", "OOM when allocating tensor", "Cuda failure 'out of memory'",
+                  "Cuda failure 2 'out of memory'")
+_DEVICE_GPU = re.compile(r"device:GPU:(\d+)")
+
+
 def cuda_oom(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     body = line.body
-    if "CUDA out of memory" not in body and "CUDA error: out of memory" not in body:
+    if not any(word in body for word in _GPU_OOM_WORDS):
         return []
     fields: dict[str, str | int | float] = {}
     head = body.split(":", 1)[0] if ": CUDA" in body else ""
@@ -74,6 +81,8 @@ def cuda_oom(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         put("allocated_bytes", m.group(3))
         put("free_bytes", m.group(4))
         put("reserved_bytes", m.group(5))
+    if "gpu" not in fields and (m := _DEVICE_GPU.search(body)) is not None:
+        fields["gpu"] = int(m.group(1))
     return [make_event("cuda_oom", line, ctx, "error", fields)]
 
 
@@ -143,6 +152,11 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b": Out Of Memory", srun_oom),
     (b"CUDA out of memory", cuda_oom),
     (b"CUDA error: out of memory", cuda_oom),
+    (b"HIP out of memory", cuda_oom),
+    (b"hipErrorOutOfMemory", cuda_oom),
+    (b"OOM when allocating tensor", cuda_oom),
+    (b"failure 'out of memory'", cuda_oom),
+    (b"failure 2 'out of memory'", cuda_oom),
     (b"Killed process", host_oom),
     (b"oom-kill:", host_oom),
 ]

@@ -34,6 +34,7 @@ from hangscope.sources.logs import (
     nccl_ras,
     oom,
     runtime_lines,
+    stall_reports,
     torch_nccl,
     traceback,
 )
@@ -49,7 +50,7 @@ MAX_JSON_BYTES = 64 << 20
 
 # Order matters only when one line holds triggers of several families: first match wins.
 _FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, oom, dataloader, gloo, init, traceback,
-             gpu, runtime_lines)
+             gpu, runtime_lines, stall_reports)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
 for _module in _FAMILIES:
@@ -69,15 +70,16 @@ _TRIGGERS = re.compile(b"|".join(re.escape(t) for t in sorted(_HANDLERS, key=len
 # fixture, that this gives exactly the events a full trigger search gives.
 _ANCHORS = re.compile(
     rb"E(?:rror|xception \(either|xception in thread|RROR|nforceNotMet)"
-    rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog)|v(?:ersion:? \d)|V(?:ersion \d)"
+    rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog|een collectives)|v(?:ersion:? \d)|V(?:ersion \d)"
     rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node )|H(?:eartbeat monitor)"
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
-    rb"|\((?:exitcode: |first observed failure\)|pid)|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process)"
-    rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d)"
-    rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in)"
+    rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: )|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks)"
+    rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d|ng ncclUniqueId)"
+    rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in|arrier, but)"
     rb"|U(?:DA out of memory|DA error|nexpected |sing |nable to determine)"
-    rb"|y(?: peer| environment to )"
-    rb"|j(?:ob process)|N(?:VRM: )|O(?:ut Of Memory)|H(?:W Exception by GPU)")
+    rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal )"
+    rb"|j(?:ob process|oining collective)|N(?:VRM: )|O(?:ut Of Memory|OM when alloc)|H(?:W Exception by GPU)"
+    rb"|x(?:pectedly)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')")
 _PREFILTER = _ANCHORS
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",

@@ -72,9 +72,9 @@ from hangscope.sources.logs.common import (
 )
 
 _WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>.*?)\) ran for "
-    r"(?P<ran>\d+) milliseconds before timing out")
-_KV = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape)=(\[[^\]]*\]|[^,)]+)")
+    r"(?:Watchdog caught|Caught) collective operation timeout: WorkNCCL\((?P<work>(?:[^()]|\(ms\))*)\)"
+    r"(?: ran for (?P<ran>\d+) milliseconds before timing out)?")
+_KV = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape)=(\[[^\]]*\]|[^,)\s]+)")
 
 
 def _pg_fields(line: Line, ctx: Context, fields: dict[str, str | int | float]
@@ -91,7 +91,9 @@ def watchdog(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     m = _WATCHDOG.search(line.body)
     if not m:
         return []
-    fields: dict[str, str | int | float] = {"ran_ms": int(m.group("ran")), "pg": ""}
+    fields: dict[str, str | int | float] = {"pg": ""}
+    if m.group("ran"):  # an elided or cut record ("WorkNCCL(... OpType=BROADCAST ...)") keeps the rest
+        fields["ran_ms"] = int(m.group("ran"))
     for key, value in _KV.findall(m.group("work")):
         value = value.strip()
         if key == "SeqNum":
@@ -182,7 +184,7 @@ _FP_MISMATCH = re.compile(
     r"CollectiveFingerPrint\((?P<fp2>.*?)\)(?:\.|$|,)")
 _FP_KV = re.compile(
     r"(SequenceNumber|OpType|TensorShape|TensorDtypes|TensorDeviceTypes|CollectiveSequenceNumber)"
-    r"=(\[[^\]]*\]|[^,]+)")
+    r"=(\[[^\]]*\]|\d+(?=[A-Z,)\s]|$)|[^,]+)")  # "SequenceNumber=17OpType=BARRIER": no comma
 _FP_SHORT = {"SequenceNumber": "seq", "CollectiveSequenceNumber": "seq", "OpType": "op",
              "TensorShape": "shape", "TensorDtypes": "dtype"}
 
@@ -208,17 +210,52 @@ def fingerprint_mismatch(line: Line, ctx: Context, follow: Follow) -> list[LogEv
                        rank_source=source)]
 
 
+_DDP_PARAMS = re.compile(r"DDP expects same model across all ranks, but Rank (?P<r1>\d+) has (?P<n1>\d+) "
+                         r"params, while rank (?P<r2>\d+) has inconsistent (?P<n2>\d+) params")
+
+
+def ddp_param_mismatch(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """DDP's constructor (``_verify_param_shape_across_processes``) compares the ranks' parameter
+    counts: ``DDP expects same model across all ranks, but Rank 1 has 212 params, while rank 0 has
+    inconsistent 0 params.`` Read as a fingerprint pair: the second rank is the one torch calls
+    inconsistent."""
+    m = _DDP_PARAMS.search(line.body)
+    if not m:
+        return []
+    fields: dict[str, str | int | float] = {
+        "rank_a": int(m.group("r1")), "op_a": "verify_params", "shape_a": f"{m.group('n1')} params",
+        "rank_b": int(m.group("r2")), "op_b": "verify_params", "shape_b": f"{m.group('n2')} params",
+        "differ": "parameter count", "inconsistent": int(m.group("r2"))}
+    rank, source = resolve_rank(line, ctx)
+    return [make_event("collective_fingerprint_mismatch", line, ctx, "error", fields, rank=rank,
+                       rank_source=source)]
+
+
 _BARRIER = re.compile(
     r"Ranks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms")
 
 
+# A non-zero rank's side of the same barrier: it passed, and rank 0's send/recv failed.
+_BARRIER_PEER = re.compile(r"successfully reached monitoredBarrier, but received errors while "
+                           r"waiting for send/recv from rank (?P<ranks>\d+)")
+_BARRIER_MS = re.compile(r"Timed out waiting (\d+)ms")
+
+
 def monitored_barrier(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
-    m = _BARRIER.search(line.body)
+    m = _BARRIER.search(line.body) or _BARRIER_PEER.search(line.body)
     if not m:
         return []
     ranks = [int(x) for x in m.group("ranks").split(",")]
-    fields: dict[str, str | int | float] = {"failed_ranks": join_ints(ranks),
-                                            "timeout_ms": int(m.group("ms"))}
+    fields: dict[str, str | int | float] = {"failed_ranks": join_ints(ranks)}
+    if "ms" in m.groupdict():
+        fields["timeout_ms"] = int(m.group("ms"))
+    else:
+        for count, nxt in enumerate(follow.lines()):
+            ms = _BARRIER_MS.search(nxt.body)
+            if ms or count > 3:
+                if ms:
+                    fields["timeout_ms"] = int(ms.group(1))
+                break
     rank, source = _pg_fields(line, ctx, fields)
     return [make_event("monitored_barrier_failure", line, ctx, "error", fields, rank=rank,
                        rank_source=source)]
@@ -345,11 +382,14 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"terminated with exception: CUDA error", cuda_error),
     (b"CUDA error: ", cuda_error),
     (b"Watchdog caught collective operation timeout", watchdog),
+    (b"Caught collective operation timeout", watchdog),  # torch <= 1.12 exception text
     (b"detected by watchdog at work", work_status),
     (b"Timeout at NCCL work", work_status),
     (b"Timeout at collective: ", desync),
     (b"Detected mismatch between collectives", fingerprint_mismatch),
     (b"failed to pass monitoredBarrier", monitored_barrier),
+    (b"DDP expects same model across all ranks", ddp_param_mismatch),
+    (b"successfully reached monitoredBarrier", monitored_barrier),
     (b"Heartbeat monitor timed out", heartbeat),
     (b"got stuck for", heartbeat),
     (b"NCCL error in:", nccl_error),
