@@ -253,15 +253,17 @@ def collect(pid_group: int | None, pids: tuple[int, ...], match: str | None, sam
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["html", "text", "json"]), default="html",
-              show_default=True, help="What to render.")
+@click.option("--format", "fmt", type=click.Choice(["html", "text", "json"]), default=None,
+              help="What to render [default: text to a terminal, else html].")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Write to this file instead of stdout.")
 @click.option("--no-redact", is_flag=True, help="Keep tokens and passwords found in logs.")
-def report(paths: tuple[str, ...], fmt: str, output: str | None, no_redact: bool) -> int:
+def report(paths: tuple[str, ...], fmt: str | None, output: str | None, no_redact: bool) -> int:
     """Re-render the report of a bundle (or any saved evidence) without collecting again."""
     from hangscope.report.render import Format, render
 
+    if fmt is None:  # a page of HTML is no use on a terminal
+        fmt = "text" if output is None and sys.stdout.isatty() else "html"
     result = run_report(list(paths), LoadOptions(), redact=not no_redact)
     color = (output is None and fmt == "text" and sys.stdout.isatty()
              and "NO_COLOR" not in os.environ)
@@ -385,12 +387,14 @@ def _tally(result: Summary) -> str:
              if result.files else where]
     if result.collect_tally:
         parts.append(result.collect_tally)
-    parts.append(f"{len(verdict.ranks_seen)} ranks with evidence"
+    seen = len(verdict.ranks_seen)
+    parts.append(f"{seen} rank{'' if seen == 1 else 's'} with evidence"
                  + (f" of {verdict.world_size}" if verdict.world_size else ""))
     if verdict.ranks_missing:
         parts.append(f"none from {format_ranks(verdict.ranks_missing)}")
     if result.input_problems:
-        parts.append(f"{len(result.input_problems)} input problems (see evidence gaps)")
+        count = len(result.input_problems)
+        parts.append(f"{count} input problem{'' if count == 1 else 's'} (see evidence gaps)")
     parts.append(f"{result.seconds:.2f}s")
     return " | ".join(parts)
 

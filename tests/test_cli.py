@@ -52,7 +52,7 @@ class TestAnalyze:
         proc = run_cli("analyze", str(missing_rank_dumps), "--out", str(tmp_path / "o"))
         assert proc.returncode == ExitCode.HANG_FOUND, proc.stderr
         tally = proc.stdout.strip().splitlines()[-1]
-        assert "| 1 input problems (see evidence gaps) |" in tally, tally
+        assert "| 1 input problem (see evidence gaps) |" in tally, tally
         assert "nccl_trace_rank_3: truncated or corrupt pickle" in proc.stdout
 
     def test_refuses_non_empty_out_without_force(self, tmp_path, missing_rank_dumps) -> None:
@@ -116,3 +116,23 @@ def test_two_runs_in_the_same_second_without_out_both_write(tmp_path, monkeypatc
     made = sorted(p.name for p in tmp_path.glob("hangscope-*"))
     assert made == ["hangscope-20261124-120000", "hangscope-20261124-120000-2"]
     assert all((tmp_path / name / "verdict.json").exists() for name in made)
+
+
+def test_report_to_a_terminal_is_text_and_to_a_pipe_html(tmp_path, missing_rank_dumps, capsys,
+                                                         monkeypatch) -> None:
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    main(["report", str(missing_rank_dumps)])
+    shown = capsys.readouterr().out
+    assert "hangscope: HANG" in shown and "<html" not in shown
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    main(["report", str(missing_rank_dumps)])
+    assert "<html" in capsys.readouterr().out
+
+
+def test_one_rank_is_one_rank_in_the_summary(tmp_path, capsys) -> None:
+    log = tmp_path / "rank0.log"
+    log.write_text("[rank0]: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    main(["analyze", str(log), "--out", str(tmp_path / "out")])
+    shown = capsys.readouterr().out
+    assert "evidence from rank 0" in shown and "| 1 rank with evidence" in shown
+    assert "1 ranks" not in shown and "world size ?" not in shown

@@ -62,7 +62,7 @@ class CollectSummary:
     def tally(self) -> str:
         ranks = sorted(r.rank for r in self.job.ranks)
         stacks = len(set(self.ok.get("py-spy", [])))
-        parts = [f"{len(ranks)} ranks found, stacks from {stacks}"]
+        parts = [f"{len(ranks)} rank{'' if len(ranks) == 1 else 's'} found, stacks from {stacks}"]
         if self.ok.get("probe"):
             parts.append(f"in-job probe answered in {len(set(self.ok['probe']))}")
         if self.failed:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from hangscope.analysis.verdict import Finding, Status, Verdict
-from hangscope.ranges import format_ranks
+from hangscope.ranges import format_ranks, ranks_phrase
 from hangscope.report.config_table import format_differences
 
 MAX_CLASSES = 12
@@ -14,10 +14,12 @@ MAX_EVIDENCE = 6
 
 def format_verdict(verdict: Verdict, color: bool = False) -> Iterator[str]:
     yield _style(f"hangscope: {verdict.status.value.upper()}", _status_color(verdict.status), color)
-    seen = format_ranks(verdict.ranks_seen) or "none"
-    line = f"world size {verdict.world_size or '?'}; evidence from ranks {seen}"
+    world = f"world size {verdict.world_size}" if verdict.world_size else "world size unknown"
+    seen = f"evidence from {ranks_phrase(verdict.ranks_seen)}" if verdict.ranks_seen \
+        else "no rank's evidence"
+    line = f"{world}; {seen}"
     if verdict.ranks_missing:
-        line += f"; no evidence from ranks {format_ranks(verdict.ranks_missing)}"
+        line += f"; no evidence from {ranks_phrase(verdict.ranks_missing)}"
     yield line
     if verdict.findings:
         yield ""
