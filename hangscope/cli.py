@@ -129,7 +129,10 @@ def cli() -> None:
 def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None, quiet: bool,
             out_dir: str | None, force: bool, as_json: bool, no_redact: bool,
             verbose: int, jobs: int | None = None) -> int:
-    """Analyze saved evidence: flight-recorder dumps (pickle or JSON), or hangscope bundles.
+    """Analyze saved evidence: flight-recorder dumps (pickle or JSON), py-spy dumps (JSON or
+    text), gdb/faulthandler stack pastes, rank, launcher, NCCL and kernel logs (as pasted: wrapped,
+    prefixed), nvidia-smi output, runtime records, or hangscope bundles; any mix, files or
+    folders, recognised by content. Writes verdict.json and report.html under --out.
 
     Several bundles (one per node, from `hangscope collect`), or a folder holding them, are
     merged by global rank: a rank in two bundles is an error; ranks in none are reported
@@ -300,7 +303,7 @@ def schema() -> int:
               show_default=True, help="Stop watching after this many seconds (exit 0).")
 @click.option("--interval", type=click.FloatRange(0.1, 60),
               help="Seconds between checks [default: stall/5, within 0.5-5].")
-@click.option("--quiet", is_flag=True, help="Print nothing unless a verdict is written.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing unless a verdict is written.")
 @output_options
 def watch(pid_group: int | None, pids: tuple[int, ...], match: str | None,
           slurm_job: str | None, stall: float,
