@@ -136,3 +136,11 @@ def test_one_rank_is_one_rank_in_the_summary(tmp_path, capsys) -> None:
     shown = capsys.readouterr().out
     assert "evidence from rank 0" in shown and "| 1 rank with evidence" in shown
     assert "1 ranks" not in shown and "world size ?" not in shown
+
+
+@pytest.mark.parametrize("name", ["notes", "notes.log"])
+def test_a_named_text_file_is_read_by_content_whatever_its_name(tmp_path, name) -> None:
+    path = tmp_path / name
+    path.write_text("hello there\nnothing to see\n")
+    code = main(["analyze", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    assert code == ExitCode.INCONCLUSIVE

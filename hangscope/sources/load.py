@@ -30,7 +30,7 @@ from hangscope.sources import (
 )
 from hangscope.sources.logs import loader as log_loader
 from hangscope.sources.logs.normalize import logical_bytes
-from hangscope.sources.logs.scan import sniff_log
+from hangscope.sources.logs.scan import is_text, sniff_log
 
 MAX_FILES = 200_000
 SNIFF_BYTES = 4096
@@ -70,7 +70,7 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
             if (special := not_a_file(file_path)) is not None:
                 report.problems.append(special)  # opening it could block forever
                 continue
-            kind, paste = _sniff(file_path)
+            kind, paste = _sniff(file_path, explicit)
             if paste:
                 paste_files.append(file_path)
                 if kind is None:
@@ -156,7 +156,7 @@ def not_a_file(path: str) -> str | None:
     return f"{path}: {what}, not read"
 
 
-def _sniff(path: str) -> tuple[str | None, bool]:
+def _sniff(path: str, named: bool = False) -> tuple[str | None, bool]:
     """The file's kind from its first bytes, and whether it (also) holds a gdb or faulthandler
     stack paste: a rank's log may carry a faulthandler dump beside its watchdog lines."""
     try:
@@ -177,7 +177,9 @@ def _sniff(path: str) -> tuple[str | None, bool]:
     logical = logical_bytes(head)  # a paste behind a tool's head, or hard-wrapped
     if logical is not head and pyspy.sniff_pyspy(logical):
         return "pyspy", False
-    kind = "log" if sniff_log(head, path) else None
+    # a text file the user named is read as a log whatever its name; files met in a folder
+    # only when their content or name says so
+    kind = "log" if sniff_log(head, path) or (named and is_text(head)) else None
     return kind, stack_pastes.sniff_stack_paste(logical)
 
 

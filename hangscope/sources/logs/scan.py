@@ -100,12 +100,20 @@ def sniff_log(head: bytes, path: str) -> bool:
         return True
     name = os.path.basename(path).lower()
     if name.endswith((".log", ".out", ".err", ".txt")) or name in ("stdout", "stderr", "dmesg"):
-        sample = head[:4096]
-        if not sample:
-            return False
-        printable = sum(1 for b in sample if b in (9, 10, 13) or 32 <= b < 127 or b >= 0xC0)
-        return printable / len(sample) > 0.85
+        return is_text(head)
     return False
+
+
+def is_text(head: bytes) -> bool:
+    """Mostly printable: a text file of some kind (a file a user names is read as a log if so,
+    whatever its name)."""
+    if head.startswith((b"\x80", b"PK\x03\x04", b"\x1f\x8b", b"\x7fELF")):
+        return False
+    sample = head[:4096]
+    if not sample:
+        return False
+    printable = sum(1 for b in sample if b in (9, 10, 13) or 32 <= b < 127 or b >= 0xC0)
+    return printable / len(sample) > 0.85
 
 
 def scan_log(path: str, data: bytes | None = None, rank_hint: int | None = None) -> list[LogEvent]:
