@@ -164,7 +164,13 @@ def find_roots(table: ProcTable, pid_group: int | None, pids: Sequence[int],
         else:
             reasons.append(f"pid {pid} does not exist")
     if pattern is not None:
-        me = {os.getpid(), *ancestors(os.getpid(), table)}  # our own shell matches the pattern too
+        # our own shell matches the pattern too, and so does a copy of us we forked (its command
+        # line is ours) or a py-spy we started: none of them is the job (a job started by the
+        # process that runs hangscope, as tests do, still is)
+        own = table[os.getpid()].line if os.getpid() in table else None
+        me = {os.getpid(), *ancestors(os.getpid(), table),
+              *(pid for pid in with_descendants([os.getpid()], children_of(table))
+                if table[pid].line == own or "py-spy" in table[pid].line)}
         hits = [pid for pid, s in table.items() if pid not in me and pattern.search(s.line)]
         if not hits:
             reasons.append(f"no command line matches {pattern.pattern!r}")
