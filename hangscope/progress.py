@@ -101,7 +101,10 @@ class TerminalProgress:
 
 
 def _columns(stream: TextIO) -> int:
+    """The terminal's width; 80 where it says none (0 columns: a serial console, some CI
+    runners, a terminal not yet sized) rather than cutting the line to nothing."""
     try:
-        return os.get_terminal_size(stream.fileno()).columns
+        columns = os.get_terminal_size(stream.fileno()).columns
     except (OSError, ValueError, AttributeError):
         return 80
+    return columns if columns >= 20 else 80
