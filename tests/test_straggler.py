@@ -207,3 +207,20 @@ def test_a_rank_that_exits_0_while_others_wait_for_it_is_still_the_culprit() -> 
 def test_a_non_zero_exit_is_still_a_death() -> None:
     verdict, _ = analyze(_ended({0: 1, 1: 0}))
     assert verdict.findings[0].kind is Kind.RANK_DIED and 0 in verdict.findings[0].culprit_ranks
+
+
+def test_the_rank_table_marks_only_the_named_culprit() -> None:
+    from pathlib import Path
+
+    from hangscope.analysis.engine import analyze
+    from hangscope.options import LoadOptions
+    from hangscope.sources.load import load_paths
+    # GIVEN the recorded straggler job, where rank 0 shares rank 2's state in one snapshot
+    folder = Path(__file__).resolve().parent.parent / "fixtures" / "recorded" / "straggler"
+    parts = [str(folder / p) for p in ("fr/pickle", "stacks", "logs")]
+    verdict, _ = analyze(load_paths(parts, LoadOptions())[0])
+    # THEN the table marks as culprit only the ranks a believed finding names
+    named = set(verdict.findings[0].culprit_ranks)
+    marked = {r for c in verdict.rank_classes if c.role == "culprit" for r in c.ranks}
+    assert marked == named, [(c.ranks, c.role) for c in verdict.rank_classes]
+    assert sorted(r for c in verdict.rank_classes for r in c.ranks) == sorted(verdict.ranks_seen)

@@ -307,7 +307,13 @@ def _classes(ctx: Context, findings: list[Finding]) -> list[RankClass]:
     waiting = {r for f in findings for r in f.waiting_ranks} - culprits
     out = []
     for cid, ranks in sorted(ctx.graph.members.items(), key=lambda kv: kv[1][0]):
+        state = ctx.graph.states[cid]
+        named = [r for r in ranks if r in culprits]
+        if named and len(named) < len(ranks):  # one state, but only some of it is to blame:
+            out.append(RankClass(id=cid, ranks=named, state=state, role="culprit"))
+            ranks = [r for r in ranks if r not in culprits]  # the others, in a row of their own
+            cid = f"{cid}.others"
         role = ("culprit" if culprits & set(ranks) else "waiting" if waiting & set(ranks)
                 else "unknown" if ranks[0] not in ctx.picture.dumps else "ok")
-        out.append(RankClass(id=cid, ranks=ranks, state=ctx.graph.states[cid], role=role))
+        out.append(RankClass(id=cid, ranks=ranks, state=state, role=role))
     return out
