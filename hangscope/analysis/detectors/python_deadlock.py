@@ -57,8 +57,8 @@ def detect(ctx: Context) -> list[Finding]:
                           for t in blocked[:4])
         waiting = sorted({r for _, (sources, targets) in ctx.graph.waits.items()
                           if rank in targets for r in sources} - {rank})
-        summary = (f"rank {rank}'s main thread is blocked on {main.op or 'a lock'}: "
-                   f"{main.describe()}")
+        summary = (f"rank {rank}'s main thread is blocked on {main.op or 'a lock'} "
+                   f"{main.place()}")
         confidence = 0.9 if rank in waited_on and blocked else 0.7
         if (main.op or "").startswith(INFERRED_LOCK):  # by shape only: no line, name or wchan
             confidence = min(confidence, 0.75)
