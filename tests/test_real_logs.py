@@ -25,6 +25,27 @@ CASES = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(REAL, "*
 
 # Pastes hangscope does not yet get right, and why (the README lists them too).
 KNOWN_MISSES = {
+    "f_aware_of_the_history_2_mpirun_rank1_signal9": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_died [1]",
+    "f_aws_ofi_rccl_16_libfabric_incompat_hang": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
+    "f_cbio_cluster_342_iteration_slowdown_shared_gpu": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says straggler []",
+    "f_determined_8915_bad_gpu_pair_allgather_timeout": "batch 6, blind first look, no rule written yet: gives missing_rank [], the thread says network_fault []",
+    "f_fastmoe_47_slow_startup_not_hang": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says healthy []",
+    "f_horovod_2565_missing_ranks_cond_allreduce": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says missing_rank [1]",
+    "f_horovod_789_nccl_connect_refused_lo_iface": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
+    "f_kubeflow_trainer_1168_libibverbs_warn_training_completes": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says healthy []",
+    "f_megatron_bridge_1477_validation_no_samples_ibv_warn": "batch 6, blind first look, no rule written yet: gives network_fault [], the thread says missing_rank []",
+    "f_memoryvla_20_pod_prefixed_exitcode_minus9": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_oom [0]",
+    "f_nccl_214_gdr_error_mismatched_warn": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
+    "f_nccl_2241_b200_allgather_xid145_nvlink": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
+    "f_nccl_296_mismatched_collective_rank39": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says collective_mismatch []",
+    "f_nccl_783_send_recv_two_streams_deadlock": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says p2p_deadlock []",
+    "f_open_gpu_kernel_modules_1150_xid45_after_xid149": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
+    "f_pytorch_150916_elastic_killed_agent": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_died []",
+    "f_pytorch_15638_init_pg_rank1_never_returns": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says init_hang [1]",
+    "f_pytorch_33296_dataloader_timeout_azure_wrapped": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says dataloader_stall []",
+    "f_pytorch_pr190431_destroy_pg_circular_finalize": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says pg_order_deadlock []",
+    "f_ray_52641_torch_dataloader_deadlock_timeout": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says dataloader_stall []",
+    "f_torchtune_pr2266_test_deadlock_seq_mismatch": "batch 6, blind first look, no rule written yet: gives missing_rank [0], the thread says collective_mismatch []",
     "b_pytorch_78514_gloo_closed_by_peer": "the one error line names the peer as an IP:port "
                                            "(18.25.6.30:30872), not a rank; rank 0 appears only "
                                            "as a literal argument in the user's source line "
