@@ -10,8 +10,18 @@ then times, each in its own child process, one after the other:
                refuses everything) and throws it away, on one core: the floor for any analyzer;
   hangscope -j1  `python -m hangscope analyze DIR --out TMP --json --jobs 1`;
   hangscope -jN  the same with --jobs N (N = usable cores: the default);
+  baseline -j1/-jN  with --baseline TREE: the same two runs of another hangscope source tree
+               (main before a change, say), PYTHONPATH and working directory set to it;
   torchfrtrace torch 2.13's analyzer, `torchfrtrace DIR -p nccl_trace_rank_` (analysis mode),
                up to --frtrace-max-ranks ranks (beyond, it ran out of memory at 16 GiB).
+
+Dumps are pickled the way c10's Pickler writes real ones (--writer c10, the default:
+fixtures/c10_pickle.py) or with the pickle module (--writer python); --version picks the FR
+format (2.2 to 2.10), --fmt json writes JSON dumps (2.7 on), --no-timing writes dumps as with
+TORCH_NCCL_ENABLE_TIMING off (no duration_ms; synth_fr's write_large). Only the tp x dp
+layout is built. Tool "split" runs one `--jobs 1` analysis in-process with a CPU-time
+counter around each stage and reports the seconds spent reading, unpickling, reducing,
+hydrating, matching and rendering.
 
 Wall time from the parent; peak RSS two ways: the largest single process of the tree
 (ru_maxrss of os.wait4, which covers the waited-for descendants) and the whole tree (the sum
@@ -76,6 +86,77 @@ def _load_only(d: str) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ child: time split
+
+# (label, module, attribute): CPU seconds spent inside, one --jobs 1 run in one process
+_SPLIT = (
+    ("reading", "hangscope.sources.flight_recorder", "_read_bounded"),
+    ("unpickle", "hangscope.sources.flight_recorder", "_decode"),
+    ("reduce", "hangscope.sources.fr_digest", "_Reducer.digest"),
+    ("load total", "hangscope.sources.load", "load_paths"),
+    ("analysis", "hangscope.pipeline", "analyze_evidence"),
+    ("render (verdict, html)", "hangscope.pipeline", "write_outputs"),
+    ("total", "hangscope.pipeline", "analyze_paths"),
+)
+
+
+def _split(d: str, out: str) -> int:
+    """Run `hangscope analyze d --jobs 1` in this process with a CPU-time counter around each
+    stage (no profiler: the counters cost microseconds per dump) and print where the time went.
+    "hydrate" is the parent's share of loading (load total less reading, unpickling and
+    reducing); "match" the analysis less the dumps it reads again for the report."""
+    import importlib
+
+    from hangscope.cli import main as hs_main
+
+    got = {label: 0.0 for label, _m, _a in _SPLIT}
+    depth = {label: 0 for label, _m, _a in _SPLIT}
+
+    def timed(label, fn):
+        def wrapper(*args, **kwargs):
+            if depth[label]:
+                return fn(*args, **kwargs)
+            depth[label] += 1
+            start = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                got[label] += time.process_time() - start
+                depth[label] -= 1
+        return wrapper
+
+    for label, module, attr in _SPLIT:
+        owner = importlib.import_module(module)
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        setattr(owner, name, timed(label, getattr(owner, name)))
+    from hangscope.sources import load
+
+    loaded = {}
+    load_paths = load.load_paths
+
+    def snapshot(*args, **kwargs):
+        try:
+            return load_paths(*args, **kwargs)
+        finally:
+            loaded.update(got)
+
+    load.load_paths = snapshot
+    try:
+        hs_main(["analyze", d, "--out", out, "--json", "--jobs", "1"])
+    except SystemExit:
+        pass
+    again = sum(got[k] - loaded.get(k, 0.0) for k in ("reading", "unpickle", "reduce"))
+    got = {k: loaded.get(k, v) if k in ("reading", "unpickle", "reduce") else v
+           for k, v in got.items()}
+    got["hydrate"] = got["load total"] - got["reading"] - got["unpickle"] - got["reduce"]
+    got["match (analysis)"] = got.pop("analysis") - got["render (verdict, html)"] - again
+    got["read again for the report"] = again
+    print("SPLIT " + json.dumps(got))
+    return 0
+
+
 # ------------------------------------------------------------------ measuring children
 
 
@@ -100,7 +181,8 @@ def _tree_rss(pid: int, cmd: list[str]) -> int:
     return total
 
 
-def run_child(cmd: list[str], log: Path, timeout: float, mem_limit_gb: float, env=None) -> dict:
+def run_child(cmd: list[str], log: Path, timeout: float, mem_limit_gb: float, env=None,
+              cwd: Path = ROOT) -> dict:
     """Run cmd with stdout+stderr to log; return wall, peak RSS (MiB: largest process, and the
     whole tree, sampled), rc, timed_out.
 
@@ -112,12 +194,12 @@ def run_child(cmd: list[str], log: Path, timeout: float, mem_limit_gb: float, en
     limit = int(mem_limit_gb * 1024**3)
     rss_file = Path(str(log) + ".maxrss")
     rss_file.unlink(missing_ok=True)
-    full = ["/usr/bin/time", "-f", "%M", "-o", str(rss_file), *cmd]
+    full = ["/usr/bin/time", "-f", "%U %S %M", "-o", str(rss_file), *cmd]
     t0 = time.monotonic()
     tree_peak = 0
     with open(log, "wb") as out:
         p = subprocess.Popen(full, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                             env=env, cwd=str(ROOT))
+                             env=env, cwd=str(cwd))
         if limit > 0:
             try:
                 resource.prlimit(p.pid, resource.RLIMIT_AS, (limit, limit))
@@ -139,11 +221,13 @@ def run_child(cmd: list[str], log: Path, timeout: float, mem_limit_gb: float, en
     rc = os.waitstatus_to_exitcode(status)
     p.returncode = rc
     try:
-        largest = int(rss_file.read_text().split()[-1]) / 1024
+        user, system, maxrss = rss_file.read_text().split()[-3:]
+        largest, cpu = int(maxrss) / 1024, float(user) + float(system)
     except (OSError, ValueError, IndexError):
-        largest = 0.0  # killed: time wrote nothing
+        largest, cpu = 0.0, None  # killed: time wrote nothing
     return {
         "wall_s": wall,
+        "cpu_s": cpu,  # user + system of the tool and the children it waited for
         "rss_mib": largest,
         "tree_mib": max(tree_peak / 1024**2, largest),
         "rc": rc,
@@ -216,10 +300,13 @@ def summarize_hangscope(res: dict, out_dir: Path, truth: dict, timeout: float) -
 # ------------------------------------------------------------------ dumps (cached)
 
 
-def ensure_dumps(work: Path, n: int, entries: int, version: str) -> tuple[Path, dict, dict]:
+def ensure_dumps(work: Path, n: int, entries: int, version: str,
+                 writer: str = "c10", fmt: str = "pickle",
+                 timing: bool = True) -> tuple[Path, dict, dict]:
     from fixtures import synth_fr
 
-    d = work / f"fr_{n}x{entries}_v{version}"
+    d = work / (f"fr_{n}x{entries}_v{version}_{writer}" + ("_json" if fmt == "json" else "")
+                + ("" if timing else "_untimed"))
     truth_p = d / "expected.json"
     info = {"generated": False, "gen_s": None}
     if truth_p.exists() and len(list(d.glob(PREFIX + "*"))) == n:
@@ -228,7 +315,8 @@ def ensure_dumps(work: Path, n: int, entries: int, version: str) -> tuple[Path, 
         if d.exists():
             shutil.rmtree(d)
         t0 = time.monotonic()
-        truth = synth_fr.write_large(d, n, entries, version, progress=n >= 1024)
+        truth = synth_fr.write_large(d, n, entries, version, fmt, progress=n >= 1024,
+                                      writer=writer, timing=timing)
         info = {"generated": True, "gen_s": time.monotonic() - t0}
     info["bytes"] = sum(p.stat().st_size for p in d.glob(PREFIX + "*"))
     return d, truth, info
@@ -270,7 +358,8 @@ def fmt_cell(r: dict | None) -> str:
     if r.get("timed_out"):
         return f"> {r['wall_s']:.0f} s"
     tree = r.get("tree_mib", r["rss_mib"])
-    return f"{r['wall_s']:.2f} s / {tree:.0f} MiB"
+    cpu = f" (cpu {r['cpu_s']:.1f} s)" if r.get("cpu_s") is not None else ""
+    return f"{r['wall_s']:.2f} s{cpu} / {tree:.0f} MiB"
 
 
 def _ratio(a: dict | None, b: dict | None) -> str:
@@ -281,17 +370,23 @@ def _ratio(a: dict | None, b: dict | None) -> str:
 
 
 def table(rows: list[dict]) -> str:
+    base = any("basen" in r or "base1" in r for r in rows)
     out = [
-        "| ranks x entries | dumps on disk | floor: load and drop, 1 process | hangscope --jobs 1 "
+        "| ranks x entries | dumps on disk | floor: load and drop, 1 process "
+        + ("| baseline --jobs 1 | baseline --jobs N | baseline N / floor " if base else "")
+        + "| hangscope --jobs 1 "
         "| hangscope --jobs N | jobs N / floor | torchfrtrace | torchfrtrace / jobs N "
         "| hangscope result | torchfrtrace result | report opens in |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if base else ""),
     ]
     for r in rows:
         report = r.get("report_load_s")
+        based = (f"| {fmt_cell(r.get('base1'))} | {fmt_cell(r.get('basen'))} "
+                 f"| {_ratio(r.get('basen'), r.get('load'))} ") if base else ""
         out.append(
             f"| {r['ranks']} x {r['entries']} | {r['bytes'] / 1024**2:.0f} MiB "
-            f"| {fmt_cell(r.get('load'))} | {fmt_cell(r.get('hs1'))} | {fmt_cell(r.get('hsn'))} "
+            f"| {fmt_cell(r.get('load'))} {based}| {fmt_cell(r.get('hs1'))} "
+            f"| {fmt_cell(r.get('hsn'))} "
             f"| {_ratio(r.get('hsn'), r.get('load'))} | {fmt_cell(r.get('frtrace'))} "
             f"| {_ratio(r.get('frtrace'), r.get('hsn'))} | {r.get('hangscope_result', '-')} "
             f"| {r.get('frtrace_result', '-')} "
@@ -300,28 +395,60 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+SPLIT_COLS = ("reading", "unpickle", "reduce", "hydrate", "match (analysis)",
+              "read again for the report", "render (verdict, html)", "total")
+
+
+def split_table(rows: list[dict]) -> str:
+    """Where the CPU time of one `--jobs 1` run goes, seconds."""
+    out = ["| ranks x entries | " + " | ".join(SPLIT_COLS) + " |",
+           "|---|" + "---|" * len(SPLIT_COLS)]
+    for r in rows:
+        sp = r.get("split")
+        if not sp:
+            continue
+        out.append(f"| {r['ranks']} x {r['entries']} | "
+                   + " | ".join(f"{sp.get(c, 0.0):.2f} s" for c in SPLIT_COLS) + " |")
+    return "\n".join(out) if len(out) > 2 else ""
+
+
+def _markers(writer: str) -> tuple[str, str]:
+    """The docs block a writer's results go to (c10-written dumps have their own)."""
+    return (BEGIN, END) if writer == "python" else (f"<!-- bench:begin {writer} -->",
+                                                    f"<!-- bench:end {writer} -->")
+
+
 def render_section(rows: list[dict], m: dict, args) -> str:
+    begin, end = _markers(getattr(args, "writer", "python"))
     return "\n".join(
         [
-            BEGIN,
+            begin,
             f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), {m['mem_gib']} GiB RAM, "
             f"Linux {m['kernel']}, Python {m['python']}, torch {m['torch']}. "
-            f"FR format {args.version}, pickle. N = {args.jobs_n} (usable cores). Each tool in its "
+            f"FR format {args.version}, pickle written like {getattr(args, 'writer', 'python')}. N = {args.jobs_n} (usable cores). Each tool in its "
             "own child process, one after the other; wall time / peak RSS of the whole process "
             "tree (sum over live descendants, sampled every 50 ms; at least the largest process's "
             f"`ru_maxrss`); children limited to {args.mem_limit_gb:g} GiB address space; "
             f"timeout {args.timeout:g} s. Command: `python bench/bench_fr.py {' '.join(args.argv)}`.",
             "",
             table(rows),
-            END,
+            "",
+            "CPU-time split of one `hangscope analyze --jobs 1` run in one process (a counter "
+            "around each stage, no profiler; hydrate = the parent's share of loading; match = "
+            "the analysis less the dumps it reads again for the report and less rendering):",
+            "",
+            split_table(rows),
+            end,
         ]
     )
 
 
 def write_docs(path: Path, section: str) -> None:
-    if path.exists() and BEGIN in path.read_text():
+    begin = section.splitlines()[0]
+    end = begin.replace("bench:begin", "bench:end")
+    if path.exists() and begin in path.read_text():
         txt = path.read_text()
-        a, b = txt.index(BEGIN), txt.index(END) + len(END)
+        a, b = txt.index(begin), txt.index(end) + len(end)
         path.write_text(txt[:a] + section + txt[b:])
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -360,14 +487,25 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_load_only":
         return _load_only(argv[1])
+    if argv and argv[0] == "_split":
+        return _split(argv[1], argv[2])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", default="8,64,256,1024,4096")
     ap.add_argument("--entries", type=int, default=2000)
     ap.add_argument("--version", default="2.10")
+    ap.add_argument("--writer", default="c10", choices=("c10", "python"),
+                    help="c10: pickled the way c10's Pickler writes real dumps (strings memoized "
+                    "by value, shared frames); python: the pickle module (slower to unpickle)")
+    ap.add_argument("--fmt", default="pickle", choices=("pickle", "json"))
+    ap.add_argument("--no-timing", action="store_true",
+                    help="dumps as with timing off: no duration_ms")
+    ap.add_argument("--baseline", default=None,
+                    help="a source tree of hangscope (e.g. main before a change) to run beside "
+                    "this one, with PYTHONPATH set to it: columns 'baseline --jobs 1/N'")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "hangscope-bench"))
     ap.add_argument("--timeout", type=float, default=1800.0, help="per tool run, seconds")
     ap.add_argument("--mem-limit-gb", type=float, default=16.0)
-    ap.add_argument("--tools", default="load,hs1,hsn,frtrace,report")
+    ap.add_argument("--tools", default="load,hs1,hsn,frtrace,report,split")
     ap.add_argument("--jobs", type=int, default=None, help="N for hangscope --jobs N "
                     "(default: usable cores)")
     ap.add_argument("--frtrace-max-ranks", type=int, default=1024,
@@ -398,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
             m = m or prev["machine"]
             args.argv = prev.get("argv", argv)
             args.jobs_n = prev.get("jobs_n", args.jobs_n)
+            args.writer = prev.get("writer", "python")
         print(table(rows))
         if args.write_docs:
             write_docs(Path(args.write_docs), render_section(rows, m, args))
@@ -408,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     for n in [int(x) for x in args.ranks.split(",") if x]:
-        d, truth, info = ensure_dumps(work, n, args.entries, args.version)
+        d, truth, info = ensure_dumps(work, n, args.entries, args.version, args.writer,
+                                      args.fmt, not args.no_timing)
         row = {
             "ranks": n,
             "entries": args.entries,
@@ -423,15 +563,25 @@ def main(argv: list[str] | None = None) -> int:
             row["load"] = run_child([sys.executable, __file__, "_load_only", str(d)],
                                     logs / f"load_{n}.log", args.timeout, args.mem_limit_gb)
             print(f"[{n}] floor          {fmt_cell(row['load'])}", flush=True)
-        for key, jobs in (("hs1", 1), ("hsn", args.jobs_n)):
-            if key not in tools:
+        runs = [("hs1", 1, ROOT), ("hsn", args.jobs_n, ROOT)]
+        if args.baseline:
+            runs = [("base1", 1, Path(args.baseline)), ("basen", args.jobs_n,
+                                                        Path(args.baseline)), *runs]
+        for key, jobs, tree in runs:
+            if key.replace("base", "hs") not in tools:
                 continue
-            out = work / f"hangscope_out_{n}_j{jobs}"
+            out = work / f"hangscope_out_{n}_j{jobs}{'_base' if key.startswith('base') else ''}"
             if out.exists():
                 shutil.rmtree(out)
+            env = {**os.environ, "PYTHONPATH": str(tree)}
             r = run_child([sys.executable, "-m", "hangscope", "analyze", str(d), "--out", str(out),
                            "--json", "--jobs", str(jobs)],
-                          logs / f"hangscope_{n}_j{jobs}.log", args.timeout, args.mem_limit_gb)
+                          logs / f"{key}_{n}_j{jobs}.log", args.timeout, args.mem_limit_gb,
+                          env=env, cwd=tree)  # python -m puts the cwd first on sys.path
+            if key.startswith("base"):
+                row[key] = r
+                print(f"[{n}] baseline -j{jobs:<3} {fmt_cell(r)}", flush=True)
+                continue
             result = summarize_hangscope(r, out, truth, args.timeout) + _cited_records(out)
             if (out / "verdict.json").exists() or r["timed_out"]:
                 row[key] = r
@@ -441,6 +591,15 @@ def main(argv: list[str] | None = None) -> int:
             if key == "hsn" and "report" in tools:
                 row["report_load_s"] = report_load_s(out / "report.html")
                 print(f"[{n}] report opens   {row['report_load_s']}", flush=True)
+        if "split" in tools:
+            out = work / f"hangscope_split_{n}"
+            if out.exists():
+                shutil.rmtree(out)
+            r = run_child([sys.executable, __file__, "_split", str(d), str(out)],
+                          logs / f"split_{n}.log", args.timeout, args.mem_limit_gb)
+            lines = [ln for ln in _tail(r["log"]).splitlines() if ln.startswith("SPLIT ")]
+            row["split"] = json.loads(lines[-1][6:]) if lines else None
+            print(f"[{n}] split          {row['split']}", flush=True)
         if "frtrace" in tools:
             if frtrace is None:
                 row["frtrace_result"] = "not available (torchfrtrace not on PATH)"
@@ -456,7 +615,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         if args.json_out:  # after every size: a long run that is cut short keeps its rows
             Path(args.json_out).write_text(json.dumps(
-                {"machine": machine(), "rows": rows, "argv": argv, "jobs_n": args.jobs_n},
+                {"machine": machine(), "rows": rows, "argv": argv, "jobs_n": args.jobs_n,
+                 "writer": args.writer},
                 indent=2, default=str))
     m = machine()
     print()

@@ -37,14 +37,12 @@ def output_options(func: F) -> F:
     decorators = [
         click.option("--out", "out_dir", type=click.Path(file_okay=False),
                      help="Directory for verdict.json and report.html "
-                          "[default: a new ./hangscope-YYYYmmdd-HHMMSS, -2 and on "
-                          "for runs in the same second]."),
+                          "[default: ./hangscope-YYYYmmdd-HHMMSS]."),
         click.option("--force", is_flag=True, help="Write into a non-empty --out directory."),
         click.option("--json", "as_json", is_flag=True,
                      help="Print verdict.json to stdout instead of the summary."),
         click.option("--no-redact", is_flag=True,
-                     help="Keep tokens and passwords found in logs: by default they are "
-                          "masked in the report, verdict.json, the terminal and the bundle."),
+                     help="Keep tokens and passwords found in logs in the report."),
         click.option("-v", "--verbose", count=True, help="Log progress to stderr (-vv: debug)."),
     ]
     for decorator in reversed(decorators):
@@ -131,12 +129,10 @@ def cli() -> None:
 def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None, quiet: bool,
             out_dir: str | None, force: bool, as_json: bool, no_redact: bool,
             verbose: int, jobs: int | None = None) -> int:
-    """Analyze saved evidence (FR dumps, logs, stacks, bundles) into verdict.json and report.html.
-
-    PATHS are files or folders holding any mix of flight-recorder dumps (pickle or JSON), rank,
-    launcher, NCCL and kernel logs, py-spy dumps (JSON or text), gdb/faulthandler stack pastes
-    and hangscope bundles, recognised by content, not by name. Writes OUT/verdict.json and
-    OUT/report.html and prints the summary (--json: the verdict).
+    """Analyze saved evidence: flight-recorder dumps (pickle or JSON), py-spy dumps (JSON or
+    text), gdb/faulthandler stack pastes, rank, launcher, NCCL and kernel logs (as pasted: wrapped,
+    prefixed), nvidia-smi output, runtime records, or hangscope bundles; any mix, files or
+    folders, recognised by content. Writes verdict.json and report.html under --out.
 
     Several bundles (one per node, from `hangscope collect`), or a folder holding them, are
     merged by global rank: a rank in two bundles is an error; ranks in none are reported
@@ -181,8 +177,7 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
         remote_fan = remote_fanout_options(
             remote, out_dir or "", timeout, pid_group=pid_group, pids=pids, match=match,
             samples=samples, interval=interval, max_samples=max_samples, native=native,
-            nonblocking=nonblocking, no_fr_trigger=no_fr_trigger, no_ras=no_ras,
-            no_redact=no_redact)
+            nonblocking=nonblocking, no_fr_trigger=no_fr_trigger, no_ras=no_ras)
         result = run_remote_attach(remote_fan, LoadOptions(), output)
         _print_result(result, as_json, quiet)
         return result.exit_code
@@ -192,15 +187,13 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
 
         fan = fanout_options(slurm_job, out_dir or "", timeout, samples=samples,
                              interval=interval, max_samples=max_samples, native=native,
-                             nonblocking=nonblocking, no_fr_trigger=no_fr_trigger, no_ras=no_ras,
-                             no_redact=no_redact)
+                             nonblocking=nonblocking, no_fr_trigger=no_fr_trigger, no_ras=no_ras)
         result = run_slurm_attach(fan, LoadOptions(), output)
         _print_result(result, as_json, quiet)
         return result.exit_code
     options = _attach_options(pid_group, pids, match, samples, interval, max_samples,
                               dump_timeout, native, nonblocking, no_fr_trigger, no_ras,
-                              slurm_job_local, slurm_node, timeout, probe=not no_probe,
-                              redact=not no_redact)
+                              slurm_job_local, slurm_node, timeout, probe=not no_probe)
     result = run_attach(options, LoadOptions(), output, progress=_progress(quiet, timeout))
     _print_result(result, as_json, quiet)
     return result.exit_code
@@ -218,20 +211,15 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
                    "a folder on a shared filesystem that gets one bundle per node; with --ssh "
                    "or --k8s-*, a local folder that gets one bundle per host or pod.")
 @click.option("--force", is_flag=True, help="Replace an earlier bundle in --out.")
-@click.option("--no-redact", is_flag=True,
-              help="Keep tokens and passwords in the bundle's copies of logs (masked by default).")
 @click.option("-v", "--verbose", count=True, help="Log progress to stderr (-vv: debug).")
 def collect(pid_group: int | None, pids: tuple[int, ...], match: str | None, samples: int,
             interval: float, max_samples: int, dump_timeout: float, native: bool,
             nonblocking: bool, no_fr_trigger: bool, no_ras: bool, slurm_job: str | None,
             slurm_job_local: str | None, slurm_node: str | None, timeout: float | None,
-            quiet: bool, out_dir: str, force: bool, verbose: int, no_redact: bool = False,
+            quiet: bool, out_dir: str, force: bool, verbose: int,
             remote: RemoteTarget | None = None) -> int:
-    """Collect a bundle on this node (stacks, state, logs, FR dumps); no analysis.
-
-    Reads the job's processes (py-spy, /proc), their logs and flight-recorder dumps, and writes
-    them to the bundle --out, one per node; `hangscope analyze BUNDLE...` then merges them by
-    global rank. With --slurm-job, one bundle per
+    """Collect on this node into a bundle, analyzing nothing (one per node; then
+    `hangscope analyze BUNDLE...` merges them by global rank). With --slurm-job, one bundle per
     node of the job under --out; with --ssh or --k8s-*, one per host or pod. Exit 0 when
     something was collected, 4 when nothing could be."""
     _configure_logging(verbose)
@@ -242,7 +230,7 @@ def collect(pid_group: int | None, pids: tuple[int, ...], match: str | None, sam
         collection: dict[str, Any] = {
             "samples": samples, "interval": interval, "max_samples": max_samples,
             "native": native, "nonblocking": nonblocking, "no_fr_trigger": no_fr_trigger,
-            "no_ras": no_ras, "no_redact": no_redact}
+            "no_ras": no_ras}
         if remote is None:
             fanned = run_slurm_collect(fanout_options(slurm_job or "", out_dir, timeout,
                                                       **collection))
@@ -259,7 +247,7 @@ def collect(pid_group: int | None, pids: tuple[int, ...], match: str | None, sam
         return int(ExitCode.NO_HANG)
     options = _attach_options(pid_group, pids, match, samples, interval, max_samples,
                               dump_timeout, native, nonblocking, no_fr_trigger, no_ras,
-                              slurm_job_local, slurm_node, timeout, redact=not no_redact)
+                              slurm_job_local, slurm_node, timeout)
     collected = run_collect(options, out_dir, force=force, progress=_progress(quiet, timeout))
     if not quiet:
         click.echo(_collect_line(collected))
@@ -268,20 +256,16 @@ def collect(pid_group: int | None, pids: tuple[int, ...], match: str | None, sam
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["html", "text", "json"]),
-              help="What to render [default: html into -o FILE or a pipe, text to a terminal].")
+@click.option("--format", "fmt", type=click.Choice(["html", "text", "json"]), default=None,
+              help="What to render [default: text to a terminal, else html].")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Write to this file instead of stdout.")
-@click.option("--no-redact", is_flag=True,
-              help="Keep tokens and passwords found in logs (masked by default).")
+@click.option("--no-redact", is_flag=True, help="Keep tokens and passwords found in logs.")
 def report(paths: tuple[str, ...], fmt: str | None, output: str | None, no_redact: bool) -> int:
-    """Render the verdict of a bundle (or any saved evidence) again, without collecting.
-
-    Reads PATHS as analyze does and writes nothing but -o FILE: to a terminal it prints the
-    text summary; into -o FILE or a pipe, the HTML report (--format chooses)."""
+    """Re-render the report of a bundle (or any saved evidence) without collecting again."""
     from hangscope.report.render import Format, render
 
-    if fmt is None:
+    if fmt is None:  # a page of HTML is no use on a terminal
         fmt = "text" if output is None and sys.stdout.isatty() else "html"
     result = run_report(list(paths), LoadOptions(), redact=not no_redact)
     color = (output is None and fmt == "text" and sys.stdout.isatty()
@@ -357,8 +341,7 @@ def _attach_options(pid_group: int | None, pids: tuple[int, ...], match: str | N
                     samples: int, interval: float, max_samples: int, dump_timeout: float,
                     native: bool, nonblocking: bool, no_fr_trigger: bool, no_ras: bool,
                     slurm_job_local: str | None, slurm_node: str | None,
-                    timeout: float | None, probe: bool = True,
-                    redact: bool = True) -> AttachOptions:
+                    timeout: float | None, probe: bool = True) -> AttachOptions:
     """What attach and collect collect on this node, from their shared options."""
     if pid_group is None and not pids and not match and slurm_job_local is None:
         raise click.UsageError("give --pid-group PGID, --pid PID, --match PATTERN, "
@@ -368,7 +351,7 @@ def _attach_options(pid_group: int | None, pids: tuple[int, ...], match: str | N
                          dump_timeout=dump_timeout, native=native, nonblocking=nonblocking,
                          trigger_fr=not no_fr_trigger, query_ras=not no_ras,
                          slurm_job=slurm_job_local, slurm_node=slurm_node, timeout=timeout,
-                         probe=probe, redact=redact)
+                         probe=probe)
 
 
 def _print_result(result: Summary, as_json: bool, quiet: bool = False) -> None:
@@ -413,8 +396,8 @@ def _tally(result: Summary) -> str:
     if verdict.ranks_missing:
         parts.append(f"none from {format_ranks(verdict.ranks_missing)}")
     if result.input_problems:
-        problems = len(result.input_problems)
-        parts.append(f"{problems} input problem{'' if problems == 1 else 's'} (see evidence gaps)")
+        count = len(result.input_problems)
+        parts.append(f"{count} input problem{'' if count == 1 else 's'} (see evidence gaps)")
     parts.append(f"{result.seconds:.2f}s")
     return " | ".join(parts)
 

@@ -175,6 +175,22 @@ class FrDump:
 
 
 # --------------------------------------------------------------------------------------------------
+# Runtime configuration (libraries, versions, collective-relevant settings)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFact:
+    """One setting that defines a rank's runtime: ``key`` is ``env:NAME``, ``lib:NAME`` or a
+    version (``nccl_version``, ``torch_version``, ``python_version``, ...); ``where`` is the
+    bundle file or ``log:line`` it was read from."""
+
+    key: str
+    value: str
+    source: str  # runtime (read from /proc at collection) | log
+    where: str = ""
+
+
+# --------------------------------------------------------------------------------------------------
 # A rank and a job
 
 
@@ -193,6 +209,8 @@ class RankEvidence:
     worker_pids: list[int] = field(default_factory=list)  # DataLoader workers
     worker_samples: dict[int, list[StackSample]] = field(default_factory=dict)
     worker_proc: dict[int, list[ProcessState]] = field(default_factory=dict)
+    config: list[ConfigFact] = field(default_factory=list)  # libraries, versions, settings
+    config_env_read: bool = False  # the environment was read whole: a variable absent is unset
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +260,25 @@ class OsSnapshot:
     locks: list[OsLock] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU as ``nvidia-smi`` showed it at one moment (``sources/nvsmi.py``). ``pci`` is
+    ``0000:3b:00`` (as the driver's Xid lines name it); ``pids``: its compute processes."""
+
+    pci: str
+    index: int | None = None
+    uuid: str = ""
+    taken_at: float | None = None
+    util_pct: float | None = None
+    power_w: float | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    sm_clock_mhz: float | None = None
+    pids: tuple[int, ...] = ()
+    host: str | None = None
+    where: str = ""  # file:line, or the file, it was read from
+
+
 @dataclass(slots=True)
 class JobEvidence:
     """The whole job as the loaders saw it: per-rank evidence plus what could not be had."""
@@ -254,6 +291,9 @@ class JobEvidence:
     # the job's source lines its stacks cite, as read where the job ran: {file: {line: text}}
     source_lines: dict[str, dict[int, str]] = field(default_factory=dict)
     os_waits: list[OsSnapshot] = field(default_factory=list)  # /proc locks, pipes, children
+    gpus: list[GpuReading] = field(default_factory=list)  # nvidia-smi readings, every sample
+    # rank -> (its CUDA_VISIBLE_DEVICES, its LOCAL_RANK), as attach read them from its environment
+    gpu_visible: dict[int, tuple[str, int | None]] = field(default_factory=dict)
 
     def rank(self, rank: int) -> RankEvidence:
         """The rank's evidence, created empty on first use."""

@@ -8,7 +8,6 @@ more than the stack dumps.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
@@ -37,28 +36,22 @@ ANALYSIS_MAX_S = 15.0
 
 
 def default_out_dir() -> str:
-    """A new, empty ``./hangscope-YYYYmmdd-HHMMSS``, made here so that two runs in the same second
-    (or at once) never share it: the second gets ``-2``, the next ``-3``."""
+    """A new folder named by the time, made here so that it is ours: two runs in the same second
+    (a runbook's retry, two terminals) get ``-2``, ``-3``... instead of refusing each other."""
     base = os.path.abspath(time.strftime("hangscope-%Y%m%d-%H%M%S"))
-    for attempt in range(1, 1000):
-        out = base if attempt == 1 else f"{base}-{attempt}"
+    for n in range(1, 1000):
+        candidate = base if n == 1 else f"{base}-{n}"
         try:
-            os.mkdir(out)
+            os.mkdir(candidate)
         except FileExistsError:
             continue
-        except OSError as exc:
-            raise UsageError(f"{out}: cannot create the output folder ({exc.strerror or exc}); "
-                             "pass --out DIR") from exc
-        return out
-    raise UsageError(f"{base}: 999 output folders of this second exist already; pass --out DIR")
+        return candidate
+    raise UsageError(f"{base}: 999 output folders this second already; pass --out")
 
 
 def prepare_out_dir(options: OutputOptions) -> str:
-    """Validate ``--out`` before any work: refuse to mix a new run into an old one. Without
-    ``--out`` a fresh folder is made (see :func:`default_out_dir`)."""
-    if not options.out_dir:
-        return default_out_dir()
-    out = os.path.abspath(options.out_dir)
+    """Validate ``--out`` before any work: refuse to mix a new run into an old one."""
+    out = os.path.abspath(options.out_dir or default_out_dir())
     if os.path.exists(out):
         if not os.path.isdir(out):
             raise UsageError(f"{out}: --out exists and is not a directory")
@@ -69,14 +62,7 @@ def prepare_out_dir(options: OutputOptions) -> str:
 
 def run_analyze(paths: list[str], load: LoadOptions, output: OutputOptions) -> Summary:
     started = time.monotonic()
-    out = prepare_out_dir(output)
-    try:
-        result = analyze_paths(paths, load, output, out)
-    except BaseException:
-        if not output.out_dir:  # bad input: leave no empty default folder behind
-            with contextlib.suppress(OSError):
-                os.rmdir(out)
-        raise
+    result = analyze_paths(paths, load, output, prepare_out_dir(output))
     result.seconds = time.monotonic() - started
     return result.summary()
 
@@ -178,7 +164,7 @@ def analyze_paths(paths: list[str], load: LoadOptions, output: OutputOptions,
     return result
 
 
-def run_report(paths: list[str], load: LoadOptions, *, redact: bool = True) -> Result:
+def run_report(paths: list[str], load: LoadOptions, redact: bool = True) -> Result:
     """Analyze again from saved evidence (a bundle), writing nothing: the caller renders."""
     started = time.monotonic()
     result = analyze_paths(paths, load, OutputOptions(write_html=False, redact=redact), None)
@@ -190,10 +176,10 @@ def analyze_evidence(evidence: JobEvidence, output: OutputOptions, out: str | No
     from hangscope.analysis.engine import analyze
 
     verdict, ctx = analyze(evidence)
-    if output.redact:  # verdict.json and the terminal too, not only the HTML report
-        from hangscope.redact import redact
+    if output.redact:  # before anything is written or printed: verdict.json travels in tickets
+        from hangscope.report.redact import redact_all
 
-        verdict = redact(verdict)
+        verdict = redact_all(verdict)
     result = Result(verdict=verdict, context=ctx, evidence=evidence, out_dir=out)
     if out is not None:
         result.files = write_outputs(result, output, out)

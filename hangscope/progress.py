@@ -101,10 +101,10 @@ class TerminalProgress:
 
 
 def _columns(stream: TextIO) -> int:
-    """The terminal's width; 80 where it says none (a serial console or a container's pty
-    reports 0 columns)."""
+    """The terminal's width; 80 where it says none (0 columns: a serial console, some CI
+    runners, a terminal not yet sized) rather than cutting the line to nothing."""
     try:
         columns = os.get_terminal_size(stream.fileno()).columns
     except (OSError, ValueError, AttributeError):
         return 80
-    return columns if columns > 0 else 80
+    return columns if columns >= 20 else 80

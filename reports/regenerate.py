@@ -37,7 +37,8 @@ def samples() -> list[tuple[str, list[str]]]:
     with _in_root():
         for base in sorted(glob.glob("fixtures/recorded/*/")):
             base = base.rstrip("/")
-            inputs = [p for p in (os.path.join(base, "fr", "pickle"), os.path.join(base, "logs"))
+            inputs = [p for p in (os.path.join(base, "fr", "pickle"), os.path.join(base, "logs"),
+                                  os.path.join(base, "runtime"))
                       if os.path.isdir(p)]
             inputs += sorted(glob.glob(os.path.join(base, "stacks", "*.json")))
             if inputs:
@@ -45,6 +46,9 @@ def samples() -> list[tuple[str, list[str]]]:
         for folder in sorted(glob.glob("fixtures/nccl/*/")):
             folder = folder.rstrip("/")
             found.append((f"nccl-{os.path.basename(folder)}", [folder]))
+        skew = sorted(glob.glob("fixtures/logs/config_skew/nccl_version_skew_rank*.log"))
+        if skew:  # built logs: two ranks on different NCCL builds and networks
+            found.append(("logs-config_skew", skew))
     return found
 
 

@@ -54,3 +54,18 @@ def test_attach_names_the_rank_whose_group_order_differs(tmp_path) -> None:
     assert root["collective"]["pg"] == truth.collective["pg"]
     assert root["collective"]["seq"] == truth.collective["seq"]
     assert any(item["source"] == "flight_recorder" for item in root["evidence"])
+
+
+def test_attach_without_dumps_names_the_rank_at_the_odd_call_site(tmp_path) -> None:
+    # GIVEN the same job, with no flight-recorder dumps anywhere (gloo has no dump pipe)
+    out = tmp_path / "out"
+    with running_job("uneven_shard_eval", ready_dir=tmp_path / "ready") as job:
+        # WHEN attaching with default options once every rank is stuck
+        code = main(["attach", "--pid-group", str(job.pgid), "--out", str(out)])
+    verdict = json.loads((out / "verdict.json").read_text())
+    # THEN the stacks alone name rank 3, the one rank all_reducing from evaluate
+    root = verdict["findings"][0]
+    assert code == ExitCode.HANG_FOUND
+    assert (root["kind"], root["culprit_ranks"]) == ("pg_order_deadlock", [3]), \
+        (root["summary"], verdict["rank_classes"])
+    assert "from evaluate" in root["summary"]

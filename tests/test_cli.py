@@ -101,3 +101,46 @@ class TestReport:
         assert "ROOT CAUSE: missing_rank" in text.stdout
         js = run_cli("report", str(missing_rank_dumps), "--format", "json")
         assert json.loads(js.stdout)["findings"][0]["culprit_ranks"] == [1]
+
+
+def test_two_runs_in_the_same_second_without_out_both_write(tmp_path, monkeypatch,
+                                                           missing_rank_dumps) -> None:
+    # GIVEN no --out, twice in a row (the clock frozen so that both fall in one second)
+    import time as time_module
+    dumps = missing_rank_dumps
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(time_module, "strftime", lambda fmt, *a: "hangscope-20261124-120000")
+    codes = [main(["analyze", str(dumps), "--quiet"]) for _ in range(2)]
+    # THEN both found the hang, each in its own folder
+    assert codes == [ExitCode.HANG_FOUND, ExitCode.HANG_FOUND]
+    made = sorted(p.name for p in tmp_path.glob("hangscope-*"))
+    assert made == ["hangscope-20261124-120000", "hangscope-20261124-120000-2"]
+    assert all((tmp_path / name / "verdict.json").exists() for name in made)
+
+
+def test_report_to_a_terminal_is_text_and_to_a_pipe_html(tmp_path, missing_rank_dumps, capsys,
+                                                         monkeypatch) -> None:
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    main(["report", str(missing_rank_dumps)])
+    shown = capsys.readouterr().out
+    assert "hangscope: HANG" in shown and "<html" not in shown
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    main(["report", str(missing_rank_dumps)])
+    assert "<html" in capsys.readouterr().out
+
+
+def test_one_rank_is_one_rank_in_the_summary(tmp_path, capsys) -> None:
+    log = tmp_path / "rank0.log"
+    log.write_text("[rank0]: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    main(["analyze", str(log), "--out", str(tmp_path / "out")])
+    shown = capsys.readouterr().out
+    assert "evidence from rank 0" in shown and "| 1 rank with evidence" in shown
+    assert "1 ranks" not in shown and "world size ?" not in shown
+
+
+@pytest.mark.parametrize("name", ["notes", "notes.log"])
+def test_a_named_text_file_is_read_by_content_whatever_its_name(tmp_path, name) -> None:
+    path = tmp_path / name
+    path.write_text("hello there\nnothing to see\n")
+    code = main(["analyze", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    assert code == ExitCode.INCONCLUSIVE

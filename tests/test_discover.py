@@ -115,7 +115,7 @@ class TestIdentity:
                "NCCL_RAS_ADDR": "localhost:28100", "NCCL_IB_HCA": "mlx5"}
         assert filter_env(env) == {"RANK": "0", "NCCL_DEBUG": "INFO", "SLURM_JOB_ID": "1",
                                    "TORCH_FR_BUFFER_SIZE": "2000",
-                                   "NCCL_RAS_ADDR": "localhost:28100"}
+                                   "NCCL_RAS_ADDR": "localhost:28100", "NCCL_IB_HCA": "mlx5"}
 
     @pytest.mark.parametrize("cmdline,kind", [
         (["/usr/bin/python3", "/usr/local/bin/torchrun", "--nproc-per-node", "8", "t.py"],
@@ -189,3 +189,29 @@ def test_snapshot_reads_proc_as_psutil_does(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_match_never_finds_a_copy_of_us_we_forked() -> None:
+    import os as _os
+    import re as _re
+
+    from hangscope.discover.proctree import find_roots, snapshot
+    # GIVEN a forked copy of this process (as attach forks an analyzer): its command line is
+    # ours, so it matches whatever pattern ours does
+    own = " ".join(open(f"/proc/{_os.getpid()}/cmdline").read().split("\0")).strip()
+    pattern = _re.compile(_re.escape(own.split()[-1]))
+    read, write = _os.pipe()
+    child = _os.fork()
+    if child == 0:  # pragma: no cover - the child only waits to be killed
+        _os.close(write)
+        _os.read(read, 1)
+        _os._exit(0)
+    try:
+        _os.close(read)
+        reasons: list[str] = []
+        roots = find_roots(snapshot(), None, [], pattern, reasons)
+    finally:
+        _os.close(write)  # the child's read returns: it exits
+        _os.waitpid(child, 0)
+    # THEN neither it nor we are candidates
+    assert child not in roots and _os.getpid() not in roots

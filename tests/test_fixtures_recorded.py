@@ -30,6 +30,7 @@ KINDS = {
     "straggler",
     "network_fault",
     "init_hang",
+    "config_skew",
 }
 STATUSES = {"hang", "crashed", "slow", "healthy", "inconclusive"}
 OUTCOME_STATUS = {"hang": "hang", "error": "crashed", "slow": "slow", "ok": "healthy"}

@@ -194,3 +194,16 @@ def test_recorded_sigkill_fixture_without_its_launcher_log() -> None:
     root = verdict.root
     assert (root.kind, root.culprit_ranks) == (Kind.RANK_DIED, [3])
     assert root.confidence < 0.7
+
+
+def test_idle_dumps_and_advancing_logs_are_a_healthy_postmortem() -> None:
+    # GIVEN what a healthy gloo job left behind: every rank's FR dump with nothing pending, and
+    # logs whose steps advance with no error
+    evidence = [RECORDED / "healthy_training" / "fr" / "pickle",
+                RECORDED / "healthy_training" / "logs"]
+    verdict = _verdict(evidence)
+    # THEN healthy, with the one thing gloo's dumps cannot show said
+    assert (verdict.status, verdict.findings) == (Status.HEALTHY, [])
+    assert any("point-to-point" in gap for gap in verdict.evidence_gaps)
+    # and the same dumps without the logs stay inconclusive: nothing says it was training
+    assert _verdict(evidence[:1]).status is Status.INCONCLUSIVE

@@ -8,8 +8,10 @@ from hangscope.sources.logs import scan_log
 
 
 def test_transport_errors_attributed_through_init_complete() -> None:
-    events = scan("nccl_info_with_warn.log")
-    assert [e.kind for e in events] == ["nccl_transport_error"] * 3 + ["nccl_warn"]
+    everything = [e for e in scan("nccl_info_with_warn.log") if e.kind != "runtime_config"]
+    devices = [e for e in everything if e.kind == "nccl_device"]
+    events = [e for e in everything if e.kind != "nccl_device"]
+    assert [e.kind for e in events] == ["nccl_transport_error"] * 3 + ["cuda_error"]
     ib, ib2, sock, warn = events
     assert (ib.line_no, ib.rank, ib.severity) == (27, 0, "warning")
     assert strip_source(ib.fields) == {
@@ -25,6 +27,11 @@ def test_transport_errors_attributed_through_init_complete() -> None:
     assert (sock.rank, sock.fields["peer"], sock.fields["peer_port"]) == (0, "node2", 42830)
     assert sock.fields["transport"] == "socketProgress"
     assert warn.rank is None and warn.fields["text"] == "Cuda failure 'out of memory'"
+    assert warn.fields["error"] == "out of memory"
+    # each pid's GPU once, with the rank of its largest communicator; busId 2a000 is 0000:2a:00
+    assert {(d.rank, d.fields["pid"], d.fields["cuda_dev"], d.fields["pci"]) for d in devices} >= {
+        (0, 13571, 0, "0000:18:00"), (1, 13572, 1, "0000:2a:00")}
+    assert len([d for d in devices if d.fields["pid"] == 13572]) == 1
 
 
 def test_pid_map_applies_to_warn_lines_before_init() -> None:
@@ -33,7 +40,8 @@ def test_pid_map_applies_to_warn_lines_before_init() -> None:
             b"h:7:8 [0] NCCL INFO comm 0x1 rank 5 nranks 8 cudaDev 0 busId 1000 - Init COMPLETE\n")
     events = scan_log("x.log", data=data)
     assert [(e.kind, e.rank, e.fields["rank_source"]) for e in events] == [
-        ("nccl_transport_error", 5, "pid")]
+        ("nccl_transport_error", 5, "pid"), ("nccl_device", 5, "pid")]
+    assert events[1].fields["pci"] == "0000:01:00"
 
 
 def test_launcher_tag_prefix() -> None:

@@ -67,3 +67,31 @@ def test_wrap_width_is_a_common_terminal_width() -> None:
     assert wrap_width([80, 80, 12]) == 80
     assert wrap_width([93, 93, 12]) is None
     assert wrap_width([93, 12, 40]) is None
+
+
+def test_srun_task_heads_become_ranks(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN an srun -l paste: every line behind its task number
+    watchdog = ("[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation "
+                "timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                "Timeout(ms)=600000) ran for 600017 milliseconds before timing out.")
+    path = tmp_path / "srun.log"
+    path.write_text("".join(f"{r}: step 3 loss 0.5\n{r}: {watchdog.format(r=r)}\n"
+                            for r in (0, 2, 3)))
+    # THEN each event is its task's rank, cited at its own line
+    events = [e for e in scan_log(str(path)) if e.kind == "nccl_watchdog_timeout"]
+    assert [(e.rank, e.line_no) for e in events] == [(0, 2), (2, 4), (3, 6)]
+
+
+def test_a_few_numbered_lines_are_no_head() -> None:
+    # GIVEN a log where some lines only happen to start with a number and a colon
+    data = b"".join([b"1: first item\n", b"2: second item\n"] + [b"INFO plain line\n"] * 8)
+    # THEN nothing is rewritten
+    fixed = normalize(data)
+    assert fixed is None or b"[rank" not in fixed.data
+
+
+@pytest.mark.parametrize("head", ["E   ", "[pod/trainer-0/main] ", "trainer-1  | "])
+def test_a_tools_head_on_every_line_is_peeled(head: str) -> None:
+    data = "".join(f"{head}{line}\n" for line in ("[rank1]: a", "[rank0]: b", "", "[rank1]: c"))
+    fixed = normalize(data.encode())
+    assert fixed is not None and fixed.data == b"[rank1]: a\n[rank0]: b\n\n[rank1]: c\n"

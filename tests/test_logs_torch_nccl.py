@@ -65,7 +65,7 @@ def test_desync_report_is_one_event_per_report() -> None:
     assert strip_source(desync[0].fields) == {
         "timed_out_rank": 0, "op": "ALLREDUCE", "seq": 5, "joined_not_finished": "0,1",
         "finished_not_joined_next": "2,3", "lagging_ranks": "0,1,2,3", "joined_seq": 5,
-        "finished_seq": 5, "next_seq": 6, "finished_op": "ALLREDUCE"}
+        "finished_seq": 5}
     assert strip_source(desync[1].fields) == {
         "timed_out_rank": 2, "op": "BROADCAST", "seq": 1, "never_joined": "3",
         "lagging_ranks": "3"}
@@ -113,3 +113,21 @@ def test_deepspeed_prefixed_log() -> None:
     wd = events[0]
     assert wd.rank == 3 and wd.fields["op"] == "_ALLGATHER_BASE" and wd.fields["seq"] == 4512
     assert wd.fields["numel_out"] == 524288000 and wd.time is not None
+
+
+def test_a_lagging_rank_is_quoted_at_its_own_seq_not_the_timed_out_one() -> None:
+    from pathlib import Path
+
+    from hangscope.analysis.engine import analyze
+    from hangscope.options import LoadOptions
+    from hangscope.sources.load import load_paths
+    # GIVEN rank 0 timed out at #315 and its report says rank 7 finished #182, not #183
+    real = Path(__file__).resolve().parent.parent / "fixtures" / "logs" / "real"
+    log = real / "a_pytorch_152623_desync_rank7_lagging.log"
+    verdict, _ = analyze(load_paths([str(log)], LoadOptions())[0])
+    # THEN the finding quotes the log's own numbers
+    root = verdict.findings[0]
+    assert root.culprit_ranks == [7]
+    assert "rank 7 completed a collective #182" in root.summary, root.summary
+    assert "completed ALLREDUCE #315" not in root.summary
+    assert "rank 0 waits in" in root.summary

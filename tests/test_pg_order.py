@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from hangscope.analysis.correlate import build_picture
 from hangscope.analysis.engine import analyze
 from hangscope.analysis.pg_order import order_verdict
@@ -141,13 +139,33 @@ def test_recorded_one_against_one_is_a_tie() -> None:
     assert root.confidence < 0.7
 
 
-@pytest.mark.parametrize("scenario, odd", [("uneven_shard_eval", "rank 3"),
-                                           ("pg_order_deadlock", "")])
-def test_stacks_alone_say_what_they_cannot_tell(scenario, odd) -> None:
-    # GIVEN only the py-spy stacks: every rank sits in all_reduce, from two call sites
-    verdict = _verdict([RECORDED / scenario / "stacks"])
+def test_stacks_alone_with_no_majority_say_what_they_cannot_tell() -> None:
+    # GIVEN only the py-spy stacks of pg_order_deadlock: ranks 0 and 1 in all_reduce from two
+    # call sites, one each, ranks 2 and 3 in the default group's
+    verdict = _verdict([RECORDED / "pg_order_deadlock" / "stacks"])
     # THEN no culprit is invented, and a gap says what only FR dumps could tell
     assert not any(f.culprit_ranks for f in verdict.findings)
     note = next(g for g in verdict.evidence_gaps if "names no process group" in g)
     assert "ordering deadlock" in note and "TORCH_FR_BUFFER_SIZE" in note
-    assert (f"where {odd} would have the odd order" in note) == bool(odd)
+    assert "would have the odd order" not in note
+
+
+def test_stacks_alone_with_a_majority_name_the_rank_at_the_odd_call_site() -> None:
+    # GIVEN only the py-spy stacks of uneven_shard_eval: ranks 0-2 in all_reduce from
+    # average_gradients, rank 3 from evaluate, all stuck
+    verdict = _verdict([RECORDED / "uneven_shard_eval" / "stacks"])
+    # THEN rank 3 is the likely odd one of an ordering deadlock, with the basis and a modest
+    # confidence (a stack names no group), and the summary says what would confirm it
+    root = verdict.root
+    assert (root.kind, root.culprit_ranks, root.waiting_ranks) == (
+        Kind.PG_ORDER_DEADLOCK, [3], [0, 1, 2])
+    assert root.confidence <= 0.5
+    assert "from evaluate" in root.summary and "TORCH_FR_BUFFER_SIZE" in root.summary
+
+
+def test_one_rank_elsewhere_is_not_an_odd_call_site() -> None:
+    # GIVEN the same stacks without rank 0's: a world of 4 with a rank unseen
+    verdict = _verdict([p for p in (RECORDED / "uneven_shard_eval" / "stacks").iterdir()
+                        if not p.name.startswith("rank0")])
+    # THEN no call-site culprit: the unseen rank may be the one the others wait for
+    assert not any(f.kind is Kind.PG_ORDER_DEADLOCK for f in verdict.findings)

@@ -25,11 +25,61 @@ CASES = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(REAL, "*
 
 # Pastes hangscope does not yet get right, and why (the README lists them too).
 KNOWN_MISSES = {
+    "f_aware_of_the_history_2_mpirun_rank1_signal9": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_died [1]",
+    "f_aws_ofi_rccl_16_libfabric_incompat_hang": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
+    "f_cbio_cluster_342_iteration_slowdown_shared_gpu": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says straggler []",
+    "f_determined_8915_bad_gpu_pair_allgather_timeout": "batch 6, blind first look, no rule written yet: gives missing_rank [], the thread says network_fault []",
+    "f_fastmoe_47_slow_startup_not_hang": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says healthy []",
+    "f_horovod_2565_missing_ranks_cond_allreduce": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says missing_rank [1]",
+    "f_horovod_789_nccl_connect_refused_lo_iface": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
+    "f_kubeflow_trainer_1168_libibverbs_warn_training_completes": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says healthy []",
+    "f_megatron_bridge_1477_validation_no_samples_ibv_warn": "batch 6, blind first look, no rule written yet: gives network_fault [], the thread says missing_rank []",
+    "f_memoryvla_20_pod_prefixed_exitcode_minus9": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_oom [0]",
+    "f_nccl_214_gdr_error_mismatched_warn": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
+    "f_nccl_2241_b200_allgather_xid145_nvlink": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
+    "f_nccl_296_mismatched_collective_rank39": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says collective_mismatch []",
+    "f_nccl_783_send_recv_two_streams_deadlock": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says p2p_deadlock []",
+    "f_open_gpu_kernel_modules_1150_xid45_after_xid149": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
+    "f_pytorch_150916_elastic_killed_agent": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_died []",
+    "f_pytorch_15638_init_pg_rank1_never_returns": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says init_hang [1]",
+    "f_pytorch_33296_dataloader_timeout_azure_wrapped": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says dataloader_stall []",
+    "f_pytorch_pr190431_destroy_pg_circular_finalize": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says pg_order_deadlock []",
+    "f_ray_52641_torch_dataloader_deadlock_timeout": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says dataloader_stall []",
+    "f_torchtune_pr2266_test_deadlock_seq_mismatch": "batch 6, blind first look, no rule written yet: gives missing_rank [0], the thread says collective_mismatch []",
     "b_pytorch_78514_gloo_closed_by_peer": "the one error line names the peer as an IP:port "
                                            "(18.25.6.30:30872), not a rank; rank 0 appears only "
                                            "as a literal argument in the user's source line "
                                            "'dist.recv(input,0)', and the traceback's header and "
                                            "the printing rank were trimmed off",
+    # blind batches 4 and 5 (fixtures/logs/blind), after the rules written for them
+    "d_colossalai_3383_gemini_pp_isend_deadlock": "p2p_deadlock from the user's own c10d debug prints (repeated isend vs one irecv): no parser pairs per-rank send/recv prints yet",
+    "d_deepspeed_4510_node_exit_minus6_sigkill_handler": "only DeepSpeed's 'Killing subprocess N' teardown lines survive in the paste; the '-6' exit code is in the thread's prose, not the log",
+    "d_horovod_1407_rank3_25_batches_vs_26": "each rank prints its batches per epoch (26, 26, 26, 25) and Horovod's 'has been shut down' error follows; no rule yet reads uneven per-rank step counts as the missing rank",
+    "d_nccl_584_send_recv_order_two_comms_coll": "NCCL COLL Send/Recv lines on two communicators: the format-agnostic tier compares sizes, it does not yet match sends to receives across comms (p2p order)",
+    "d_pytorch_76287_elastic_keepalive_failing_node": "only elastic's keep-alive warnings for one node: read as a rendezvous (init) problem; that the node crashed is the thread's word",
+    "d_pytorch_lightning_14986_bootstrap_duplicate_rank": "NCCL bootstrap's WARN 'rank 1 of 8 ranks has already checked in' is read as a generic WARN: no rule reads it as a duplicate rank",
+    "d_pytorch_lightning_19106_log_dict_keys_mismatch": "the DETAIL mismatch line is cut inside rank 1's fingerprint (the other rank's is not in the paste), so no second side is known",
+    "d_returnn_1484_gloo_has_data_hang_cuda1_missing": "per-step prints name the device (cuda:0..3), not the rank, and the missing one is an absence (cuda:1 stops printing); no rule reads a stream that went silent as the culprit",
+    "d_returnn_1485_slow_epochs_all_ranks": "slow epochs on every rank (a straggler of the whole job): per-step times are read per rank stream, and this log has no rank streams",
+    "d_sglang_22607_hicache_prefetch_allreduce_vs_broadcast": "two py-spy stacks pasted as prose (TP0 vs TP1-3): stack pastes with markdown fences and TP names are not split per rank",
+    "d_torchdata_659_rank0_late_shared_seed_socket_timeout": "'Socket Timeout' while creating the DataLoader iterator (shared seed from rank 0): no rule ties a DataLoader-init store timeout to rank 0",
+    "d_torchtitan_1618_validation_uneven_batches": "the users' per-rank prints of validation batch counts differ; no rule reads uneven loop lengths as a mismatch",
+    "e_elastic_134_worker_killed_nccl_conn_closed": "the surviving worker's 'Connection closed by remote peer' is all there is: read as a network fault; that a worker was killed is the thread's word",
+    "e_flagscale_938_straggler_report_none": "category healthy: a straggler report saying 'No stragglers detected' is not read as a verdict of health (logs alone give inconclusive)",
+    "e_llamafactory_9496_all_joined_none_finished": "all 16 ranks 'joined but didn't finish' collective #730: read as an unknown missing rank; the network reading (nobody missing, the transport stuck) is not inferred yet",
+    "e_ms_swift_10183_broadcast_numel_mismatch": "two ranks at one SeqNum with other numels and no majority: the tie-break names rank 3, the thread names rank 2 (rank 0 had moved on, so neither side is clearly odd)",
+    "e_nccl_1610_two_thread_alltoall_same_comm": "two threads sharing one communicator: watchdog timeouts on two groups; no rule yet for concurrent use of one comm",
+    "e_nccl_1634_net_plugin_on_some_nodes": "config_skew: the NCCL INFO lines show the net plugin (libnccl-net.so) loaded on some nodes only; no rule compares NCCL's INFO lines across nodes yet",
+    "e_nccl_1911_ras_allgather_count_mismatch": "this ncclras text variant ('Communicator ranks have different AllGather operation counts') is not parsed",
+    "e_nccl_526_efa_init_hang_16_nodes": "only NCCL INFO init lines, no error and no timeout: an init hang is an absence of 'Init COMPLETE', not read yet",
+    "e_openrlhf_970_host_oom_killer_ray": "the Ray death and a rank's watchdog timeout share one pasted line, and the scanner gives a line to one family; Ray's OOM wording is its generic list of possible causes",
+    "e_pytorch_130102_new_group_different_ranks": "only the users' prints ('0 before barrier: [0, 3]', '1 before barrier: [1, 2]'): no error, no timeout; no rule reads group membership from prints",
+    "e_pytorch_172668_pp_send_send_deadlock": "per-rank pipeline action logs (0SendF1, 2RecvF0): no parser for torch.distributed.pipelining's action schedule prints",
+    "e_pytorch_75512_gloo_isend_peer_exited": "gloo 'Connection closed by peer [IP]:port' names an address, not a rank (the peer exited)",
+    "e_pytorch_87995_rank0_dataloader_pyspy": "a py-spy dump pasted in a text log under 'The stack for rank0:': stack dumps inside a log file are not read as that rank's stacks",
+    "e_rccl_429_allgather_allreduce_rank2": "the RCCL COLL lines that show rank 2 in AllGather are summarised in the thread, not in the pasted log (stacks of 0,1,3 only)",
+    "e_torchtitan_1681_pp_message_truncated": "NCCL 'message truncated : receiving 8 bytes instead of 4 ... mismatch in collective sizes' is read as a network fault, not a size mismatch",
+    "e_xtuner_1790_data_bound_slow_ranks": "a training-log analyzer's table of per-rank data-loading times: not parsed",
 }
 
 
@@ -37,6 +87,10 @@ def _verdict(path: str):  # type: ignore[no-untyped-def]
     evidence, _ = load_paths([path], LoadOptions())
     verdict, _ = analyze(evidence)
     return verdict
+
+
+def _family(kind: str) -> str:
+    return "collective_mismatch" if kind == "size_mismatch" else kind
 
 
 def _expected(stem: str) -> dict[str, object]:
@@ -58,10 +112,19 @@ def test_real_log_verdict(stem: str) -> None:
         pytest.xfail(KNOWN_MISSES[stem])
     expected = _expected(stem)
     verdict = _verdict(os.path.join(REAL, stem + ".log"))
+    if expected.get("status") == "healthy":
+        assert verdict.status.value == "healthy", (verdict.status, verdict.evidence_gaps[-1:])
+        return
     assert verdict.root is not None, f"{stem}: no finding ({verdict.evidence_gaps[-1:]})"
-    assert verdict.root.kind.value == expected["kind"], verdict.root.summary
+    # The labeller of a blind batch may accept a second reading (``also_acceptable``: kinds, culprit
+    # lists); size_mismatch is scored as collective_mismatch, as score-cases scores it.
+    extra = expected.get("also_acceptable") or {}
+    kinds = {_family(str(expected["kind"]))} | {_family(k) for k in extra.get("category", [])}  # type: ignore[union-attr]
+    assert _family(verdict.root.kind.value) in kinds, verdict.root.summary
     if expected.get("culprit_ranks") and stem not in CULPRIT_MISSES:
-        assert sorted(verdict.root.culprit_ranks) == sorted(expected["culprit_ranks"])  # type: ignore[arg-type]
+        options = [sorted(expected["culprit_ranks"])]  # type: ignore[arg-type]
+        options += [sorted(c) for c in extra.get("culprit_ranks", [])]  # type: ignore[union-attr]
+        assert sorted(verdict.root.culprit_ranks) in options, verdict.root.summary
     # every finding cites where it read its evidence
     assert all(item.where for item in verdict.root.evidence), verdict.root.evidence
 

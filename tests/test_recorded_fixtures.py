@@ -80,7 +80,7 @@ HUNG_OR_FAILED = [p for p in RECORDED
 @pytest.mark.parametrize("folder", HUNG_OR_FAILED, ids=lambda p: p.name)
 def test_everything_left_behind_names_the_root_cause(folder: Path) -> None:
     truth = json.loads((folder / "expected.json").read_text())
-    verdict = _verdict(_inputs(folder, ("fr/pickle", "stacks", "logs", "os")))
+    verdict = _verdict(_inputs(folder, ("fr/pickle", "stacks", "logs", "os", "runtime")))
     if truth["kind"] is None:
         assert verdict.status.value in ("healthy", "slow")
         return

@@ -108,3 +108,25 @@ def test_a_rank_in_a_much_slower_python_loop_is_a_straggler(tmp_path) -> None:
     root = verdict["findings"][0]
     assert (root["kind"], root["culprit_ranks"]) == ("straggler", [2]), root["summary"]
     assert "features" in root["summary"]
+
+
+def _state(rank: int, kind: str, progress: str, share: float):  # type: ignore[no-untyped-def]
+    from hangscope.analysis.rank_state import RankStackState
+    from hangscope.analysis.stacks import ThreadActivity
+    main_thread = ThreadActivity(kind=kind, op=None, frame=None, user_frame=None)  # type: ignore[arg-type]
+    return RankStackState(rank=rank, main=main_thread, main_frames=(), progress=progress,  # type: ignore[arg-type]
+                          cpu_share=share, samples=3)
+
+
+@pytest.mark.parametrize("share, waiters, expected", [
+    (0.9, 0.02, True),    # a core of its own
+    (0.27, 0.02, True),   # a loaded machine: a quarter of a core, the waiters idle
+    (0.27, 0.2, False),   # the waiters burn as much: nothing sets this rank apart
+    (0.08, 0.0, False),   # too little CPU to call it busy at all
+    (0.27, None, False),  # the waiters' CPU unknown: only the absolute rule
+])
+def test_a_busy_rank_is_judged_against_the_ranks_that_wait_for_it(share, waiters,
+                                                                  expected) -> None:
+    from hangscope.analysis.detectors.busy_rank import busy
+    assert busy(_state(0, "compute", "moving", share), waiters) is expected
+    assert busy(_state(0, "compute", "stuck", share), waiters) is False

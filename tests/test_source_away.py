@@ -39,7 +39,7 @@ def _moved_away(folder: Path, into: Path) -> list[Path]:
     does not exist (as on the machine the evidence was copied to)."""
     gone = into / "moved-away" / "jobs"
     parts = []
-    for part in ("fr/pickle", "stacks", "logs", "os"):
+    for part in ("fr/pickle", "stacks", "logs", "os", "runtime"):
         if not (folder / part).exists():
             continue
         dest = into / part

@@ -364,3 +364,39 @@ def test_cli_scenario(tmp_path):
     assert json.loads(out.stdout)["kind"] == "size_mismatch"
     assert len(list(tmp_path.glob("nccl_trace_rank_*"))) == 4
     assert os.path.exists(tmp_path / "expected.json")
+
+
+def test_write_large_c10_writer_same_dumps_memoized_like_c10(tmp_path):
+    """writer="c10" gives the same objects as the pickle module, with c10's memo policy:
+    each distinct string written once, every shared frame dict written once."""
+    import pickletools
+
+    write_large(tmp_path / "py", 16, entries=40, tp_size=8)
+    write_large(tmp_path / "c10", 16, entries=40, tp_size=8, writer="c10")
+    for r in (0, 11):
+        name = f"nccl_trace_rank_{r}"
+        a = pickle.loads((tmp_path / "py" / name).read_bytes())
+        raw = (tmp_path / "c10" / name).read_bytes()
+        assert pickle.loads(raw) == a
+        ops = [(op.name, arg) for op, arg, _pos in pickletools.genops(raw)]
+        assert ops[0] == ("PROTO", 2)
+        strings = [arg for op, arg in ops if op == "BINUNICODE"]
+        assert len(strings) == len(set(strings))  # memoized by value
+        dict_ids: set[int] = set()
+        n_dicts = 0
+
+        def walk(o):
+            nonlocal n_dicts
+            if isinstance(o, dict):
+                n_dicts += 1
+                if id(o) in dict_ids:
+                    return
+                dict_ids.add(id(o))
+                o = list(o.values())
+            if isinstance(o, (list, tuple)):
+                for x in o:
+                    walk(x)
+
+        walk(a)
+        written = sum(1 for op, _ in ops if op == "EMPTY_DICT")
+        assert written == len(dict_ids) < n_dicts  # shared frame dicts written once

@@ -169,6 +169,10 @@ def _pending_by_rank(groups: dict[str, GroupView]) -> dict[int, list[tuple[Group
     return found
 
 
+GLOO_P2P_NOTE = ("gloo's flight recorder does not record send/recv: point-to-point waits are "
+                 "invisible in these dumps (stacks show them)")
+
+
 def build_picture(evidence: JobEvidence) -> Picture:
     dumps = evidence.fr_dumps()
     notes: list[str] = []
@@ -212,6 +216,8 @@ def build_picture(evidence: JobEvidence) -> Picture:
         groups[name] = GroupView(name=name, desc=descs.get(name, ""), members=members,
                                  members_known=known, ranks=views,
                                  members_declared=bool(declared.get(name)))
+    if "gloo" in backends:
+        notes.append(GLOO_P2P_NOTE)
     observations = log_observations(evidence)
     if observations:
         world_size = max(world_size, max(o.rank for o in observations) + 1)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 
 from hangscope import __version__
-from hangscope.analysis import detectors
+from hangscope.analysis import config_skew, detectors
 from hangscope.analysis.context import Context
-from hangscope.analysis.correlate import GroupView, build_picture, finished
-from hangscope.analysis.gaps import group_gaps, p2p_caveat
+from hangscope.analysis.correlate import GLOO_P2P_NOTE, GroupView, build_picture, finished
+from hangscope.analysis.gap_lines import group_rank_gaps
+from hangscope.analysis.gpu_ranks import cite_gpus, rank_gpus
 from hangscope.analysis.log_progress import log_states, logs_advance
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.moved_since_dump import reconcile
@@ -26,9 +27,9 @@ from hangscope.analysis.verdict import (
     Verdict,
     order_findings,
 )
-from hangscope.analysis.waitgraph import build_wait_graph, describe_rank
+from hangscope.analysis.waitgraph import build_wait_graph
 from hangscope.model import FrEntry, JobEvidence
-from hangscope.ranges import format_ranks, ranks_do, ranks_phrase
+from hangscope.ranges import format_ranks, ranks_phrase
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     expected = set(range(world)) if world else set(seen)
     gaps = list(evidence.gaps) + ctx.picture.notes + ras_unmapped(evidence)
     findings = order_findings(_one_straggler(order_findings(reconcile(ctx, findings, gaps))))
+    findings, differences = config_skew.explain(ctx, findings)
+    findings = order_findings(findings)
     if not any(f.culprit_ranks for f in findings) and (
             note := stack_only_note(ctx.picture, ctx.stacks)):
         gaps.append(note)  # stacks cannot tell an ordering deadlock: say so
@@ -62,10 +65,12 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     if ctx.picture.dumps and missing_dumps:
         gaps.append(f"no flight-recorder dump for rank{'s' if len(missing_dumps) > 1 else ''} "
                     f"{format_ranks(missing_dumps)}")
-    if caveat := p2p_caveat(ctx, findings):
-        gaps.append(caveat)
-    gaps = group_gaps(gaps, (r for f in findings[:1] for r in f.culprit_ranks))
     status = _status(ctx, findings, gaps)
+    if _p2p_caveat_moot(ctx, findings):
+        gaps = [g for g in gaps if g != GLOO_P2P_NOTE]
+    gaps = group_rank_gaps(gaps)
+    gpus = rank_gpus(ctx.evidence)
+    cite_gpus(findings[0] if findings else None, gpus)
     verdict = Verdict(
         status=status,
         world_size=world,
@@ -75,6 +80,8 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
         evidence_gaps=gaps,
         rank_classes=_classes(ctx, findings),
         tool_version=__version__,
+        gpus={rank: gpu.describe() for rank, gpu in gpus.items()},
+        config_differences=differences,
     )
     return verdict, ctx
 
@@ -184,6 +191,18 @@ def _why_nothing(ctx: Context) -> str:
             "a failure")
 
 
+def _p2p_caveat_moot(ctx: Context, findings: list[Finding]) -> bool:
+    """gloo's FR has no send/recv; that matters unless the culprits' own stacks show where they
+    are, and no rank's stack is in send/recv (a rank "missing" from a collective in the dumps may
+    well be blocked in a p2p op they cannot show)."""
+    if not findings or not findings[0].culprit_ranks:
+        return False
+    if any(s.main is not None and s.main.kind == "p2p" for s in ctx.stacks.values()):
+        return False
+    return all((s := ctx.stacks.get(r)) is not None and s.main is not None
+               for r in findings[0].culprit_ranks)
+
+
 def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
     if findings:
         if _failed_mismatch(ctx, findings[0]):
@@ -220,6 +239,13 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
                     "stacks)")
         return Status.INCONCLUSIVE
     if "gloo" in ctx.picture.backends:
+        world = ctx.picture.world_size or 0
+        if len(ctx.picture.dumps) >= world and logs_advance(ctx.evidence) is not None:
+            # every rank's dump idle and its logs trained on without a fault: a healthy job
+            gaps.append("no collective is pending in any rank's dump and the logs show training "
+                        "advancing with no error; gloo records no send/recv, so a rank blocked in "
+                        "a point-to-point op would not show here")
+            return Status.HEALTHY
         gaps.append("no collective is pending in any dump; gloo records no send/recv, so ranks "
                     "may be blocked in point-to-point ops or outside torch.distributed")
         return Status.INCONCLUSIVE
@@ -254,7 +280,7 @@ def _waiting_gap(ctx: Context) -> str:
                       and any(finished(e) for e in view.block_at(entry.seq)))
         elsewhere = sorted(set(group.members) - set(ranks) - set(done))
         whole = whole and not done and not elsewhere and not entry.is_p2p
-        text = (f"{ranks_do(ranks, 'wait')} in {entry.op} {'p2p ' if entry.is_p2p else ''}"
+        text = (f"ranks {format_ranks(ranks)} wait in {entry.op} {'p2p ' if entry.is_p2p else ''}"
                 f"seq {entry.seq} on pg {group.label}")
         if done:
             text += f", which ranks {format_ranks(done)} completed"
@@ -263,49 +289,31 @@ def _waiting_gap(ctx: Context) -> str:
         parts.append(text)
     if whole:
         return ("every rank that waits is inside the same collective with matching arguments, "
-                "and no rank has completed it")
+                "and no rank has completed it; nothing tells the ranks apart (FR shows every "
+                "rank's entry in the same state, and no GPU readings or NCCL RAS counts single "
+                "one out). Collect next: NCCL RAS (`ncclras`, NCCL >= 2.24: a rank behind in its "
+                "operation counts), nvidia-smi on every node twice a few seconds apart (a GPU at "
+                "0% with flat power while its peers spin is the odd rank; `hangscope attach` "
+                "takes both), and py-spy dump --native of each rank")
     return "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
-
-
-def _split_culprits(ctx: Context, culprits: set[int]) -> None:
-    """Give the root finding's culprits classes of their own: a class is ranks in one state,
-    and a finding may tell them apart by what the state leaves out (a straggler's step time
-    in its log), so the table and the graph never mark a rank the finding does not name.
-    The new class keeps the old one's waits; each says the state of its own first rank."""
-    graph = ctx.graph
-    ends = log_states(ctx.evidence)
-    for cid, ranks in list(graph.members.items()):
-        named = [r for r in ranks if r in culprits]
-        if not named or len(named) == len(ranks):
-            continue
-        new = f"{cid}.{named[0]}"
-        graph.members[cid] = [r for r in ranks if r not in culprits]
-        graph.members[new] = named
-        graph.class_of.update(dict.fromkeys(named, new))
-        for one in (cid, new):
-            graph.states[one] = describe_rank(ctx.picture, ctx.stacks, graph.members[one][0], ends)
-        graph.graph.nodes[cid].update(ranks=format_ranks(graph.members[cid]),
-                                      state=graph.states[cid])
-        graph.graph.add_node(new, ranks=format_ranks(named), state=graph.states[new])
-        for src, dst, data in list(graph.graph.in_edges(cid, data=True)):
-            graph.graph.add_edge(new if src == cid else src, new, reasons=list(data["reasons"]))
-        for src, dst, data in list(graph.graph.out_edges(cid, data=True)):
-            if dst != cid:
-                graph.graph.add_edge(new, dst, reasons=list(data["reasons"]))
 
 
 def _classes(ctx: Context, findings: list[Finding]) -> list[RankClass]:
     """Roles: the root's culprits, and the culprits of findings about as believed as the root
     (a second, independent fault), are culprits; every rank a finding names as waiting waits."""
-    if findings:
-        _split_culprits(ctx, set(findings[0].culprit_ranks))
     top = findings[0].confidence if findings else 0.0
     culprits = {r for f in findings if f is findings[0] or f.confidence >= top - 0.05
                 for r in f.culprit_ranks}
     waiting = {r for f in findings for r in f.waiting_ranks} - culprits
     out = []
     for cid, ranks in sorted(ctx.graph.members.items(), key=lambda kv: kv[1][0]):
+        state = ctx.graph.states[cid]
+        named = [r for r in ranks if r in culprits]
+        if named and len(named) < len(ranks):  # one state, but only some of it is to blame:
+            out.append(RankClass(id=cid, ranks=named, state=state, role="culprit"))
+            ranks = [r for r in ranks if r not in culprits]  # the others, in a row of their own
+            cid = f"{cid}.others"
         role = ("culprit" if culprits & set(ranks) else "waiting" if waiting & set(ranks)
                 else "unknown" if ranks[0] not in ctx.picture.dumps else "ok")
-        out.append(RankClass(id=cid, ranks=ranks, state=ctx.graph.states[cid], role=role))
+        out.append(RankClass(id=cid, ranks=ranks, state=state, role=role))
     return out

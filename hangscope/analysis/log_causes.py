@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from hangscope.analysis.gpu_ranks import FaultRanks
 from hangscope.analysis.ras_facts import ras_facts
 from hangscope.model import JobEvidence, LogEvent
 from hangscope.sources.logs.common import one_line
@@ -27,11 +28,14 @@ _ECHO = re.compile(r"Connection (closed|reset) by peer|Broken pipe|Timed out wai
                    r"remote process exited|ChildFailedError|Socket Timeout|recvBytes|"
                    r"Application timeout caused pair closure|failed to pass monitoredBarrier|"
                    r"Detected mismatch between collectives", re.I)
+# A Python exception that is the CUDA runtime's report of a fault on the rank's own GPU.
+_GPU_FAULT = re.compile(r"CUDA error: (?!out of memory)|CUDA_ERROR_|cudaError")
 ECHO_KINDS = frozenset({"gloo_connection_closed", "gloo_timeout", "nccl_watchdog_timeout",
                         "elastic_closing_signal", "nccl_heartbeat_stuck", "fr_dump_notice",
                         "nccl_work_status", "nccl_desync", "monitored_barrier_failure",
                         "collective_fingerprint_mismatch", "nccl_warn"})
 OOM_KINDS = frozenset({"cuda_oom", "host_oom_kill"})
+_OOM_MESSAGE = re.compile(r"^(?:CUDA|HIP) out of memory|^CUDA error: out of memory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +43,8 @@ class Failure:
     rank: int
     event: LogEvent
     # "oom" | "signal" | "exit" | "exception" | "thread_exception" | "transport" | "dataloader" |
-    # "collective_error" | "dead"
+    # "collective_error" | "dead" | "gpu" (a fault of the rank's GPU or of its GPU program: an
+    # NVRM Xid, a CUDA error)
     what: str
     detail: str = ""  # what the event says about this rank, where the event names several
 
@@ -50,8 +55,11 @@ class Failure:
 def classify(event: LogEvent) -> str | None:
     """The kind of failure this event records for its own rank, or None for an echo/noise."""
     kind = event.kind
-    if kind in OOM_KINDS or "OutOfMemoryError" in str(event.fields.get("exc_type", "")):
-        return "oom"
+    if kind in OOM_KINDS or "OutOfMemoryError" in str(event.fields.get("exc_type", "")) \
+            or "OOM when allocating" in str(event.fields.get("exc_message", "")):
+        return "oom"  # (TensorFlow's ResourceExhaustedError under Horovod says the latter)
+    if kind == "traceback" and _OOM_MESSAGE.search(str(event.fields.get("exc_message", ""))):
+        return "oom"  # torch < 2.1 raised CUDA OOM as a RuntimeError
     if kind in ECHO_KINDS:
         return None
     if kind == "elastic_child_failed":
@@ -60,14 +68,18 @@ def classify(event: LogEvent) -> str | None:
         code = event.fields.get("exitcode")
         return "exit" if isinstance(code, int) and code != 0 else None
     if kind == "cuda_error":
-        return "exception"
+        return "oom" if "out of memory" in str(event.fields.get("error", "")) else "gpu"
+    if kind == "gpu_xid":
+        return "gpu" if event.fields.get("xid") != 45 else None
+    if kind == "gpu_fault":
+        return "gpu"
     if kind == "traceback":
         message = f"{event.fields.get('exc_type', '')}: {event.fields.get('exc_message', '')}"
         if _ECHO.search(message) or "ChildFailedError" in message:
             return None
         if event.fields.get("thread") not in (None, "", "MainThread"):
             return "thread_exception"  # the thread died; the process lives on
-        return "exception"
+        return "gpu" if _GPU_FAULT.search(message) else "exception"
     if kind == "nccl_transport_error":
         return "transport"
     if kind.startswith("dataloader") or kind == "shm_bus_error":
@@ -75,6 +87,9 @@ def classify(event: LogEvent) -> str | None:
     if kind == "nccl_error" and (event.fields.get("code") == "ncclRemoteError"
                                  or "remote process exited" in event.message):
         return "transport"  # NCCL's own words: the peer or the network, not this rank
+    if kind == "nccl_error" and (event.fields.get("code") == "ncclUnhandledCudaError"
+                                 or "Cuda failure" in str(event.fields.get("last_error", ""))):
+        return "gpu"  # NCCL's CUDA call failed on this rank's own GPU
     if kind in ("gloo_enforce_fail", "nccl_error"):
         return "collective_error"
     return None
@@ -91,14 +106,46 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
             yield (event.rank if event.rank is not None else rank), event
     world = evidence.expected_world_size()
     hosts = {ev.host for ev in evidence.ranks.values() if ev.host}
+    sole = _sole_failed_child(evidence.unattributed_logs)
+    faults = None
     for event in evidence.unattributed_logs:
         if event.rank is not None:
             yield event.rank, event
             continue
+        if event.kind == "gpu_xid":  # a kernel line: its GPU's or its pid's rank, where known
+            faults = faults or FaultRanks(evidence)
+            owner = faults.rank_of(event)
+            if owner is not None:
+                yield owner, event
+            continue
         local = event.fields.get("local_rank")
+        if local is None and event.path in sole and event.line_no < sole[event.path][1]:
+            local = sole[event.path][0]  # rule sole-failed-child (see _sole_failed_child)
+        gpu = event.fields.get("gpu")
+        if local is None and event.kind in OOM_KINDS and isinstance(gpu, int) and gpu > 0:
+            # rule gpu-index-as-local-rank: a process that saw GPU N > 0 was not isolated by
+            # CUDA_VISIBLE_DEVICES, so under one process per GPU, N is its local rank (GPU 0 is
+            # also what every isolated process sees: not read)
+            local = gpu
         # On a single host a launcher's local rank is the global rank.
         if isinstance(local, int) and len(hosts) <= 1 and (world is None or local < world):
             yield local, event
+
+
+def _sole_failed_child(events: list[LogEvent]) -> dict[str, tuple[int, int]]:
+    """Rule ``sole-failed-child``: a log, with no rank on its lines, in which the launcher reports
+    exactly one failed child (its local rank): the failures printed before that report are that
+    child's (the launcher's report follows the failure it reports). Per path: (local rank, line
+    of the report)."""
+    found: dict[str, set[int]] = {}
+    line: dict[str, int] = {}
+    for event in events:
+        local = event.fields.get("local_rank")
+        if event.kind == "elastic_child_failed" and event.rank is None and isinstance(local, int):
+            found.setdefault(event.path, set()).add(local)
+            line[event.path] = max(line.get(event.path, 0), event.line_no)
+    return {path: (next(iter(locals_)), line[path]) for path, locals_ in found.items()
+            if len(locals_) == 1}
 
 
 # Signals a launcher or scheduler sends to stop processes: on a rank that another rank's own
@@ -251,19 +298,25 @@ def describe(event: LogEvent, limit: int = 240) -> str:
     """One line for a log event: the exception, not the ``Traceback (most recent call last):``
     line it starts at; the exit signal, not the table row's first cell."""
     fields = event.fields
-    if event.kind != "traceback" and fields.get("exc_type") and not fields.get("exc_message") \
-            and len(event.message) > len(str(fields["exc_type"])) + 1:
-        # the line itself from its class on (a CUDA OOM line): the class alone says nothing
-        text = event.message[max(0, event.message.find(str(fields["exc_type"]))):]
-    elif event.kind == "traceback" or fields.get("exc_type"):
-        text = f"{fields.get('exc_type', 'exception')}: {fields.get('exc_message', '')}".strip()
+    if event.kind == "traceback" or fields.get("exc_type"):
+        message = fields.get("exc_message") or ("" if event.kind == "traceback" else
+                                                event.message)
+        text = f"{fields.get('exc_type', 'exception')}: {message}".strip()
         last = fields.get("last_frame")
         if last:
             text += f" (raised at {last})"
+    elif event.kind == "gpu_fault":
+        text = f"GPU {fields.get('gpu')} hardware exception: {fields.get('reason')}"
+    elif event.kind == "gpu_xid":
+        pid = f", pid {fields['pid']}" if "pid" in fields else ""
+        text = f"NVRM Xid {fields.get('xid')} on GPU {fields.get('pci')}{pid}: {fields.get('text')}"
     elif event.kind == "elastic_child_failed":
         signal = fields.get("signal")
-        text = (f"launcher: exit code {fields.get('exitcode')}"
-                + (f" ({signal})" if signal else "") + f", pid {fields.get('pid', '?')}")
+        code = fields.get("exitcode")
+        text = ("launcher: " + (f"exit code {code}" if code is not None else "died")
+                + (f" ({signal})" if signal else "")
+                + (f", pid {fields['pid']}" if "pid" in fields else "")
+                + (f" ({fields['binary']})" if code is None and fields.get("binary") else ""))
     else:
         text = event.message
     return one_line(str(text), limit)

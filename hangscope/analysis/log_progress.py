@@ -28,12 +28,6 @@ from hangscope.sources.logs.progress import position
 PEER_LOST_KINDS = frozenset({"gloo_connection_closed", "gloo_timeout", "nccl_watchdog_timeout",
                              "nccl_heartbeat_stuck", "nccl_work_status", "nccl_desync",
                              "monitored_barrier_failure"}) & ECHO_KINDS
-# Failure.what -> how the rank table says it (a culprit's log never "ends with no error").
-_FAILED = {"oom": "running out of memory", "signal": "its death by a signal",
-           "exit": "a non-zero exit", "exception": "an exception of its own",
-           "thread_exception": "a thread's exception", "transport": "a transport error",
-           "dataloader": "a DataLoader failure", "collective_error": "a collective's error",
-           "dead": "its death"}
 _CLOSED_WORDS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
                  "remote process exited")
 
@@ -124,17 +118,15 @@ def log_states(evidence: JobEvidence) -> dict[int, str]:
     """One line per rank known from its logs' ends: ranks with the same line share a wait-graph
     class (so a quiet rank is not lumped with the ranks that reported losing it)."""
     states = {}
-    failed = failures(evidence)
+    own = failures(evidence)
     for rank, log in rank_logs(evidence).items():
         after = f" after {describe_progress(log.progress)}" if log.progress else ""
-        if log.lost_peer:
+        if own.get(rank) and own[rank][0].what in ("gpu", "oom", "exception", "signal"):
+            states[rank] = f"its log shows its own failure: {own[rank][0].describe(120)}"
+        elif log.lost_peer:
             what = ("lost the connection to a peer" if log.peer_closed
                     else "timed out waiting for a peer")
             states[rank] = f"its log says it {what}{after}"
-        elif rank in failed:
-            kinds = [item.what for item in failed[rank]]
-            what = _FAILED.get("oom" if "oom" in kinds else kinds[0], "an error of its own")
-            states[rank] = f"its log reports {what}{after}"
         elif log.ends or log.progress:
             states[rank] = f"its log ends with no error{after}"
     return states

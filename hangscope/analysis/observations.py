@@ -71,9 +71,7 @@ class Observation:
                 "entered": "entered"}[self.state]
         after = f" after {self.timeout_ms} ms" if self.state == "timed_out" and self.timeout_ms \
             else ""
-        then = f" and {self.detail}" if self.detail and self.numbering == "desync" else ""
-        return (f"{verb} {self.op or 'a collective'}{seq}{pg}{args}{after}{then} "
-                f"({self.numbering})")
+        return f"{verb} {self.op or 'a collective'}{seq}{pg}{args}{after} ({self.numbering})"
 
 
 def _ranks(text: object) -> list[int]:
@@ -167,20 +165,16 @@ def _desync(reporter: int | None, event: LogEvent, pg: str) -> list[Observation]
     seq = _int(fields.get("seq"))
     op = str(fields.get("op", ""))
     where = event.where()
-    # each line's own #N (a lagging rank may have finished #182 while the others time out in #315)
-    joined = _int(fields.get("joined_seq"))
-    finished = _int(fields.get("finished_seq"))
-    after = _int(fields.get("next_seq"))
-    listed: list[tuple[str, ObsState, int | None, str, str]] = [
-        ("joined_not_finished", "waiting", seq if joined is None else joined,
-         op if joined in (None, seq) else "", ""),
-        ("finished_not_joined_next", "completed", seq if finished is None else finished,
-         str(fields.get("finished_op", "")) if finished not in (None, seq) else op,
-         f"did not join #{after}" if after is not None else ""),
-        ("never_joined", "never_joined", seq, op, "")]
-    out = [Observation(r, state, "desync", pg, at, what, where, reporter=reporter,
-                       time=event.time, detail=detail)
-           for name, state, at, what, detail in listed for r in _ranks(fields.get(name))]
+    # each list with the seq the report gives it: a lagging rank "finished collective #182, but
+    # didn't join collective #183" is at #182, not at the #315 its reporter timed out in
+    listed: list[tuple[str, ObsState, int | None]] = [
+        ("joined_not_finished", "waiting", _int(fields.get("joined_seq"))),
+        ("finished_not_joined_next", "completed", _int(fields.get("finished_seq"))),
+        ("never_joined", "never_joined", None)]
+    out = [Observation(r, state, "desync", pg, own if own is not None else seq,
+                       op if own is None or own == seq else "", where, reporter=reporter,
+                       time=event.time)
+           for name, state, own in listed for r in _ranks(fields.get(name))]
     if reporter is not None and not any(o.rank == reporter for o in out):
         out.append(Observation(reporter, "timed_out", "desync", pg, seq, op, where,
                                time=event.time))

@@ -139,10 +139,10 @@ def order_verdict(picture: Picture, cycle_ranks: list[int]) -> OrderVerdict:
     return OrderVerdict()
 
 
-def stack_only_note(picture: Picture, stacks: dict[int, RankStackState]) -> str | None:
-    """Ranks without a flight-recorder dump that sit in one collective op called from different
-    places of the job's code: say what stacks cannot tell (which group, which seq, so whether it
-    is an ordering deadlock across process groups)."""
+def stack_sites(picture: Picture, stacks: dict[int, RankStackState]
+                ) -> dict[str, list[tuple[str, list[int]]]]:
+    """Per collective op, the places of the job's code (file:line) ranks without a dump sit in it
+    from, not moving, the most-populated place first."""
     sites: dict[tuple[str, str], list[int]] = {}
     for rank, state in stacks.items():
         main = state.main
@@ -152,11 +152,19 @@ def stack_only_note(picture: Picture, stacks: dict[int, RankStackState]) -> str 
         sites.setdefault((main.op or "?", short_where(main.user_frame)), []).append(rank)
     by_op: dict[str, list[tuple[str, list[int]]]] = {}
     for (op, where), ranks in sites.items():
-        by_op.setdefault(op, []).append((where, ranks))
-    for op, places in sorted(by_op.items()):
+        by_op.setdefault(op, []).append((where, sorted(ranks)))
+    for places in by_op.values():
+        places.sort(key=lambda item: (-len(item[1]), item[1]))
+    return by_op
+
+
+def stack_only_note(picture: Picture, stacks: dict[int, RankStackState]) -> str | None:
+    """Ranks without a flight-recorder dump that sit in one collective op called from different
+    places of the job's code: say what stacks cannot tell (which group, which seq, so whether it
+    is an ordering deadlock across process groups)."""
+    for op, places in sorted(stack_sites(picture, stacks).items()):
         if len(places) < 2:
             continue
-        places.sort(key=lambda item: (-len(item[1]), item[1]))
         seen = "; ".join(f"{ranks_phrase(ranks)} in {op} from {where}" for where, ranks in places)
         odd = ""
         if len(places[-1][1]) < len(places[0][1]):

@@ -297,9 +297,19 @@ class ThreadActivity:
         if self.user_frame is not None:
             parts.append(f"{'from' if len(parts) > 1 else 'at'} {short_where(self.user_frame)}")
         text = " ".join(parts[:2]) + (", " + parts[2] if len(parts) > 2 else "")
+        return text + self._idle_note()
+
+    def place(self) -> str:
+        """Where it is, without what it does: ``at f (file:line), from g (file:line)``, for a
+        sentence that already says what (``blocked on lock.acquire``)."""
+        text = self.describe().removesuffix(self._idle_note())
+        what = f"{self.kind} {self.op}" if self.op else str(self.kind)
+        return text[len(what):].lstrip() if text.startswith(what) else text
+
+    def _idle_note(self) -> str:
         if self.kind == "idle" and self.user_frame is not None:
-            text += " (blocked in a C call; a --native dump shows which)"
-        return text
+            return " (blocked in a C call; a --native dump shows which)"
+        return ""
 
 
 def short_where(frame: Frame) -> str:

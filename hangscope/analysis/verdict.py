@@ -26,6 +26,7 @@ class Kind(str, enum.Enum):
     STRAGGLER = "straggler"
     NETWORK_FAULT = "network_fault"
     INIT_HANG = "init_hang"
+    CONFIG_SKEW = "config_skew"
 
 
 class Status(str, enum.Enum):
@@ -49,7 +50,7 @@ KIND_PRIORITY = {
     Kind.RANK_OOM: 0, Kind.RANK_DIED: 1, Kind.P2P_DEADLOCK: 2, Kind.PG_ORDER_DEADLOCK: 2,
     Kind.PYTHON_DEADLOCK: 3, Kind.DATALOADER_STALL: 3, Kind.COLLECTIVE_MISMATCH: 4,
     Kind.SIZE_MISMATCH: 4, Kind.INIT_HANG: 5, Kind.NETWORK_FAULT: 6, Kind.MISSING_RANK: 7,
-    Kind.STRAGGLER: 8,
+    Kind.STRAGGLER: 8, Kind.CONFIG_SKEW: 9,
 }
 
 
@@ -57,7 +58,7 @@ KIND_PRIORITY = {
 class EvidenceItem:
     """One cited fact. ``where`` is ``file:line`` (or a file and an FR record id)."""
 
-    source: str  # flight_recorder | py-spy | log | proc | probe
+    source: str  # flight_recorder | py-spy | log | proc | probe | gpu
     rank: int | None
     detail: str
     where: str = ""
@@ -117,6 +118,25 @@ class RankClass:
     role: str  # culprit | waiting | ok | unknown
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigGroup:
+    """Ranks that share one value of a setting; ``where`` cites one of them (file or file:line)."""
+
+    value: str
+    ranks: list[int]
+    where: str = ""
+
+
+@dataclass(slots=True)
+class ConfigDifference:
+    """A setting the ranks disagree on (``env:NCCL_SOCKET_IFNAME``, ``nccl_version``,
+    ``lib:libnccl``), its groups largest first. ``unknown`` lists ranks nothing said it for."""
+
+    key: str
+    groups: list[ConfigGroup]
+    unknown: list[int] = field(default_factory=list)
+
+
 @dataclass(slots=True)
 class Verdict:
     status: Status
@@ -127,13 +147,17 @@ class Verdict:
     evidence_gaps: list[str] = field(default_factory=list)
     rank_classes: list[RankClass] = field(default_factory=list)
     tool_version: str = ""
+    # rank -> its GPU as nvidia-smi or NCCL showed it (``analysis/gpu_ranks.py``); in the JSON
+    # only when some rank has one
+    gpus: dict[int, str] = field(default_factory=dict)
+    config_differences: list[ConfigDifference] = field(default_factory=list)
 
     @property
     def root(self) -> Finding | None:
         return self.findings[0] if self.findings else None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "schema": SCHEMA,
             "status": self.status.value,
             "world_size": self.world_size,
@@ -144,6 +168,11 @@ class Verdict:
             "rank_classes": [asdict(cls) for cls in self.rank_classes],
             "hangscope_version": self.tool_version,
         }
+        if self.gpus:
+            out["gpus"] = {str(r): g for r, g in sorted(self.gpus.items())}
+        if self.config_differences:
+            out["config_differences"] = [asdict(d) for d in self.config_differences]
+        return out
 
 
 def order_findings(findings: list[Finding]) -> list[Finding]:

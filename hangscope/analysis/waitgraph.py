@@ -207,7 +207,7 @@ def _rank_key(picture: Picture, stacks: dict[int, RankStackState], rank: int,
     return tuple(sorted(parts, key=repr))
 
 
-def describe_rank(picture: Picture, stacks: dict[int, RankStackState], rank: int,
+def _describe(picture: Picture, stacks: dict[int, RankStackState], rank: int,
               ends: dict[int, str]) -> str:
     if rank not in picture.dumps:
         state = stacks.get(rank)
@@ -259,7 +259,7 @@ def build_wait_graph(picture: Picture, stacks: dict[int, RankStackState] | None 
             cid = keys[key] = f"c{len(keys)}"
         class_of[rank] = cid
         members[cid].append(rank)
-    states = {cid: describe_rank(picture, stacks, ranks_[0], ends)
+    states = {cid: _describe(picture, stacks, ranks_[0], ends)
               for cid, ranks_ in members.items()}
     graph = WaitGraph(class_of=class_of, members=dict(members), states=states)
     for cid, ranks_ in members.items():

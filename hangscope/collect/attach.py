@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from hangscope.bundle import BundleWriter, CollectionRecord
 from hangscope.collect import (
     fr_trigger,
+    gpu,
     identity,
     logs,
     nccl_ras,
@@ -28,6 +29,7 @@ from hangscope.collect import (
     permissions,
     procstate,
     pyspy,
+    runtime,
     sampling,
 )
 from hangscope.collect import probe as probe_client
@@ -60,7 +62,7 @@ class CollectSummary:
     def tally(self) -> str:
         ranks = sorted(r.rank for r in self.job.ranks)
         stacks = len(set(self.ok.get("py-spy", [])))
-        parts = [f"{len(ranks)} ranks found, stacks from {stacks}"]
+        parts = [f"{len(ranks)} rank{'' if len(ranks) == 1 else 's'} found, stacks from {stacks}"]
         if self.ok.get("probe"):
             parts.append(f"in-job probe answered in {len(set(self.ok['probe']))}")
         if self.failed:
@@ -105,7 +107,9 @@ def collect(options: AttachOptions, bundle_dir: str,
                    "flight recorder": pool.submit(_collect_fr, job, writer, summary, options,
                                                   budget),
                    "logs": pool.submit(_collect_logs, job, writer, summary, budget),
-                   "NCCL RAS": pool.submit(_collect_ras, job, writer, summary, options, budget)}
+                   "NCCL RAS": pool.submit(_collect_ras, job, writer, summary, options, budget),
+                   "GPU readings": pool.submit(gpu.collect, writer, summary.gaps, budget,
+                                               job.ranks)}
         _describe_job(writer, job)
         oswaits.collect_into(writer, rank_of_pid, worker_of)
         summary.gaps.extend(_describe_node(writer, job, summary, wall_start, started))
@@ -183,6 +187,9 @@ def _describe_job(writer: BundleWriter, job: JobProcesses) -> None:
     for rank in job.ranks:
         entry = writer.rank_entry(rank.rank)
         entry.host, entry.pid, entry.local_rank = job.host, rank.pid, rank.local_rank
+        # libraries, versions and settings, compared across ranks by analysis.config_skew
+        writer.add_file(rank.rank, runtime.KIND, runtime.FILE_NAME,
+                        runtime.to_bytes(runtime.describe(rank)))
     if job.missing_local_ranks:
         writer.gaps.append(f"local ranks {job.missing_local_ranks} should run on {job.host} "
                            "but have no process (exited or never started)")

@@ -28,8 +28,12 @@ ENV_ALLOW: frozenset[str] = frozenset({
     "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
     # the node a rank runs on, for bundle manifests (collect/identity.py)
     "SLURMD_NODENAME", "NODE_NAME", "KUBERNETES_NODE_NAME",
+    # settings that change how collectives or compute behave, compared across ranks
+    # (collect/runtime.py, analysis/config_skew.py)
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_LAUNCH_BLOCKING",
+    "PYTORCH_CUDA_ALLOC_CONF", "LD_PRELOAD", "LD_LIBRARY_PATH",
 })
-ENV_ALLOW_PREFIXES: tuple[str, ...] = ("SLURM_",)
+ENV_ALLOW_PREFIXES: tuple[str, ...] = ("SLURM_", "NCCL_", "TORCH_NCCL_", "TORCH_FR_", "GLOO_")
 # Secrets are sometimes stashed in SLURM_* (job comments, exported vars): never keep these.
 _ENV_DENY = re.compile(r"(TOKEN|SECRET|PASSW|KEY|CRED|AUTH)", re.IGNORECASE)
 _MAX_ENV_VALUE = 4096

@@ -164,24 +164,18 @@ def find_roots(table: ProcTable, pid_group: int | None, pids: Sequence[int],
         else:
             reasons.append(f"pid {pid} does not exist")
     if pattern is not None:
-        me = own_processes(table)
+        # our own shell matches the pattern too, and so does a copy of us we forked (its command
+        # line is ours) or a py-spy we started: none of them is the job (a job started by the
+        # process that runs hangscope, as tests do, still is)
+        own = table[os.getpid()].line if os.getpid() in table else None
+        me = {os.getpid(), *ancestors(os.getpid(), table),
+              *(pid for pid in with_descendants([os.getpid()], children_of(table))
+                if table[pid].line == own or "py-spy" in table[pid].line)}
         hits = [pid for pid, s in table.items() if pid not in me and pattern.search(s.line)]
         if not hits:
             reasons.append(f"no command line matches {pattern.pattern!r}")
         roots.extend(hits)
     return list(dict.fromkeys(roots))
-
-
-def own_processes(table: ProcTable) -> set[int]:
-    """hangscope's own processes, which a pattern naming the job matches too: this one, its
-    ancestors (the shell that ran it) and its forked copies (attach's analyzer runs in one:
-    a descendant with this process's command line). Other descendants are left: a test, or a
-    launcher script, may start the job itself."""
-    me = os.getpid()
-    own = table[me].line if me in table else None
-    copies = [pid for pid in with_descendants([me], children_of(table))
-              if pid != me and own is not None and table[pid].line == own]
-    return {me, *ancestors(me, table), *copies}
 
 
 def with_descendants(roots: Iterable[int], children: Children) -> list[int]:

@@ -20,15 +20,17 @@ Layout (``schema`` = :data:`SCHEMA`)::
     gaps      [str]                       evidence the analysis lacked
     notes     [str]                       what this report left out (caps)
     classes   {id[], ranks[], count[], role[], state[], where[], last[], rep[]}
-    ranks     {rank[], cls[], host[], pid[], status[]}                  one row per rank
+    ranks     {rank[], cls[], host[], pid[], status[], gpu[]}           one row per rank
     frames    {name[], file[], line[], lib[]}                           interned frames
     tree      {source, parent[], frame[], ranks[], count[], truncated}  merged stacks, roots first
     details   {"<rank>": RankDetail}
     job_logs  LogColumns                                                logs tied to no rank
+    config    [{setting, key, values: [{value, ranks, where}], unknown}]  what differs between ranks
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -37,8 +39,8 @@ from hangscope.analysis.stacks import user_frame
 from hangscope.analysis.verdict import Finding
 from hangscope.model import FrEntry, LogEvent, ProcessState, RankEvidence, StackSample
 from hangscope.ranges import format_ranks
-from hangscope.redact import redact
 from hangscope.report import stacktree
+from hangscope.report.config_table import config_rows
 from hangscope.report.payload_types import (
     ClassColumns,
     Collective,
@@ -57,6 +59,7 @@ from hangscope.report.payload_types import (
     ThreadColumns,
     WorkerData,
 )
+from hangscope.report.redact import redact
 from hangscope.report.tables import Frames, Strings
 
 if TYPE_CHECKING:
@@ -111,6 +114,7 @@ def build_payload(result: Result, redact_secrets: bool = True) -> Payload:
         "tree": tree,
         "details": details,
         "job_logs": _logs(ev.unattributed_logs, s, MAX_JOB_LOGS),
+        "config": config_rows(verdict),
     }
     if redact_secrets:
         payload = redact(payload)
@@ -160,7 +164,8 @@ def _classes(result: Result, s: Strings) -> ClassColumns:
     picture = result.context.picture
     roles = {cls.id: cls.role for cls in result.verdict.rank_classes}
     cols: ClassColumns = {"id": [], "ranks": [], "count": [], "role": [], "state": [],
-                          "where": [], "last": [], "rep": []}
+                          "where": [], "last": [], "rep": [], "gpu": []}
+    gpus = result.verdict.gpus
     for cid, members in sorted(graph.members.items(), key=lambda kv: kv[1][0]):
         rep = members[0]
         cols["id"].append(cid)
@@ -179,7 +184,20 @@ def _classes(result: Result, s: Strings) -> ClassColumns:
             last = last[:MAX_LAST_GROUPS] + [f"+{len(last) - MAX_LAST_GROUPS} more groups"]
         cols["last"].append(s("; ".join(last)))
         cols["rep"].append(rep)
+        cols["gpu"].append(s(_gpu_labels(gpus, members)))
     return cols
+
+
+_GPU_LABEL = re.compile(r"GPU (?:\d+ \([0-9a-f:]+\)|[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2})")
+
+
+def _gpu_labels(gpus: dict[int, str], members: list[int]) -> str | None:
+    """``GPU 3 (0000:3b:00)`` for one rank; the first few, then a count, for a class."""
+    labels = [m.group(0) if (m := _GPU_LABEL.match(gpus[r])) else gpus[r][:30]
+              for r in members if r in gpus]
+    if not labels:
+        return None
+    return ", ".join(labels[:3]) + (f" +{len(labels) - 3} more" if len(labels) > 3 else "")
 
 
 def _where_waiting(result: Result, rank: int,
@@ -202,7 +220,7 @@ def _where_waiting(result: Result, rank: int,
 def _rank_rows(result: Result, ranks: list[int], class_index: dict[str, int],
                s: Strings) -> RankColumns:
     graph = result.context.graph
-    cols: RankColumns = {"rank": [], "cls": [], "host": [], "pid": [], "status": []}
+    cols: RankColumns = {"rank": [], "cls": [], "host": [], "pid": [], "status": [], "gpu": []}
     for rank in ranks:
         ev = result.evidence.ranks.get(rank)
         cid = graph.class_of.get(rank)
@@ -214,6 +232,7 @@ def _rank_rows(result: Result, ranks: list[int], class_index: dict[str, int],
         cols["host"].append(s(host))
         cols["pid"].append(ev.pid if ev is not None else None)
         cols["status"].append(s(ev.proc[-1].status) if ev is not None and ev.proc else -1)
+        cols["gpu"].append(s(result.verdict.gpus.get(rank)))
     return cols
 
 

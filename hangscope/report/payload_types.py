@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from hangscope.report.config_table import ConfigRow
+
 
 class Collective(TypedDict):
     pg: str | None
@@ -53,6 +55,7 @@ class ClassColumns(TypedDict):
     where: list[int]
     last: list[int]
     rep: list[int]
+    gpu: list[int]  # the class's ranks' GPUs (verdict ``gpus``); all -1 when no GPU evidence
 
 
 class RankColumns(TypedDict):
@@ -61,6 +64,7 @@ class RankColumns(TypedDict):
     host: list[int]
     pid: list[int | None]
     status: list[int]
+    gpu: list[int]  # the rank's GPU line, -1 without one
 
 
 class FrameColumns(TypedDict):
@@ -177,3 +181,4 @@ class Payload(TypedDict):
     tree: TreeColumns
     details: dict[str, RankDetail]
     job_logs: LogColumns
+    config: list[ConfigRow]  # what differs between ranks; empty when they agree

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from hangscope.analysis.verdict import Finding, Status, Verdict
 from hangscope.ranges import format_ranks, ranks_phrase
+from hangscope.report.config_table import format_differences
 
 MAX_CLASSES = 12
 MAX_EVIDENCE = 6
@@ -14,8 +15,8 @@ MAX_EVIDENCE = 6
 def format_verdict(verdict: Verdict, color: bool = False) -> Iterator[str]:
     yield _style(f"hangscope: {verdict.status.value.upper()}", _status_color(verdict.status), color)
     world = f"world size {verdict.world_size}" if verdict.world_size else "world size unknown"
-    seen = (f"evidence from {ranks_phrase(verdict.ranks_seen)}" if verdict.ranks_seen
-            else "evidence from no rank")
+    seen = f"evidence from {ranks_phrase(verdict.ranks_seen)}" if verdict.ranks_seen \
+        else "no rank's evidence"
     line = f"{world}; {seen}"
     if verdict.ranks_missing:
         line += f"; no evidence from {ranks_phrase(verdict.ranks_missing)}"
@@ -33,6 +34,14 @@ def format_verdict(verdict: Verdict, color: bool = False) -> Iterator[str]:
             yield f"  {format_ranks(cls.ranks):>20}  [{cls.role}] {cls.state}"
         if len(verdict.rank_classes) > MAX_CLASSES:
             yield f"  ... {len(verdict.rank_classes) - MAX_CLASSES} more groups in verdict.json"
+    if verdict.gpus:
+        yield ""
+        yield "GPUs:"
+        for rank, gpu in sorted(verdict.gpus.items())[:MAX_CLASSES]:
+            yield f"  rank {rank:>5}  {gpu}"
+        if len(verdict.gpus) > MAX_CLASSES:
+            yield f"  ... {len(verdict.gpus) - MAX_CLASSES} more in verdict.json"
+    yield from format_differences(verdict)
     if verdict.evidence_gaps:
         yield ""
         yield "Evidence gaps:"

@@ -38,11 +38,13 @@ import gc
 import logging
 from array import array
 from dataclasses import dataclass
+from itertools import islice
+from operator import gt
 from typing import Any
 
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrEntry
-from hangscope.sources import flight_recorder
+from hangscope.sources import flight_recorder, fr_columns
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,9 @@ Body = tuple[Any, ...]
 # a record as shipped: FrEntry's fields in order, frames replaced by an index into ``stacks``
 Shipped = tuple[Any, ...]
 RanksSpec = tuple[int, int, int] | tuple[int, ...] | None
+Latest = tuple[int, int, FrEntry | None] | None  # record id, index, the record if kept whole
+# what reading the records gives: valid records, first record id, latest, backend, tail exact
+Read = tuple[int, int | None, Latest, str, bool]
 
 
 @dataclass(slots=True)
@@ -102,10 +107,11 @@ def reduce_dump(path: str, rank: int) -> DumpDigest:
     """Read one dump and reduce it. Raises BadInputError like ``flight_recorder.load_dump``.
 
     Hot path at scale (8 million records at 4096 x 2000): a record that is plain history
-    (completed, no frames, not p2p) becomes four numbers and a body id without ever being an
-    :class:`FrEntry`; every other record goes through the full loader's ``Converter``. A record
-    the fast path cannot read goes through the ``Converter`` too, which reports its problem as
-    the full loader does."""
+    (completed, no frames, not p2p) becomes three numbers and a body id without ever being an
+    :class:`FrEntry`, and without per-record Python where the dump's fields have the plain
+    types (``fr_columns`` reads them column by column, in C); every other record goes through
+    the full loader's ``Converter``. A record the fast path cannot read goes through the
+    ``Converter`` too, which reports its problem as the full loader does."""
     raw, entries_raw = flight_recorder.read_raw(path)
     problems: list[str] = []
     return _Reducer(path, rank, raw, entries_raw, problems).digest()
@@ -154,7 +160,38 @@ class _Reducer:
             group.desc = desc
         return group
 
-    def digest(self) -> DumpDigest:  # noqa: C901 - one pass, kept flat for speed
+    def classify(self, raw: dict[str, Any]) -> tuple[tuple[str, str], str, Body | None]:
+        """A plain record's group, backend and body; body None if the record is kept whole
+        (not known to be completed, or p2p). Raises what the fast path raises on bad input."""
+        conv = self.converter
+        backend, op, peer, says_p2p = conv.parse_name(raw["profiling_name"])
+        pg = conv.pg(raw)
+        state = raw["state"]
+        completed = flight_recorder.completion(state, backend, raw)
+        is_p2p = raw.get("is_p2p")
+        if type(is_p2p) is not bool:
+            is_p2p = says_p2p
+        if completed is not True or is_p2p:
+            return pg, backend, None
+        timeout, thread_name = raw.get("timeout_ms"), raw.get("thread_name")
+        return pg, backend, (
+            pg[1], op, backend, is_p2p, state, completed,
+            tuple(map(tuple, raw["input_sizes"])), tuple(raw["input_dtypes"]),
+            tuple(map(tuple, raw["output_sizes"])), tuple(raw["output_dtypes"]),
+            timeout if type(timeout) is int else None, peer, thread_name)
+
+    def digest(self) -> DumpDigest:
+        n_problems = len(self.problems)
+        cols = fr_columns.scan(self.entries_raw)
+        if cols is not None:
+            done = fr_columns.assemble(self, cols)
+            if done is not None:
+                return self.finish(*done)
+            del self.problems[n_problems:]  # read again, record by record
+            self.body_ids, self.bodies, self.groups = {}, [], {}
+        return self.finish(*self.by_record())
+
+    def by_record(self) -> Read:  # noqa: C901 - one pass, kept flat for speed
         conv = self.converter
         convert, parse_name, pg_of = conv.convert, conv.parse_name, conv.pg
         names, pgs = conv.name_cache, conv.pg_cache
@@ -229,7 +266,7 @@ class _Reducer:
             else:
                 if entry is not None:
                     group.kept[len(group.seqs)] = entry
-                    body = body_of(_body(entry))
+                    body = body_of(fr_columns.body_of(entry))
                 group.seqs.append(seq)
                 group.p2p_seqs.append(p2p_seq)
                 group.record_ids.append(rid)
@@ -245,6 +282,11 @@ class _Reducer:
                 latest = (rid, index, entry)
             if backend and not backend_seen:
                 backend_seen = backend
+        return n_valid, first_rid, latest, backend_seen, ordered and timed
+
+    def finish(self, n_valid: int, first_rid: int | None, latest: Latest, backend_seen: str,
+               tail_exact: bool) -> DumpDigest:
+        convert = self.converter.convert
         for group in self.groups.values():
             for position in range(max(0, len(group.seqs) - TAIL), len(group.seqs)):
                 if position not in group.kept:
@@ -265,30 +307,34 @@ class _Reducer:
             bodies=self.bodies, stacks=self.stacks,
             groups={name: self.part(group) for name, group in self.groups.items()},
             problems=self.problems[:MAX_PROBLEMS], n_problems=len(self.problems),
-            tail_exact=ordered and timed)
+            tail_exact=tail_exact)
 
     def part(self, group: _Group) -> GroupPart:
         """The group's arrays in the order ``correlate`` sorts collectives: by seq, stably."""
         seqs = group.seqs
-        order = list(range(len(seqs)))
-        if any(a > b for a, b in zip(seqs, seqs[1:])):
-            order.sort(key=seqs.__getitem__)
-        position = {old: new for new, old in enumerate(order)} if group.kept else {}
-        kept = {position[old]: entry for old, entry in group.kept.items()}
+        n = len(seqs)
+        if any(map(gt, seqs, islice(seqs, 1, None))):
+            order = sorted(range(n), key=seqs.__getitem__)
+            position = {old: new for new, old in enumerate(order)} if group.kept else {}
+            kept = {position[old]: entry for old, entry in group.kept.items()}
+            p2p_seqs, record_ids, bodies = (
+                list(map(column.__getitem__, order))
+                for column in (group.p2p_seqs, group.record_ids, group.bodies))
+            seqs = list(map(seqs.__getitem__, order))
+        else:  # already in order (the common case): no per-record work
+            kept, p2p_seqs, record_ids, bodies = \
+                group.kept, group.p2p_seqs, group.record_ids, group.bodies
         pending = -1
         for new in sorted(kept):
             if kept[new].completed is False:
                 pending = new
                 break
-        if pending < 0 and order and (last := kept.get(len(order) - 1)) is not None \
+        if pending < 0 and n and (last := kept.get(n - 1)) is not None \
                 and last.completed is None:
-            pending = len(order) - 1
+            pending = n - 1
         return GroupPart(
-            desc=group.desc,
-            seqs=array("q", [seqs[i] for i in order]),
-            p2p_seqs=array("q", [group.p2p_seqs[i] for i in order]),
-            record_ids=array("q", [group.record_ids[i] for i in order]),
-            bodies=array("I", [group.bodies[i] for i in order]),
+            desc=group.desc, seqs=array("q", seqs), p2p_seqs=array("q", p2p_seqs),
+            record_ids=array("q", record_ids), bodies=array("I", bodies),
             kept={new: self.ship(entry) for new, entry in kept.items()},
             pending=pending, p2p=[self.ship(entry) for entry in group.p2p])
 
@@ -307,12 +353,6 @@ class _Reducer:
 
 class _Whole(Exception):  # noqa: N818 - control flow: this record is kept whole
     pass
-
-
-def _body(entry: FrEntry) -> Body:
-    return (entry.pg_desc, entry.op, entry.backend, entry.is_p2p, entry.state, entry.completed,
-            entry.input_sizes, entry.input_dtypes, entry.output_sizes, entry.output_dtypes,
-            entry.timeout_ms, entry.peer, entry.thread_name)
 
 
 _SPECS: dict[int, tuple[tuple[int, ...], RanksSpec]] = {}

@@ -12,6 +12,7 @@ cannot give what the report shows (see ``DumpDigest.tail_exact``).
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import multiprocessing
 import os
@@ -281,7 +282,19 @@ def load_dumps(by_rank: dict[int, str], jobs: int | None) -> Iterator[LoadResult
 
 
 def load_reduced(items: list[tuple[int, str]], jobs: int | None) -> Iterator[LoadResult]:
-    """``items`` (rank, path), reduced (see :func:`load_dumps`)."""
+    """``items`` (rank, path), reduced (see :func:`load_dumps`). The cyclic garbage collector
+    is off meanwhile: reading makes millions of short-lived containers that reference counting
+    frees, and each collection pass would walk the digests kept so far."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield from _load_reduced(items, jobs)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _load_reduced(items: list[tuple[int, str]], jobs: int | None) -> Iterator[LoadResult]:
     tables = Tables()
     workers = min(jobs or usable_cores(), len(items))
     # A forked worker keeps only the forking thread: a lock another thread held (logging's,

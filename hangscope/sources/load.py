@@ -11,15 +11,26 @@ from __future__ import annotations
 
 import gc
 import os
+import re
+import stat
 from dataclasses import dataclass, field
 
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, StackSample
 from hangscope.options import LoadOptions
-from hangscope.sources import flight_recorder, fr_stream, merge, oswaits, pyspy, stack_pastes
+from hangscope.sources import (
+    flight_recorder,
+    fr_stream,
+    merge,
+    nvsmi,
+    oswaits,
+    pyspy,
+    runtime,
+    stack_pastes,
+)
 from hangscope.sources.logs import loader as log_loader
-from hangscope.sources.logs.scan import sniff_log
-from hangscope.sources.special import not_a_file
+from hangscope.sources.logs.normalize import logical_bytes
+from hangscope.sources.logs.scan import is_text, sniff_log
 
 MAX_FILES = 200_000
 SNIFF_BYTES = 4096
@@ -45,6 +56,7 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
     stack_files: list[str] = []
     log_files: list[str] = []
     paste_files: list[str] = []
+    runtime_files: list[str] = []
     bundles: list[str] = []
     for path in paths:
         if not os.path.exists(path):
@@ -55,9 +67,8 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
             if whole:
                 continue
         for file_path, explicit in _files_under(path, set(bundles)):
-            unreadable = not_a_file(file_path)  # a FIFO or a device would block or never end
-            if unreadable:
-                report.problems.append(unreadable)
+            if (special := not_a_file(file_path)) is not None:
+                report.problems.append(special)  # opening it could block forever
                 continue
             kind, paste = _sniff(file_path, explicit)
             if paste:
@@ -73,6 +84,11 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
             elif kind == oswaits.KIND:
                 oswaits.load_oswaits(file_path, None, evidence, report.problems)
                 report.loaded.setdefault(oswaits.KIND, []).append(file_path)
+            elif kind == nvsmi.KIND:
+                nvsmi.load_gpu_file(file_path, None, evidence, report.problems)
+                report.loaded.setdefault(nvsmi.KIND, []).append(file_path)
+            elif kind == "runtime":
+                runtime_files.append(file_path)
             elif explicit:
                 report.problems.append(f"{file_path}: not a recognised evidence file")
             else:
@@ -88,6 +104,9 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
         log_loader.load_log_file(path, None, evidence, report.problems)
         if len(report.problems) == before:
             report.loaded.setdefault("log", []).append(path)
+    for path in runtime_files:
+        runtime.load_runtime_file(path, None, evidence, report.problems)
+        report.loaded.setdefault("runtime", []).append(path)
     evidence.gaps.extend(report.problems)
     if not report.count() and not evidence.ranks:
         if report.problems:
@@ -112,10 +131,34 @@ def _files_under(path: str, skip: set[str]) -> list[tuple[str, bool]]:
     return found
 
 
-def _sniff(path: str, explicit: bool = False) -> tuple[str | None, bool]:
+_FR_PIPE = re.compile(r"(\d+)\.pipe$")
+
+
+def not_a_file(path: str) -> str | None:
+    """One line saying what ``path`` is when it is not a regular file (a FIFO, a socket, a
+    device), else None. Such a file is never opened: reading a FIFO blocks until someone writes,
+    a device like /dev/zero never ends."""
+    try:
+        mode = os.stat(path).st_mode  # follows a symlink; stat never blocks
+    except OSError as exc:
+        return f"{path}: cannot read ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        m = _FR_PIPE.search(path)
+        if m:
+            return (f"{path}: a named pipe, not read: it looks like the flight-recorder trigger "
+                    f"of TORCH_NCCL_DEBUG_INFO_PIPE_FILE; writing to it makes the live rank "
+                    f"{m.group(1)} dump its flight recorder (`hangscope attach` does that)")
+        return f"{path}: a named pipe (FIFO), not read: reading it would wait for a writer"
+    what = ("a socket" if stat.S_ISSOCK(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "not a regular file")
+    return f"{path}: {what}, not read"
+
+
+def _sniff(path: str, named: bool = False) -> tuple[str | None, bool]:
     """The file's kind from its first bytes, and whether it (also) holds a gdb or faulthandler
-    stack paste: a rank's log may carry a faulthandler dump beside its watchdog lines. A text
-    file named on the command line (``explicit``) is read as a log whatever its name."""
+    stack paste: a rank's log may carry a faulthandler dump beside its watchdog lines."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(SNIFF_BYTES)
@@ -127,8 +170,17 @@ def _sniff(path: str, explicit: bool = False) -> tuple[str | None, bool]:
         return "pyspy", False
     if head.lstrip().startswith(b"{") and f'"{oswaits.SCHEMA}"'.encode() in head:
         return oswaits.KIND, False
-    kind = "log" if sniff_log(head, path, any_name=explicit) else None
-    return kind, stack_pastes.sniff_stack_paste(head)
+    if nvsmi.sniff(head):
+        return nvsmi.KIND, False
+    if runtime.sniff_runtime(head):
+        return "runtime", False
+    logical = logical_bytes(head)  # a paste behind a tool's head, or hard-wrapped
+    if logical is not head and pyspy.sniff_pyspy(logical):
+        return "pyspy", False
+    # a text file the user named is read as a log whatever its name; files met in a folder
+    # only when their content or name says so
+    kind = "log" if sniff_log(head, path) or (named and is_text(head)) else None
+    return kind, stack_pastes.sniff_stack_paste(logical)
 
 
 def _load_fr(files: list[str], options: LoadOptions, evidence: JobEvidence,
@@ -181,8 +233,8 @@ def _load_pastes(files: list[str], evidence: JobEvidence, report: LoadReport) ->
         try:
             with open(path, "rb") as handle:
                 data = handle.read(stack_pastes.MAX_BYTES + 1)
-            samples = stack_pastes.parse_stack_paste(data.decode("utf-8", "replace"), path,
-                                                     os.path.getmtime(path))
+            text = logical_bytes(data).decode("utf-8", "replace")
+            samples = stack_pastes.parse_stack_paste(text, path, os.path.getmtime(path))
         except OSError as exc:
             report.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
             continue

@@ -50,6 +50,7 @@ from typing import Any
 
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, JobEvidence, StackSample, ThreadStack
+from hangscope.sources.logs.normalize import logical_bytes
 
 MAX_BYTES = 64 << 20  # a dump with locals of 1000 threads is a few MB
 MAX_LINE = 64 << 10  # longer text lines are cut before matching
@@ -313,6 +314,9 @@ def load_pyspy_file(path: str) -> list[tuple[int | None, StackSample]]:
     except OSError as exc:
         raise BadInputError(path, f"cannot read ({exc.strerror or exc})") from None
     kind = sniff_pyspy(data[:4096])
+    if kind is None:  # a text dump behind a tool's head (pytest, kubectl), or hard-wrapped
+        data = logical_bytes(data)
+        kind = sniff_pyspy(data[:4096])
     if kind == "pyspy-text":
         return parse_pyspy_text_by_rank(data.decode("utf-8", "replace"), path)
     if kind != "pyspy-json":

@@ -10,11 +10,15 @@ from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence
 from hangscope.sources import flight_recorder
 from hangscope.sources.logs.loader import load_log_file
+from hangscope.sources.nvsmi import KIND as GPU_KIND
+from hangscope.sources.nvsmi import load_gpu_file
 from hangscope.sources.oswaits import KIND as OSWAITS_KIND
 from hangscope.sources.oswaits import load_oswaits
 from hangscope.sources.probe import RECORD_KIND as PROBE_KIND
 from hangscope.sources.probe import load_probe_record
 from hangscope.sources.pyspy import RECORD_KIND, load_pyspy_record
+from hangscope.sources.runtime import RECORD_KIND as RUNTIME_KIND
+from hangscope.sources.runtime import load_runtime_file
 from hangscope.sources.source_lines import KIND as SOURCE_LINES_KIND
 from hangscope.sources.source_lines import load_source_lines
 
@@ -45,4 +49,6 @@ FILE_LOADERS: dict[str, FileLoader] = {
     PROBE_KIND: load_probe_record,
     SOURCE_LINES_KIND: load_source_lines,
     OSWAITS_KIND: load_oswaits,
+    GPU_KIND: load_gpu_file,
+    RUNTIME_KIND: load_runtime_file,
 }

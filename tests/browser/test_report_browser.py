@@ -125,52 +125,31 @@ def test_log_only_report_draws_the_log_waits_and_cites_their_lines(visit, tmp_pa
     seen.shot("logs-desync_report")
 
 
-SAMPLES = sorted(name for name in os.listdir(os.path.join(ROOT, "reports"))
-                 if name.endswith(".html"))
-OVERFLOW_JS = """() => {
-  const page = document.documentElement, wide = [];
-  if (page.scrollWidth > page.clientWidth) wide.push(['page', page.scrollWidth, page.clientWidth]);
-  document.querySelectorAll('.table-wrap, .graph-wrap, section, .gaps').forEach(box => {
-    if (box.clientWidth && box.scrollWidth > box.clientWidth + 1)
-      wide.push([box.id || box.className, box.scrollWidth, box.clientWidth]);
-  });
-  return wide;
-}"""
+def test_what_differs_between_ranks_shows_only_when_they_differ(visit, tmp_path):
+    from hangscope.model import ConfigFact
 
-
-@pytest.mark.parametrize("width", [1000, 1400])
-def test_sample_reports_fit_the_window(browser, width):
-    # GIVEN every committed sample report at a laptop and a desktop width
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    try:
-        page = context.new_page()
-        wide = {}
-        for name in SAMPLES:
-            page.goto("file://" + os.path.join(ROOT, "reports", name), wait_until="load")
-            # THEN neither the page nor a table or graph box scrolls sideways
-            if found := page.evaluate(OVERFLOW_JS):
-                wide[name] = found
-        assert not wide, wide
-        # AND a path cut in the middle keeps the whole on hover
-        page.goto("file://" + os.path.join(ROOT, "reports", "nccl-collective_mismatch_json.html"),
-                  wait_until="load")
-        cut = page.locator("code.path").first
-        assert "\u2026" in cut.inner_text() and len(cut.get_attribute("title")) > len(
-            cut.inner_text())
-    finally:
-        context.close()
-
-
-def test_evidence_gaps_show_three_and_fold_the_rest(visit, tmp_path):
-    # GIVEN a verdict with seven gap lines
-    result = result_of(evidence())
-    result.verdict.evidence_gaps = [f"gap number {i}" for i in range(7)]
-    seen = visit(write_report(result, str(tmp_path / "report.html")))
+    skew = sorted(f"fixtures/logs/config_skew/{n}" for n in os.listdir(
+        os.path.join(ROOT, "fixtures/logs/config_skew")) if n.startswith("nccl_version_skew"))
+    same = [p.replace("nccl_version_skew", "homogeneous") for p in skew]
+    # GIVEN the two-rank logs on different NCCL builds, one value carrying markup
+    evidence_, _ = load_paths([os.path.join(ROOT, p) for p in skew], LoadOptions())
+    evidence_.rank(0).config.append(ConfigFact("env:NCCL_SOCKET_IFNAME", HOSTILE, "runtime"))
+    evidence_.rank(1).config.append(ConfigFact("env:NCCL_SOCKET_IFNAME", "eth0", "runtime"))
+    path = write_report(analyze_evidence(evidence_, OutputOptions(write_html=False), None),
+                        str(tmp_path / "skew.html"))
+    seen = visit(path)
     page = seen.page
-    # THEN three are shown and four are folded away until asked for
-    assert page.locator("#gap-list li").count() == 3
-    folded = page.locator("#gaps details.gap-more")
-    assert folded.locator("summary").inner_text() == "4 more"
-    assert not folded.locator("li").first.is_visible()
-    folded.locator("summary").click()
-    assert folded.locator("li").count() == 4 and folded.locator("li").first.is_visible()
+    # THEN the table is there, versions first, the markup inert text
+    assert seen.errors == [] and seen.requests == [] and seen.dialogs == []
+    assert page.locator("#config-sec").is_visible()
+    rows = page.locator("#config-table tbody tr")
+    assert rows.count() == 5
+    assert rows.first.inner_text().startswith("NCCL version")
+    assert "2.18.1" in rows.first.inner_text()
+    assert HOSTILE in page.locator("#config-table").inner_text()
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+    seen.shot("config-skew")
+    # AND on ranks that agree the section stays hidden
+    same_page = visit(report_for(same, str(tmp_path / "same.html"))).page
+    assert not same_page.locator("#config-sec").is_visible()
+    assert same_page.locator("#config-table tbody tr").count() == 0

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from hangscope.analysis.context import Detector
 from hangscope.analysis.detectors import (
+    arg_skew,
     busy_rank,
+    call_sites,
     collective_mismatch,
     dataloader_stall,
     deadlock_cycle,
@@ -20,17 +22,23 @@ from hangscope.analysis.detectors import (
     rank_died,
     rank_oom,
     size_mismatch,
+    stall_reports,
     straggler,
     straggler_logs,
+    symmetric,
 )
 
 ALL: tuple[Detector, ...] = (
     deadlock_cycle.detect,
+    call_sites.detect,
     collective_mismatch.detect,
     size_mismatch.detect,
     mismatch_error.detect,
     missing_rank.detect,
+    symmetric.detect,
     log_waits.detect,
+    stall_reports.detect,
+    arg_skew.detect,
     rank_died.detect,
     quiet_death.detect,
     rank_oom.detect,

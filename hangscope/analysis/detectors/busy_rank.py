@@ -2,10 +2,12 @@
 
 Signal: a wait of the graph (FR or stacks) whose targets all run the CPU in the job's or a
 library's code: main thread ``compute`` and, over several samples, moving with at least half a core,
+(or, on a loaded machine, at least 12% and four times the CPU of the ranks waiting for it),
 or, in a single snapshot, py-spy's ``active`` flag (on the CPU when dumped). A rank 0 writing a
 checkpoint while the others wait in a barrier looks like this for as long as the checkpoint
-lasts; so does a rank in a slower Python loop than the others. Over several samples the waiters must be
-held in their wait: two healthy ranks out of phase also wait on each other for a moment. Cites the busy rank's stack and CPU.
+lasts; so does a rank in a slower Python loop than the others. Over several samples the waiters
+must be held in their wait: two healthy ranks out of phase also wait on each other for a moment.
+Cites the busy rank's stack and CPU.
 Status ``slow``: the generic ``missing_rank`` for the same ranks gives way to it. Known false
 negative: a rank that spins forever (a busy-wait loop, a livelock) looks the same over one
 window: the summary says to look again, and ``hangscope watch`` pages only when it stays.
@@ -19,15 +21,28 @@ from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.ranges import ranks_do, ranks_phrase
 
 BUSY_SHARE = 0.5  # of one core over the samples
+# On a busy machine every rank gets less of a core: a rank with this much, and RELATIVE times
+# the CPU of the ranks that wait for it, is busy too (ranks compared with each other).
+LOADED_SHARE = 0.12
+RELATIVE = 4.0
 
 
-def busy(state: RankStackState | None) -> bool:
+def busy(state: RankStackState | None, waiters_share: float | None = None) -> bool:
     """On the CPU in its own work, not in a wait."""
     if state is None or state.gone or state.main is None or state.main.kind != "compute":
         return False
     if state.samples >= 2 and state.cpu_share is not None:
-        return state.progress == "moving" and state.cpu_share >= BUSY_SHARE
+        share = state.cpu_share
+        return state.progress == "moving" and (
+            share >= BUSY_SHARE or (waiters_share is not None and share >= LOADED_SHARE
+                                    and share >= RELATIVE * waiters_share))
     return state.main.active is True
+
+
+def _share_of(ctx: Context, ranks: set[int]) -> float | None:
+    """The most CPU any of ``ranks`` used over the samples, None where one is unknown."""
+    shares = [s.cpu_share if (s := ctx.stacks.get(r)) is not None else None for r in ranks]
+    return None if not shares or None in shares else max(x for x in shares if x is not None)
 
 
 def held(state: RankStackState | None) -> bool:
@@ -44,7 +59,8 @@ def detect(ctx: Context) -> list[Finding]:
         culprits = tuple(sorted(targets - waiting))
         if not all(held(ctx.stacks.get(r)) for r in waiting):
             continue
-        if culprits and all(busy(ctx.stacks.get(r)) for r in culprits):
+        share = _share_of(ctx, waiting)
+        if culprits and all(busy(ctx.stacks.get(r), share) for r in culprits):
             found.setdefault(culprits, set()).update(waiting)
     findings = []
     for culprits, waiting in found.items():

@@ -181,6 +181,13 @@ def _from_logs(ctx: Context) -> list[Finding]:
             culprits += absent
             who = f": {ranks_phrase(absent)} never reached it" if absent else ""
             reasons.append(f"the TCPStore saw {joined} of {world} clients join{who}")
+        elif event.kind == "store_timeout" and "waits_for" in event.fields:
+            owner = int(event.fields["waits_for"])
+            culprits.append(owner)
+            reasons.append(f"rank {event.rank if event.rank is not None else '?'} waited for "
+                           f"rank {owner} to publish the group's ncclUniqueId (store key "
+                           f"{event.fields.get('key')}) and it never did: rank {owner} never "
+                           "reached its first collective on that group")
         elif event.kind == "store_timeout":
             reasons.append(f"a rank could not reach the TCPStore at {event.fields.get('host')}:"
                            f"{event.fields.get('port')} (MASTER_ADDR/MASTER_PORT, firewall)")

@@ -37,7 +37,8 @@ def detect(ctx: Context) -> list[Finding]:
     unexplained = [o for o in ctx.picture.observations if o.state in WAITING_STATES
                    and o.numbering != "store" and o.rank not in waiting_named]
     if unexplained and not findings:
-        findings.append(_silent(ctx, unexplained) or _unknown(ctx, unexplained))
+        findings.append(_silent(ctx, unexplained) or _root_absent(ctx, unexplained)
+                        or _unknown(ctx, unexplained))
     return findings
 
 
@@ -61,6 +62,36 @@ def _silent(ctx: Context, seen: list[Observation]) -> Finding | None:
                    confidence=0.5, summary=summary, evidence=evidence,
                    collective=CollectiveRef(pg=first.pg or None, seq=first.seq, op=first.op,
                                             numbering=first.numbering))
+
+
+def _root_absent(ctx: Context, seen: list[Observation]) -> Finding | None:
+    """Rule ``broadcast-root-absent``: every rank that timed out did so in a broadcast, none of
+    them is rank 0, and rank 0 logged no wait of its own (default group, or none named). A
+    broadcast in a training loop is rooted at rank 0 (``src=0``) nearly always, and a root that
+    is inside it would have timed out too: rank 0 was elsewhere (a rank-0-only phase:
+    validation, a checkpoint save, logging).
+    0.45: the root is not named by the lines, and rank 0's log may simply be missing."""
+    waiting = sorted({o.rank for o in seen})
+    if 0 in waiting or ctx.picture.observed(0) or \
+            not all("broadcast" in o.op.lower() and o.pg in ("", "0", "0:default_pg")
+                    for o in seen):  # another group's rank 0 is not global rank 0
+        return None
+    first = min(seen, key=lambda o: o.where)
+    if any(e.kind == "nccl_work_status" and e.fields.get("seq") == first.seq
+           and str(e.fields.get("pg", "")) not in ("", "0", "0:default_pg")
+           for e in [*ctx.evidence.unattributed_logs,
+                     *(e for r in ctx.evidence.ranks.values() for e in r.logs)]):
+        return None  # the status line beside it names another group: its root is not rank 0
+    summary = (f"rule broadcast-root-absent: {ranks_phrase(waiting)} {first.describe()}, and "
+               "rank 0 logged no wait of its own: a training loop's broadcast is rooted at rank 0, "
+               "so rank 0 was likely elsewhere (a rank-0-only phase such as validation or a "
+               "checkpoint save) while the others waited for it")
+    return Finding(kind=Kind.MISSING_RANK, culprit_ranks=[0], waiting_ranks=waiting,
+                   confidence=0.45, summary=summary, evidence=[_item(o) for o in
+                                                               _one_per_rank(seen)[:4]],
+                   collective=CollectiveRef(pg=first.pg or None, seq=first.seq, op=first.op,
+                                            numbering=first.numbering),
+                   measures={"rule": "broadcast-root-absent"})
 
 
 def _named(ctx: Context) -> list[Finding]:

@@ -135,9 +135,20 @@ def log_mismatch_findings(ctx: Context, kind: Kind) -> list[Finding]:
     Different ops give ``collective_mismatch``, the same op with other shapes, dtypes or numel
     ``size_mismatch``; only findings of ``kind`` are returned."""
     by_key: dict[tuple[str, str, int | None], dict[int, Observation]] = {}
+    # rule same-seq-same-group: a watchdog line that names no group, in a log whose watchdog lines
+    # name one group only, at a sequence number >= 100 that a line of that group also has, is
+    # taken to be of that group (two groups at one large SeqNum by chance are unlikely)
+    named = {o.pg for o in ctx.picture.observations if o.numbering == "watchdog" and o.pg}
+    sole = next(iter(named)) if len(named) == 1 else ""
+    grouped_seqs = {o.seq for o in ctx.picture.observations
+                    if o.numbering == "watchdog" and o.pg == sole and sole}
     for obs in ctx.picture.observations:
         if obs.numbering == "detail" or (obs.numbering == "watchdog" and obs.op):
-            key = (obs.numbering, obs.pg if obs.numbering == "watchdog" else "", obs.seq)
+            pg = obs.pg
+            if obs.numbering == "watchdog" and not pg and (obs.seq or 0) >= 100 \
+                    and obs.seq in grouped_seqs:
+                pg = sole
+            key = (obs.numbering, pg if obs.numbering == "watchdog" else "", obs.seq)
             by_key.setdefault(key, {}).setdefault(obs.rank, obs)
     findings = []
     for (_, _, seq), per_rank in sorted(by_key.items(), key=lambda item: item[0][2] or 0):
@@ -151,7 +162,38 @@ def log_mismatch_findings(ctx: Context, kind: Kind) -> list[Finding]:
                       else Kind.SIZE_MISMATCH)
         if found_kind is kind and ordered[0][0].op not in UNEVEN_LOG_OPS:
             findings.append(_log_mismatch_finding(kind, seq, ordered))
+    if not findings and kind is Kind.COLLECTIVE_MISMATCH:
+        findings += _behind_in_sequence(ctx)
     return findings
+
+
+def _behind_in_sequence(ctx: Context) -> list[Finding]:
+    """Rule ``behind-in-sequence``: one DETAIL report (torch's own cross-rank check) whose two
+    fingerprints carry different sequence numbers. torch compared the two ranks' current
+    collectives on one group: the rank with the lower number has issued fewer collectives there
+    (it skipped some, or issued them on another path), so it is the one out of step. 0.6: the
+    report shows two ranks only, and a rank that ran extra collectives is the other reading."""
+    by_line: dict[str, list[Observation]] = {}
+    for obs in ctx.picture.observations:
+        if obs.numbering == "detail" and obs.seq is not None:
+            by_line.setdefault(obs.where, []).append(obs)
+    for where, pair in sorted(by_line.items()):
+        if len(pair) != 2 or pair[0].seq == pair[1].seq:
+            continue
+        low, high = sorted(pair, key=lambda o: o.seq or 0)
+        summary = (f"rule behind-in-sequence: torch's DETAIL check found rank {low.rank} in "
+                   f"{low.op or 'a collective'} at sequence number {low.seq} while rank "
+                   f"{high.rank} is in {high.op or 'a collective'} at {high.seq}: rank {low.rank} "
+                   "issued fewer collectives on this group (it skipped some, or runs another "
+                   "code path) and is out of step")
+        evidence = [EvidenceItem("log", o.rank, f"rank {o.rank} in {o.op} at seq {o.seq}", where)
+                    for o in (low, high)]
+        return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=[low.rank],
+                        waiting_ranks=[high.rank], confidence=0.6, summary=summary,
+                        evidence=evidence, measures={"rule": "behind-in-sequence"},
+                        collective=CollectiveRef(pg=low.pg or None, seq=low.seq, op=low.op,
+                                                 numbering="detail"))]
+    return []
 
 
 # Ops whose per-rank sizes legitimately differ (as the watchdog and DETAIL spell them).

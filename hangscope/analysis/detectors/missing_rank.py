@@ -32,7 +32,7 @@ from hangscope.analysis.correlate import GroupView, finished
 from hangscope.analysis.ras_facts import RAS_MARK, RasFact, ras_facts, seen_alive
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.analysis.waitgraph import WaitReason
-from hangscope.ranges import ranks_do, ranks_phrase
+from hangscope.ranges import format_ranks, ranks_phrase
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -78,7 +78,7 @@ def _inside_finding(ctx: Context, group: GroupView, seq: int, stuck: list[int],
                f"{'their' if len(stuck) > 1 else 'its'} side of the collective never finished "
                "(look at that rank's transport, GPU stream or progress thread)")
     if waiting:
-        summary += f"; {ranks_do(waiting, 'wait')} for {'them' if len(stuck) > 1 else 'it'}"
+        summary += f"; {ranks_phrase(waiting)} wait for {'them' if len(stuck) > 1 else 'it'}"
     evidence = [ctx.fr_evidence(stuck[0], entry, group, "still in"),
                 ctx.fr_evidence(done[0], finished, group, "completed")]
     evidence += [item for rank in stuck[:8]
@@ -124,7 +124,8 @@ def _stack_finding(ctx: Context, culprits: list[int],
         doing.append(f"rank {rank}: {state.describe()}" if state else f"rank {rank}: no stack")
     verb = "are" if len(culprits) > 1 else "is"
     summary = (f"{ranks_phrase(culprits)} {verb} not in any collective "
-               f"while {ranks_do(waiting, 'wait')} in {reason.op} ({'; '.join(doing)})")
+               f"while {ranks_phrase(waiting)} wait{'s' if len(waiting) == 1 else ''} in "
+               f"{reason.op} ({'; '.join(doing)})")
     has_stacks = all(rank in ctx.stacks for rank in culprits)
     return Finding(kind=Kind.MISSING_RANK, culprit_ranks=culprits, waiting_ranks=waiting,
                    confidence=0.8 if has_stacks else 0.5, summary=summary, evidence=evidence,
@@ -145,7 +146,7 @@ def _finding(ctx: Context, culprits: list[int],
     pending = group.ranks[rep_waiter].pending
     if pending is not None:
         evidence.append(ctx.fr_evidence(rep_waiter, pending, group,
-                                        f"{ranks_do(waiting, 'wait')} in"))
+                                        f"ranks {format_ranks(waiting)} wait in"))
     parts = []
     stuck = [r for r in with_dump if (view_ := group.ranks.get(r)) is not None
              and view_.pending is not None and view_.pending.collective_seq_id < reason.seq]
@@ -191,7 +192,7 @@ def _finding(ctx: Context, culprits: list[int],
                      "blocked in a point-to-point op or outside torch.distributed (stacks tell "
                      "which)")
     them = "them" if len(culprits) > 1 else "it"
-    summary = "; ".join(parts) + f"; {ranks_do(all_waiting, 'wait')} for {them} there"
+    summary = "; ".join(parts) + f"; {ranks_phrase(all_waiting)} wait for {them} there"
     for rank in culprits[:8]:
         item = ctx.stack_evidence(rank, "main thread: ")
         if item is not None:

@@ -26,7 +26,7 @@ def detect(ctx: Context) -> list[Finding]:
     if not reporters:
         return _unranked(ctx)
     peers = Counter(str(f.event.fields.get("peer", "?")) for r in reporters for f in transport[r])
-    other_causes = any(f.what in ("oom", "signal", "exception", "dead")
+    other_causes = any(f.what in ("oom", "signal", "exception", "dead", "gpu")
                        for items in per_rank.values() for f in items)
     evidence = [EvidenceItem("log", rank, " ".join(f.event.message.split())[:300],
                              f.event.where())

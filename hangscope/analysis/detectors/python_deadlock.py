@@ -23,7 +23,7 @@ import re
 from hangscope.analysis.context import Context
 from hangscope.analysis.rank_state import INFERRED_LOCK, RankStackState
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
-from hangscope.ranges import ranks_do
+from hangscope.ranges import format_ranks
 
 # locks that a forked child inherits in whatever state another thread of the parent left them
 _FORK_UNSAFE = re.compile(r"^(__kmp_|__kmpc_|GOMP_|gomp_)|^(__internal_atexit|__new_exitfn|"
@@ -57,10 +57,8 @@ def detect(ctx: Context) -> list[Finding]:
                           for t in blocked[:4])
         waiting = sorted({r for _, (sources, targets) in ctx.graph.waits.items()
                           if rank in targets for r in sources} - {rank})
-        said = f"{main.kind} {main.op}" if main.op else str(main.kind)
-        at = main.describe()  # "lock lock.acquire (...) at f (file:line)": say the lock once
-        at = at[len(said):].strip() if at.startswith(said) else f"({at})"
-        summary = f"rank {rank}'s main thread is blocked on {main.op or 'a lock'} {at}".rstrip()
+        summary = (f"rank {rank}'s main thread is blocked on {main.op or 'a lock'} "
+                   f"{main.place()}")
         confidence = 0.9 if rank in waited_on and blocked else 0.7
         if (main.op or "").startswith(INFERRED_LOCK):  # by shape only: no line, name or wchan
             confidence = min(confidence, 0.75)
@@ -84,7 +82,7 @@ def detect(ctx: Context) -> list[Finding]:
             summary += "; no other thread of the rank is blocked (a lock held and never released?)"
         summary += _fork_hint(state)
         if waiting:
-            summary += f"; {ranks_do(waiting, 'wait')} for it"
+            summary += f"; ranks {format_ranks(waiting)} wait for it"
         findings.append(Finding(kind=Kind.PYTHON_DEADLOCK, culprit_ranks=[rank],
                                 waiting_ranks=waiting, confidence=confidence,
                                 summary=summary, evidence=evidence))

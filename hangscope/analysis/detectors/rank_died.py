@@ -19,13 +19,15 @@ the mismatch outranks it); a RAS "dead" process whose node or link went away whi
 from __future__ import annotations
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.log_causes import Failure, failures
+from hangscope.analysis.gpu_ranks import rank_gpus
+from hangscope.analysis.log_causes import Failure, describe, failures, unranked
 from hangscope.analysis.rank_state import exited_cleanly
 from hangscope.analysis.ras_facts import seen_alive
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.ranges import ranks_do, ranks_phrase
 
-_STRENGTH = {"signal": 0.9, "exception": 0.9, "dead": 0.85, "exit": 0.5, "collective_error": 0.55}
+_STRENGTH = {"gpu": 0.92, "signal": 0.9, "exception": 0.9, "dead": 0.85, "exit": 0.5,
+             "collective_error": 0.55}
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -39,11 +41,14 @@ def detect(ctx: Context) -> list[Finding]:
     if finished and not any(r not in from_stacks for _, (sources, _) in ctx.graph.waits.items()
                             for r in sources):
         from_stacks -= finished  # done, with nobody left waiting for them: the job finished
+    # a rank whose GPU failed went first: the others' errors follow from losing it
+    gpu = {r for r, items in logged.items() if any(f.what == "gpu" for f in items)}
     dead = sorted(set(logged) | from_stacks,
-                  key=lambda r: (_first_time(logged.get(r, [])) is None,
+                  key=lambda r: (r not in gpu, _first_time(logged.get(r, [])) is None,
                                  _first_time(logged.get(r, [])) or 0.0, r))
     if not dead:
-        return []
+        return _unranked_gpu(ctx) or _unranked(ctx)
+    gpus = rank_gpus(ctx.evidence) if gpu else {}
     waited_on = {r for _, (_, targets) in ctx.graph.waits.items() for r in targets}
     waiting = sorted({r for _, (sources, targets) in ctx.graph.waits.items()
                       if targets & set(dead) for r in sources} - set(dead))
@@ -70,7 +75,7 @@ def detect(ctx: Context) -> list[Finding]:
             # NCCL's own verdict; others seen waiting on the rank, or a log or /proc agreeing,
             # make it stronger
             ras = 0.9 if rank in waited_on else _STRENGTH["dead"]
-            if gone or any(item.what in ("signal", "exception") for item in items):
+            if gone or any(item.what in ("signal", "exception", "gpu") for item in items):
                 ras += 0.05
             confidence = max(confidence, min(ras, 0.95))
         if state is not None and gone:
@@ -84,6 +89,11 @@ def detect(ctx: Context) -> list[Finding]:
             if cited is not None and not state.gone:
                 evidence.append(cited)
             confidence = max(confidence, 0.9 if rank in waited_on else 0.7)
+        gpu_of = gpus.get(rank)
+        if gpu_of is not None and rank in gpu:
+            how.append(f"on {gpu_of.label()}")
+            evidence.append(EvidenceItem("gpu", rank, gpu_of.describe(),
+                                         gpu_of.readings[-1].where if gpu_of.readings else ""))
         parts.append(f"rank {rank}: " + "; ".join(dict.fromkeys(how)))
     others = sorted(set(ctx.evidence.ranks) - set(dead))
     tail = f"; {ranks_do(waiting, 'wait')} for {'them' if len(dead) > 1 else 'it'}" \
@@ -91,10 +101,30 @@ def detect(ctx: Context) -> list[Finding]:
                          if others and logged else "")
     summary = (f"{ranks_phrase(dead)} {'died' if died else 'failed'} first: "
                + " | ".join(parts) + tail)
-    return [Finding(kind=Kind.RANK_DIED, culprit_ranks=dead[:1] if len(dead) > 1 and
-                    _first_time(logged.get(dead[0], [])) is not None else dead,
+    culprits = dead[:1] if len(dead) > 1 and (len(gpu) == 1 or _first_time(
+        logged.get(dead[0], [])) is not None) else dead
+    return [Finding(kind=Kind.RANK_DIED, culprit_ranks=culprits,
                     waiting_ranks=waiting or others, confidence=confidence, summary=summary,
                     evidence=evidence)]
+
+
+def _unranked_gpu(ctx: Context) -> list[Finding]:
+    """A GPU failed (a kernel Xid line) and nothing ties that GPU to a rank: say so, and what ties
+    them, rather than nothing."""
+    events = [e for e in unranked(ctx.evidence, frozenset({"gpu"})) if e.fields.get("fatal")]
+    if not events:
+        return []
+    first = events[0]
+    summary = (f"a GPU failed ({describe(first, 160)}) but no evidence ties GPU "
+               f"{first.fields.get('pci') or first.fields.get('gpu', '?')} to a rank: give "
+               "hangscope the ranks' "
+               "NCCL_DEBUG=INFO logs (their Init COMPLETE lines name each rank's busId) or an "
+               "nvidia-smi output taken while the job ran (its processes table names each GPU's "
+               "pids)")
+    cited = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:3]]
+    return [Finding(kind=Kind.RANK_DIED, culprit_ranks=[],
+                    waiting_ranks=sorted(ctx.evidence.ranks), confidence=0.6, summary=summary,
+                    evidence=cited)]
 
 
 def _cited(items: list[Failure]) -> list[Failure]:
@@ -114,3 +144,17 @@ def _exit_text(code: int | None, signal: int | None) -> str:
     if signal is not None:
         return f", killed by signal {signal}"
     return f", exit code {code}" if code is not None else ""
+
+
+def _unranked(ctx: Context) -> list[Finding]:
+    """A supervisor says a worker process died (Ray's raylet, an executor) and names no rank: the
+    death is known, the rank is not (0.6; nothing says whether it was the first cause)."""
+    events = [e for e in unranked(ctx.evidence, frozenset({"signal"}))
+              if e.kind == "elastic_child_failed"]
+    if not events:
+        return []
+    summary = (f"a worker process of the job died (the log names no rank): "
+               f"{describe(events[0], 200)}")
+    evidence = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:4]]
+    return [Finding(kind=Kind.RANK_DIED, culprit_ranks=[], waiting_ranks=[], confidence=0.6,
+                    summary=summary, evidence=evidence)]

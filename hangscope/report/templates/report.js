@@ -24,13 +24,6 @@
     }
     return node;
   }
-  // A long path in a table: its middle left out (the file:line end kept), the whole on hover.
-  function pathCode(text, max) {
-    text = text || ""; max = max || 64;
-    if (text.length <= max) return el("code", { text: text });
-    var tail = Math.ceil(max * 0.65), head = max - tail - 1;
-    return el("code", { cls: "path", title: text, text: text.slice(0, head) + "\u2026" + text.slice(text.length - tail) });
-  }
   function plural(n, word) { return n + " " + word + (n === 1 ? "" : /s$/.test(word) ? "es" : "s"); }
   function ranksLabel(text) { return (/[-,]/.test(text) ? "ranks " : "rank ") + text; }
   function clock(ms) {
@@ -67,16 +60,26 @@
   }
   fact("ranks with evidence", (sum.ranks_seen || "none") + (sum.world_size ? " of " + sum.world_size : ""));
   if (sum.ranks_missing) fact("no evidence from", ranksLabel(sum.ranks_missing), "culprit");
-  if (D.gaps.length) {  // the first few (those about the culprit come first); the rest folded
-    var GAPS_SHOWN = 3, more = el("ul");
+  if (D.gaps.length) {
     $("gaps").hidden = false;
-    D.gaps.forEach(function (g, i) {
-      (i < GAPS_SHOWN ? $("gap-list") : more).appendChild(el("li", { text: g }));
+    D.gaps.forEach(function (g) { $("gap-list").appendChild(el("li", { text: g })); });
+  }
+
+  // ---- what differs between ranks ---------------------------------------------------------
+  if (D.config && D.config.length) {
+    $("config-sec").hidden = false;
+    var cbody = document.querySelector("#config-table tbody");
+    D.config.forEach(function (row) {
+      var cell = el("td");
+      row.values.forEach(function (v, i) {
+        var item = el("div", { cls: i === 0 ? "" : "odd-value" }, el("code", { text: v.value || "(empty)" }),
+          document.createTextNode(" \u2014 " + ranksLabel(v.ranks) + " "));
+        if (v.where) item.appendChild(el("span", { cls: "sub", text: v.where }));
+        cell.appendChild(item);
+      });
+      cbody.appendChild(el("tr", null, el("td", { text: row.setting }), cell,
+        el("td", { text: row.unknown ? ranksLabel(row.unknown) : "" })));
     });
-    if (D.gaps.length > GAPS_SHOWN) {
-      $("gaps").appendChild(el("details", { cls: "gap-more" },
-        el("summary", { text: (D.gaps.length - GAPS_SHOWN) + " more" }), more));
-    }
   }
 
   // ---- findings ---------------------------------------------------------------------------
@@ -86,7 +89,7 @@
       var rank = ev.rank[i];
       body.appendChild(el("tr", null, el("td", { text: S(ev.source[i]) }),
         el("td", { cls: "num" }, rank === null ? "" : rankLink(rank)),
-        el("td", { text: ev.detail[i] }), el("td", null, pathCode(S(ev.where[i])))));
+        el("td", { text: ev.detail[i] }), el("td", null, el("code", { text: S(ev.where[i]) }))));
     }
     return el("table", { cls: "data" }, el("thead", null, el("tr", null, el("th", { text: "source" }),
       el("th", { text: "rank", cls: "num" }), el("th", { text: "detail" }), el("th", { text: "where" }))), body);
@@ -126,12 +129,19 @@
   var keys = { ranks: function (i) { return C.rep[i]; }, count: function (i) { return C.count[i]; },
     role: function (i) { return S(C.role[i]); }, state: function (i) { return S(C.state[i]); },
     where: function (i) { return S(C.where[i]); }, last: function (i) { return S(C.last[i]); } };
+  // a GPU column only where some rank's GPU is known
+  var hasGpu = (C.gpu || []).some(function (g) { return g >= 0; });
+  if (hasGpu) {
+    keys.gpu = function (i) { return S(C.gpu[i]); };
+    document.querySelector("#class-table thead tr").appendChild(el("th", { "data-key": "gpu", text: "GPU" }));
+  }
   for (var i = 0; i < nClasses; i++) {
     var role = S(C.role[i]);
     var tr = el("tr", { cls: "role-" + role, "data-cls": C.id[i] },
       el("td", { cls: "mono", text: C.ranks[i] }), el("td", { cls: "num", text: C.count[i] }),
       el("td", null, el("span", { cls: "role " + role, text: role })), el("td", { text: S(C.state[i]) }),
-      el("td", null, pathCode(S(C.where[i]), 90)), el("td", { text: S(C.last[i]) }));
+      el("td", null, el("code", { text: S(C.where[i]) })), el("td", { text: S(C.last[i]) }));
+    if (hasGpu) tr.appendChild(el("td", { cls: "mono", text: S(C.gpu[i]) }));
     tr.addEventListener("click", showRank.bind(null, C.rep[i]));
     rowByClass.push(tr);
     tbody.appendChild(tr);
@@ -215,7 +225,7 @@
         var dur = e.started[i] !== null && e.completed[i] !== null ? (e.completed[i] - e.started[i]).toFixed(3) + " ms" : "";
         rows.push([String(e.rid[i]), (e.p2p[i] ? "p2p " : "") + e.seq[i], S(e.op[i]) + (e.peer[i] !== null ? " peer " + e.peer[i] : ""),
           S(e.state[i]) + (e.done[i] === false ? " (not completed)" : ""), S(e.sizes[i]),
-          el("span", { cls: "nowrap", text: clock(e.created[i]) }), dur, pathCode(S(e.where[i]))]);
+          el("span", { cls: "nowrap", text: clock(e.created[i]) }), dur, el("code", { text: S(e.where[i]) })]);
       }
       box.appendChild(el("h3", { text: "Flight recorder, pg " + S(g.pg) + ": last " + e.rid.length + " of " + g.total + " entries (" + S(fr.path) + ")" }));
       box.appendChild(table(["record", "seq", "op", "state", "sizes", "enqueued (UTC)", "duration", "call site"], rows,
@@ -226,7 +236,7 @@
     var rows = [];
     for (var i = 0; i < lg.msg.length; i++) {
       rows.push([el("span", { cls: "sev-" + S(lg.sev[i]), text: S(lg.sev[i]) }), S(lg.kind[i]),
-        pathCode(S(lg.where[i])), el("div", { cls: "msg", text: lg.msg[i] })]);
+        el("code", { text: S(lg.where[i]) }), el("div", { cls: "msg", text: lg.msg[i] })]);
     }
     var t = table(["severity", "kind", "file:line", "line"], rows);
     return lg.omitted ? el("div", null, t, el("p", { cls: "sub", text: lg.omitted + " less severe lines left out" })) : t;
@@ -256,7 +266,8 @@
       " \u2014 " + S(C.state[ci])));
     var ri = D.ranks.rank.indexOf(rank);
     var meta = [S(D.ranks.host[ri]) && "host " + S(D.ranks.host[ri]), D.ranks.pid[ri] !== null && "pid " + D.ranks.pid[ri],
-      S(D.ranks.status[ri]) && "process " + S(D.ranks.status[ri])].filter(Boolean);
+      S(D.ranks.status[ri]) && "process " + S(D.ranks.status[ri]),
+      D.ranks.gpu && S(D.ranks.gpu[ri])].filter(Boolean);
     if (meta.length) box.appendChild(el("p", { cls: "sub", text: meta.join(" \u00b7 ") }));
     var picker = el("div", { cls: "picker" }, "Detailed ranks in this class: ");
     Object.keys(D.details).map(Number).filter(function (x) { return classOfRank.get(x) === ci; }).sort(function (a, b) { return a - b; })

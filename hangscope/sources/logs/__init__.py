@@ -13,8 +13,7 @@ nccl_watchdog_timeout               seq, op, numel_in, numel_out, timeout_ms, ra
                                     group_rank, tensor_shape, repeat
 nccl_work_status                    seq, last_enqueued, last_completed, timeout, pg, group_rank
 nccl_desync                         timed_out_rank, op, seq, lagging_ranks, joined_not_finished,
-                                    finished_not_joined_next, never_joined, joined_seq,
-                                    finished_seq, next_seq, finished_op (each line's own #N)
+                                    finished_not_joined_next, never_joined
 collective_fingerprint_mismatch     rank_a, rank_b, seq_a/op_a/shape_a/dtype_a, seq_b/.../dtype_b,
                                     differ
 monitored_barrier_failure           failed_ranks, timeout_ms, group_rank, pg
@@ -36,10 +35,20 @@ traceback                           exc_type, exc_message, last_frame, last_func
 cuda_oom                            tried_bytes, capacity_bytes, free_bytes, in_use_bytes,
                                     allocated_bytes, reserved_bytes, gpu, exc_type
 host_oom_kill                       pid, process, cgroup, constraint, memcg, total_vm_kb,
-                                    anon_rss_kb, summary
+                                    anon_rss_kb, summary; host (``srun: error: N: task 48: Out
+                                    Of Memory``, rank from the task id)
 dataloader_worker_killed            pid, pids, signal, exit_code
 dataloader_timeout                  timeout_s
 shm_bus_error                       shm_hint
+cuda_error                          error (the CUDA error text); NCCL's ``Cuda failure`` WARN
+                                    also host, pid, tid, cuda_dev, src, text
+gpu_xid                             xid, pci (``0000:3b:00``), pid, process, text, fatal
+                                    (NVRM kernel lines; nvidia-smi's "Unable to determine the
+                                    device handle" as xid 79)
+gpu_fault                           vendor, gpu, reason, fatal (ROCm HSA "HW Exception by GPU")
+gpu_uuid                            pci, uuid (``NVRM: GPU at PCI:...: GPU-...``)
+nccl_device                         host, pid, cuda_dev, nvml_dev, pci (a rank's GPU, from its
+                                    NCCL ``Init COMPLETE`` line's busId)
 size_line                           template, values (``sizes``: a line naming a size, per
                                     rank stream and template)
 ==================================  =============================================================

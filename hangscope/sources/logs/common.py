@@ -10,6 +10,10 @@ prefixes, peeled in any order and repeated:
   ``log_line_prefix``); accelerate launches through torchrun and gets the same prefix.
 * ``[rank: 3]`` -- Lightning's ``rank_prefixed_message``; ``[RANK 3]`` -- a common user pattern.
 * ``[1,3]<stderr>:`` -- Open MPI ``--tag-output`` (job, rank); ``[3] `` -- a bare rank tag.
+* ``48: `` -- ``srun -l``/``--label``: the task id, right-aligned to the widest one (`` 3: `` among
+  16 tasks), only at the very start of a line.
+* Before those: ``name  | `` -- docker compose /
+  kubectl stream heads; ``[pod/name/container] `` -- kubectl ``--prefix``; ``E   `` -- pytest.
 
 Timestamp/level prefixes (at most one):
 
@@ -47,8 +51,18 @@ _P_RANK_UPPER = re.compile(r"\[RANK (\d+)\]:? ?")
 _P_MPI = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr)>: ?")
 _P_ROLE = re.compile(r"\[([A-Za-z_][A-Za-z_\-]*?)(\d+)\]:")
 _P_BARE = re.compile(r"\[(\d{1,6})\] (?=\S)")
+# Heads a container runtime or test runner puts before the process prefixes (peeled first, in any
+# order; ``srun -l``'s task id is ``_P_SRUN`` below): docker compose / kubectl
+# ``name  | `` (a name with a separator character, or padded by two spaces), kubectl --prefix
+# ``[pod/name/container] ``, pytest's failure marker ``E   ``.
+_P_PIPE = re.compile(r"(?:[\w][\w.\-/]*[.\-/][\w.\-/]*|[\w.\-/]+(?= {2})) *\| ")
+_P_KUBE = re.compile(r"\[pod/[^\]\s]+\] ")
+_P_INDENTED = re.compile(r"\[(?:rank:? ?\d+|RANK \d+|\d+,\d+\]<std|[A-Za-z_]+\d+\]:|[IWEF]\d{4} )")
+_P_PYTEST = re.compile(r"E {2,8}(?=\S)")
 # Ray's worker prefix: ``(RayWorkerWrapper pid=4009) `` or ``(RayTrainWorker pid=9, ip=10.0.0.1) ``
 _P_RAY = re.compile(r"\((?:[\w.\-]+ )?pid=\d+(?:, ip=[^)]*)?\) ")
+SRUN_PATTERN = r" {0,5}(\d{1,6}): "  # ``srun -l``'s task label (normalize peels it too)
+_P_SRUN = re.compile(SRUN_PATTERN)
 
 # timestamp / level prefixes
 _T_GLOG = re.compile(r"([IWEF])(\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +\d+ [^\]\s]+:\d+\] ?")
@@ -150,9 +164,21 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
     rank: int | None = None
     source = ""
     local: int | None = None
-    ray = _P_RAY.match(text)
+    indent = len(text) - len(text.lstrip(" \t"))
+    if indent and _P_INDENTED.match(text, indent):
+        pos = indent  # a paste indented as a code block or a quote: "    [rank7]:[E816 ..."
+    for _ in range(3):
+        head = _P_PIPE.match(text, pos) or _P_KUBE.match(text, pos) or _P_PYTEST.match(text, pos)
+        if not head:
+            break
+        pos = head.end()
+    ray = _P_RAY.match(text, pos)
     if ray:
         pos = ray.end()
+    elif text[pos:pos + 1].isdigit() or text[pos:pos + 1] == " ":
+        srun = _P_SRUN.match(text, pos)
+        if srun:
+            rank, source, pos = int(srun.group(1)), "prefix", srun.end()
     for _ in range(6):
         if not text.startswith("[", pos):
             break

@@ -115,6 +115,28 @@ def table(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return events
 
 
+_LOOSE_RANK = re.compile(r"^\s*rank\s*: (-?\d+ \(local_rank: \d+\))\s*$")
+_LOOSE_FIELD = re.compile(r"^\s*(\w+)\s*: ?(.*?)\s*$")
+
+
+def table_fragment(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """A failure table pasted without its ``Root Cause``/``Failures:`` header: a ``rank : N
+    (local_rank: M)`` row and the rows after it (exitcode, error_file, traceback)."""
+    m = _LOOSE_RANK.match(line.body)
+    if not m:
+        return []
+    values = {"rank": m.group(1)}
+    for nxt in follow.lines():
+        fm = _LOOSE_FIELD.match(nxt.body)
+        if not fm or fm.group(1) in values or fm.group(1) == "rank":
+            break
+        follow.consume(nxt.line_no)
+        values[fm.group(1)] = fm.group(2)
+    if "exitcode" not in values:
+        return []
+    return [_entry_event(line, ctx, values, 1)]
+
+
 def _entry_event(entry: Line, ctx: Context, values: dict[str, str], root: int) -> LogEvent:
     fields: dict[str, str | int | float] = {"root_cause": root}
     rank: int | None = None
@@ -184,10 +206,88 @@ def deepspeed_exit(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
                        rank=line.rank, rank_source=line.rank_source or "")]
 
 
+_WORKER_DIED = re.compile(r"Worker proc (?P<name>[A-Za-z]+)-(?P<idx>\d+) died unexpectedly")
+_CAUGHT = re.compile(r"\[(?P<host>[\w.-]+):(?P<pid>\d+)\s*:\d+:\d+\]\s+Caught signal (?P<n>\d+) "
+                     r"\((?P<what>[^):]*)")
+
+
+def worker_died(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """vLLM's multiprocess executor: ``Worker proc VllmWorker-3 died unexpectedly, shutting down
+    executor``: the worker's index is its tensor-parallel rank; how it died is not said."""
+    m = _WORKER_DIED.search(line.body)
+    if not m:
+        return []
+    return [make_event("elastic_child_failed", line, ctx, "error",
+                       {"signal": "unknown (died unexpectedly)", "binary": m.group("name")},
+                       rank=int(m.group("idx")), rank_source="content")]
+
+
+_CALLED = re.compile(r"CalledProcessError: Command '\[.*?--local_rank=(?P<lr>\d+)(?:.*?\]' "
+                     r"(?:returned non-zero exit status (?P<code>-?\d+)|died with <Signals\.(?P<sig>SIG\w+)))?")
+
+
+_RAY_DIED = re.compile(r"The actor is dead because its worker process has died|A worker died or was "
+                       r"killed while executing a task by an unexpected system error")
+
+
+def ray_worker_died(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """Ray's raylet / GCS on a dead worker process (verl, OpenRLHF, vLLM on Ray): ``A worker died or
+    was killed while executing a task by an unexpected system error``; ``The actor is dead because
+    its worker process has died. Worker exit type: SYSTEM_ERROR``. Ray's list of "potential root
+    causes" after it (OOM killer, ``ray stop``, SIGSEGV) is generic, and not read as the cause."""
+    if not _RAY_DIED.search(line.body):
+        return []
+    return [make_event("elastic_child_failed", line, ctx, "error",
+                       {"signal": "unknown (Ray worker process died)", "binary": "ray"},
+                       rank=line.rank, rank_source=line.rank_source or "")]
+
+
+def called_process(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """torch.distributed.launch before torchrun: ``subprocess.CalledProcessError: Command
+    '['python', '-u', 'train.py', '--local_rank=7', ...]' returned non-zero exit status 1.`` (or
+    ``died with <Signals.SIGKILL: 9>``; a line cut before that still names the local rank): the
+    launcher's word on which local rank failed."""
+    m = _CALLED.search(line.body)
+    if not m:
+        return []
+    fields: dict[str, str | int | float] = {"local_rank": int(m.group("lr"))}
+    if m.group("code") is not None:
+        fields["exitcode"] = int(m.group("code"))
+        fields["signal"] = _signal_of(int(m.group("code")))
+    elif m.group("sig"):
+        fields["signal"] = m.group("sig")
+    return [make_event("elastic_child_failed", line, ctx, "error", fields,
+                       rank=line.rank, rank_source=line.rank_source or "")]
+
+
+def caught_signal(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """A process's own fatal-signal handler (UCX/UCS, as NCCL and MPI jobs load it):
+    ``[host:5283 :0:5704] Caught signal 7 (Bus error: nonexistent physical address)``; the rank
+    comes from the pid where NCCL's ``Init COMPLETE`` line mapped it."""
+    m = _CAUGHT.search(line.body) or _CAUGHT.search(line.raw)
+    if not m:
+        return []
+    pid, host = int(m.group("pid")), m.group("host")
+    number = int(m.group("n"))
+    fields: dict[str, str | int | float] = {"signal": SIGNALS.get(number, f"SIG{number}"),
+                                            "pid": pid, "host": host, "exitcode": -number}
+    known = ctx.pid_rank.get((host, pid))
+    if known is not None:
+        return [make_event("elastic_child_failed", line, ctx, "error", fields, rank=known[1],
+                           rank_source="pid")]
+    return [make_event("elastic_child_failed", line, ctx, "error", fields)]
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
+    (b"died unexpectedly", worker_died),
+    (b"worker process has died", ray_worker_died),
+    (b"A worker died or was killed", ray_worker_died),
+    (b"CalledProcessError: Command", called_process),
+    (b"Caught signal ", caught_signal),
     (b"sigkill_handler] [", deepspeed_exit),
     (b"failed (exitcode:", failed),
     (b"closing signal", closing),
     (b"Failures:", table),
     (b"Root Cause (first observed failure):", table),
+    (b"(local_rank: ", table_fragment),
 ]

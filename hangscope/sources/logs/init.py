@@ -32,7 +32,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.base import Follow, Handler
-from hangscope.sources.logs.common import Context, Line, make_event
+from hangscope.sources.logs.common import Context, Line, make_event, resolve_rank
 
 _BARRIER = re.compile(
     r"store based barrier.*?rank:? (?P<rank>\d+), (?:for )?key: (?P<key>\S+) "
@@ -71,6 +71,23 @@ def store_timeout(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event("store_timeout", line, ctx, "error", fields)]
 
 
+_UNIQUE_ID = re.compile(r"\[(?P<me>\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId "
+                        r"from \[(?P<src>\d+)\] via c10d key-value store by key '(?P<key>[^']*)'")
+
+
+def unique_id_wait(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``[1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value
+    store by key '0', but store->get('0') got error: wait timeout after 600000ms``: a rank's first
+    collective on a group waited for the group's rank that creates the NCCL id (fields
+    ``waits_for``, ``key``; ranks of that group)."""
+    m = _UNIQUE_ID.search(line.body)
+    if not m:
+        return []
+    fields: dict[str, str | int | float] = {"waits_for": int(m.group("src")), "key": m.group("key")}
+    rank, source = resolve_rank(line, ctx, int(m.group("me")))
+    return [make_event("store_timeout", line, ctx, "error", fields, rank=rank, rank_source=source)]
+
+
 def rendezvous(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     if not any(word in line.body for word in ("Rendezvous", "rendezvous", "C10d store")):
         return []
@@ -91,6 +108,7 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"waiting for clients", store_timeout),
     (b"client socket has timed out", store_timeout),
     (b"RendezvousTimeoutError", rendezvous),
+    (b"retrieving ncclUniqueId from", unique_id_wait),
     (b"failed to join the rendezvous", rendezvous),
     (b"RendezvousConnectionError", rendezvous),
     (b"GLOBAL_RANK: ", global_rank),

@@ -39,7 +39,7 @@ from hangscope.sources.logs.common import Context, Line, make_event
 
 LINE = re.compile(
     r"(?:^|\s)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-    r"(?:(?P<src>[\w./\-]+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
+    r"(?:(?P<src>[\w./\-]+(?::| )\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
 _INIT = re.compile(r"comm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)")
 _TRANSPORT = re.compile(
     r"^(?P<transport>NET/IB|NET/Socket|NET/\w+|Net|socketProgress|socketPoll|socketWait|"
@@ -51,7 +51,7 @@ _VENDOR = re.compile(r"vendor err (?P<v>\d+)")
 _DIRECTION = re.compile(r"\((?P<dir>Send|Recv)\)")
 _TRANSPORT_WORDS = ("Connection closed", "Connection reset", "completion from peer", "NET/",
                     "socketProgress", "ibv_", "Net :", "timeout", "Timeout", "unreachable",
-                    "refused", "truncated")
+                    "refused", "truncated", "connection abort", "Connect to")
 
 
 def note_init(line: Line, ctx: Context) -> None:
@@ -68,9 +68,29 @@ def note_init(line: Line, ctx: Context) -> None:
         ctx.pid_rank[key] = (nranks, rank)
 
 
+_BUS = re.compile(r"cudaDev (?P<dev>\d+) (?:nvmlDev (?P<nvml>\d+) )?busId (?P<bus>[0-9a-f]+)")
+
+
 def init_line(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """Note the pid's rank; the first time a pid's rank is known, or when a larger communicator
+    changes it, a ``nccl_device`` event ties that rank to its GPU (``cudaDev 3 nvmlDev 3 busId
+    3b000``: NCCL's int64 of ``0000:3b:00.0``, the bus id the driver's Xid lines name)."""
+    m = LINE.search(line.body)
+    key = (m.group("host"), int(m.group("pid"))) if m else None
+    before = ctx.pid_rank.get(key) if key else None
     note_init(line, ctx)
-    return []
+    after = ctx.pid_rank.get(key) if key else None
+    b = _BUS.search(line.body)
+    if m is None or key is None or after is None or after == before or b is None:
+        return []
+    bus = int(b.group("bus"), 16)
+    pci = f"{bus >> 20:04x}:{(bus >> 12) & 0xff:02x}:{(bus >> 4) & 0xff:02x}"
+    fields: dict[str, str | int | float] = {
+        "host": key[0], "pid": key[1], "cuda_dev": int(b.group("dev")), "pci": pci}
+    if b.group("nvml") is not None:
+        fields["nvml_dev"] = int(b.group("nvml"))
+    rank, source = (line.rank, line.rank_source) if line.rank is not None else (after[1], "pid")
+    return [make_event("nccl_device", line, ctx, "info", fields, rank=rank, rank_source=source)]
 
 
 def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
@@ -83,7 +103,11 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         "cuda_dev": int(m.group("dev")), "src": m.group("src") or "", "text": msg[:300]}
     kind = "nccl_warn"
     t = _TRANSPORT.search(msg)
-    if t or any(word in msg for word in _TRANSPORT_WORDS):
+    cuda = _CUDA_FAILURE.search(msg)
+    if cuda:  # NCCL's own CUDA call failed on this rank's GPU: ``Cuda failure 'out of memory'``
+        kind = "cuda_error"
+        fields["error"] = cuda.group("error")
+    elif t or any(word in msg for word in _TRANSPORT_WORDS):
         kind = "nccl_transport_error"
         fields["transport"] = t.group("transport") if t else ""
         p = _PEER.search(msg)
@@ -109,6 +133,9 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         elif ctx.rank_hint is not None:
             rank, source = ctx.rank_hint, ctx.rank_hint_source
     return [make_event(kind, line, ctx, "warning", fields, rank=rank, rank_source=source)]
+
+
+_CUDA_FAILURE = re.compile(r"Cuda failure (?:\d+ )?'(?P<error>[^']+)'")
 
 
 HANDLERS: list[tuple[bytes, Handler]] = [

@@ -18,11 +18,13 @@ wrapped record is invisible to all of them. This pass undoes the damage once, fo
 * CR, ANSI colours: removed (the scanner does this per line too; here it must happen before the
   widths are measured).
 
-Process prefixes (``[rank3]:``, ``[default0]:``, mpirun's ``[1,3]<stderr>:``) and timestamps
-are peeled per line by :func:`common.parse_line`, which also serves big files this pass skips;
-``srun -l``'s ``12: ``, pytest's ``E   `` and ``pod |`` heads are only recognised here as record
-starts, not yet peeled. The output keeps the original line numbers: ``line_map[i]`` is the first
-original line of logical line ``i + 1``, so events cite the file as the user has it.
+Process prefixes (``[rank3]:``, ``[default0]:``, mpirun's ``[1,3]<stderr>:``) and timestamps are
+peeled per line by :func:`common.parse_line`, which also serves big files this pass skips; a head
+that most of the paste's first lines carry is peeled here from every line that has it: pytest's ``E
+``, ``kubectl logs --prefix``'s ``[pod/NAME/CONTAINER] ``, docker compose's ``NAME | ``, and ``srun
+-l``'s ``12: ``, which names the task (the rank) and becomes ``[rank12]:``. The output keeps the
+original line numbers: ``line_map[i]`` is the first original line of logical line ``i + 1``, so
+events cite the file as the user has it.
 
 Cost: files over ``NORMALIZE_MAX`` bytes are not normalized (rank logs that big were written by the
 job, not pasted); below it, one ``split`` and one ``max(map(len))`` decide in C whether any Python
@@ -34,7 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hangscope.sources.logs.common import ANSI_PATTERN
+from hangscope.sources.logs.common import ANSI_PATTERN, SRUN_PATTERN
 
 NORMALIZE_MAX = 16 << 20
 MAX_JOIN = 8  # physical lines one logical line may be rebuilt from
@@ -44,6 +46,18 @@ COMMON_WIDTHS = frozenset((72, 76, 78, 79, 80, 100, 110, 119, 120, 128, 132, 140
                            200, 220, 240, 250, 256))
 
 _ANSI = re.compile(ANSI_PATTERN.encode())
+
+# Heads a tool puts before every line of what it relays, naming no rank: pytest's failure output
+# (``E   ``), ``kubectl logs --prefix`` (``[pod/NAME/CONTAINER] ``), docker compose (``NAME  | ``).
+# ``srun -l`` (``12: ``) names the task, which is the rank: it becomes ``[rank12]:``.
+_HEADS = (
+    ("pytest", re.compile(r"E {3}")),
+    ("kubectl", re.compile(r"\[pod/[^\]\s]{1,200}\] ")),
+    ("compose", re.compile(r"[\w.\-]{1,100} +\| ")),
+    ("srun", re.compile(SRUN_PATTERN)),
+)
+HEAD_SAMPLE = 40  # first non-empty lines looked at to decide that a paste has a head
+HEAD_SHARE = 0.8  # of them that must carry it
 
 # A line that starts a record of its own is never the continuation of the line before it.
 _RECORD_START = re.compile(
@@ -57,7 +71,7 @@ _RECORD_START = re.compile(
     r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d+ \d\d:\d\d:\d\d "
     r"|Traceback \(most"
     r"|[\w.\-]+:\d+:\d+ \[\d+\] NCCL "
-    r"|\s{0,4}\d{1,5}: "
+    rf"|{SRUN_PATTERN}"
     r"|E {3}"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[:\] ]"
     r"|[\w.\-]+ +\| ")
@@ -109,7 +123,9 @@ def normalize(raw: bytes) -> Normalized | None:
         [len(p.decode("utf-8", errors="replace")) for p in physical]
     width = wrap_width(lengths)
     has_open = _OPEN_TRIGGER.search(data) is not None
-    if width is None and not has_open:
+    text = [p.decode("utf-8", errors="replace") for p in physical[:HEAD_SAMPLE * 4]]
+    head = _head_of(text)
+    if width is None and not has_open and head is None:
         return None if data is raw or data + b"\n" == raw else _identity(data, len(physical))
     text = [p.decode("utf-8", errors="replace") for p in physical]
     out: list[str] = []
@@ -134,9 +150,37 @@ def normalize(raw: bytes) -> Normalized | None:
                 line += text[i] if cut else " " + text[i].lstrip()
                 i += 1
                 joined += 1
-        out.append(line)
+        out.append(_peel(line, head) if head is not None else line)
         line_map.append(start + 1)
     return Normalized(("\n".join(out) + "\n").encode("utf-8"), line_map)
+
+
+def logical_bytes(data: bytes) -> bytes:
+    """``data``'s logical lines, or ``data`` itself when it needs no repair: for readers of pasted
+    stacks, which see the same heads and wraps as the log scanner."""
+    fixed = normalize(data)
+    return fixed.data if fixed is not None else data
+
+
+def _head_of(lines: list[str]) -> tuple[str, re.Pattern[str]] | None:
+    """The head most of the paste's first lines carry, if any."""
+    sample = [line for line in lines if line.strip()][:HEAD_SAMPLE]
+    if len(sample) < 2:
+        return None
+    for name, pattern in _HEADS:
+        if sum(1 for line in sample if pattern.match(line)) >= HEAD_SHARE * len(sample):
+            return name, pattern
+    return None
+
+
+def _peel(line: str, head: tuple[str, re.Pattern[str]]) -> str:
+    name, pattern = head
+    m = pattern.match(line)
+    if m is None:
+        return line
+    if name == "srun":
+        return f"[rank{m.group(1)}]: {line[m.end():]}"
+    return line[m.end():]
 
 
 def _continues(before: str, after: str) -> bool:

@@ -42,14 +42,22 @@ _OLD = re.compile(r"\(GPU (\d+); ([\d.]+ ?[KMGT]?i?B) total capacity; ([\d.]+ ?[
                   r"allocated; ([\d.]+ ?[KMGT]?i?B) free; ([\d.]+ ?[KMGT]?i?B) reserved")
 
 
+# The same fault in other runtimes' words: ROCm/HIP, TensorFlow's BFC allocator, NCCL's CUDA calls.
+_GPU_OOM_WORDS = ("CUDA out of memory", "CUDA error: out of memory", "HIP out of memory",
+                  "hipErrorOutOfMemory", "OOM when allocating tensor", "Cuda failure 'out of memory'",
+                  "Cuda failure 2 'out of memory'")
+_DEVICE_GPU = re.compile(r"device:GPU:(\d+)")
+
+
 def cuda_oom(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     body = line.body
-    if "CUDA out of memory" not in body and "CUDA error: out of memory" not in body:
+    if not any(word in body for word in _GPU_OOM_WORDS):
         return []
     fields: dict[str, str | int | float] = {}
     head = body.split(":", 1)[0] if ": CUDA" in body else ""
     if head and " " not in head.strip():
         fields["exc_type"] = head.strip()
+        fields["exc_message"] = body.split(":", 1)[1].strip()[:500]  # what a finding quotes
 
     def put(key: str, text: str) -> None:
         value = size_bytes(text)
@@ -73,6 +81,8 @@ def cuda_oom(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         put("allocated_bytes", m.group(3))
         put("free_bytes", m.group(4))
         put("reserved_bytes", m.group(5))
+    if "gpu" not in fields and (m := _DEVICE_GPU.search(body)) is not None:
+        fields["gpu"] = int(m.group(1))
     return [make_event("cuda_oom", line, ctx, "error", fields)]
 
 
@@ -111,9 +121,42 @@ def host_oom(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event("host_oom_kill", line, ctx, "fatal", fields, rank=None, rank_source="")]
 
 
+_SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.\-]+): tasks? (?P<tasks>[\d,\-]+): Out Of Memory")
+
+
+def srun_oom(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """SLURM names the OOM-killed task, i.e. the rank: ``srun: error: node07: task 48: Out Of
+    Memory`` (``src/srun/.../srun_job.c``; after ``slurmstepd: error: Detected 1 oom_kill event in
+    StepId=1234.0. Some of the step tasks have been OOM Killed.``)."""
+    m = _SRUN_TASK.search(line.body)
+    if m is None:
+        return []
+    events = []
+    for task in _expand(m.group("tasks")):
+        fields: dict[str, str | int | float] = {"host": m.group("host"), "summary": 0}
+        events.append(make_event("host_oom_kill", line, ctx, "fatal", fields, rank=task,
+                                 rank_source="content"))
+    return events
+
+
+def _expand(text: str) -> list[int]:
+    found: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit():
+            found.extend(range(int(lo), int(hi) + 1 if hi.isdigit() else int(lo) + 1))
+    return found[:4096]
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
+    (b": Out Of Memory", srun_oom),
     (b"CUDA out of memory", cuda_oom),
     (b"CUDA error: out of memory", cuda_oom),
+    (b"HIP out of memory", cuda_oom),
+    (b"hipErrorOutOfMemory", cuda_oom),
+    (b"OOM when allocating tensor", cuda_oom),
+    (b"failure 'out of memory'", cuda_oom),
+    (b"failure 2 'out of memory'", cuda_oom),
     (b"Killed process", host_oom),
     (b"oom-kill:", host_oom),
 ]

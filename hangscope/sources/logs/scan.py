@@ -28,10 +28,13 @@ from hangscope.sources.logs import (
     dataloader,
     elastic,
     gloo,
+    gpu,
     init,
     nccl_debug,
     nccl_ras,
     oom,
+    runtime_lines,
+    stall_reports,
     torch_nccl,
     traceback,
 )
@@ -46,7 +49,8 @@ MAX_FOLLOW_LINES = 4000
 MAX_JSON_BYTES = 64 << 20
 
 # Order matters only when one line holds triggers of several families: first match wins.
-_FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, oom, dataloader, gloo, init, traceback)
+_FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, oom, dataloader, gloo, init, traceback,
+             gpu, runtime_lines, stall_reports)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
 for _module in _FAMILIES:
@@ -66,26 +70,28 @@ _TRIGGERS = re.compile(b"|".join(re.escape(t) for t in sorted(_HANDLERS, key=len
 # fixture, that this gives exactly the events a full trigger search gives.
 _ANCHORS = re.compile(
     rb"E(?:rror|xception \(either|xception in thread|RROR|nforceNotMet)"
-    rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog)"
+    rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog|een collectives)|v(?:ersion:? \d)|V(?:ersion \d)"
     rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node )|H(?:eartbeat monitor)"
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
-    rb"|\((?:exitcode: |first observed failure\)|pid)|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process)"
-    rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d)"
-    rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in)"
-    rb"|U(?:DA out of memory|DA error|nexpected )|y(?: peer)"
-    rb"|j(?:ob process)")
+    rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: )|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks)"
+    rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d|ng ncclUniqueId)"
+    rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in|arrier, but)"
+    rb"|U(?:DA out of memory|DA error|nexpected |sing |nable to determine)"
+    rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal )"
+    rb"|j(?:ob process|oining collective)|N(?:VRM: )|O(?:ut Of Memory|OM when alloc)|H(?:W Exception by GPU)"
+    rb"|x(?:pectedly)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')")
 _PREFILTER = _ANCHORS
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",
                 b"ProcessGroupNCCL", b"torch.distributed", b"Watchdog caught", b"ChildFailedError",
                 b"Communicators", b"oom-kill", b"Killed process", b"DataLoader", b"gloo",
-                b"elastic", b"CUDA out of memory", b"NCCL version", b"[default")
+                b"elastic", b"CUDA out of memory", b"NCCL version", b"[default",
+                b"NVRM: ", b"CUDA error: ", b"oom_kill event", b"Out Of Memory",
+                b"HW Exception by GPU")
 
 
-def sniff_log(head: bytes, path: str, any_name: bool = False) -> bool:
-    """True when the first bytes say this is a training/launcher/kernel log: a line of a known
-    kind, or mostly printable text where the name looks like a log (``.log``, ``stdout``...) or
-    ``any_name`` (a file the user named on the command line: its name says nothing)."""
+def sniff_log(head: bytes, path: str) -> bool:
+    """True when the first bytes (or the name) say this is a training/launcher/kernel log."""
     if nccl_ras.looks_like_ras_json(head):
         return True
     if head.startswith((b"\x80", b"PK\x03\x04", b"\x1f\x8b", b"\x7fELF")):
@@ -93,14 +99,21 @@ def sniff_log(head: bytes, path: str, any_name: bool = False) -> bool:
     if any(word in head for word in _SNIFF_WORDS):
         return True
     name = os.path.basename(path).lower()
-    if any_name or name.endswith((".log", ".out", ".err", ".txt")) \
-            or name in ("stdout", "stderr", "dmesg"):
-        sample = head[:4096]
-        if not sample:
-            return False
-        printable = sum(1 for b in sample if b in (9, 10, 13) or 32 <= b < 127 or b >= 0xC0)
-        return printable / len(sample) > 0.85
+    if name.endswith((".log", ".out", ".err", ".txt")) or name in ("stdout", "stderr", "dmesg"):
+        return is_text(head)
     return False
+
+
+def is_text(head: bytes) -> bool:
+    """Mostly printable: a text file of some kind (a file a user names is read as a log if so,
+    whatever its name)."""
+    if head.startswith((b"\x80", b"PK\x03\x04", b"\x1f\x8b", b"\x7fELF")):
+        return False
+    sample = head[:4096]
+    if not sample:
+        return False
+    printable = sum(1 for b in sample if b in (9, 10, 13) or 32 <= b < 127 or b >= 0xC0)
+    return printable / len(sample) > 0.85
 
 
 def scan_log(path: str, data: bytes | None = None, rank_hint: int | None = None) -> list[LogEvent]:
@@ -305,7 +318,7 @@ def _finish(events: list[LogEvent], ctx: Context) -> list[LogEvent]:
         pid, host = event.fields.get("pid"), event.fields.get("host")
         src = event.fields.get("rank_source")
         if isinstance(pid, int) and isinstance(host, str) and src not in ("prefix", "pid") \
-                and event.kind in ("nccl_warn", "nccl_transport_error"):
+                and event.kind in ("nccl_warn", "nccl_transport_error", runtime_lines.KIND):
             known = ctx.pid_rank.get((host, pid))
             if known is not None:
                 fields = dict(event.fields)

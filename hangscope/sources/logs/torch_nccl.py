@@ -31,12 +31,6 @@ logged as ``LOG(ERROR) << logPrefix() << desyncMsg`` (one glog line, then tab-in
     \t   - [1] joined but didn't finish collective #5 (count from 1)
     \t     [2, 3] finished collective #5, but didn't join collective #6 (count from 1)
     \t - To our best knowledge, ranks [1, 2] are the lagging ranks that caused this timeout. They never joined any collectives
-    \t - Snapshot of ranks' latest states:
-    \t   #5 finished ranks:
-    \t     [2, 3] finished ALLREDUCE
-
-  Each line's own ``#N`` is kept (``joined_seq``, ``finished_seq``, ``next_seq``; the snapshot gives
-  ``finished_op``): a lagging rank may be far behind the collective that timed out.
 
 ``collective_fingerprint_mismatch`` -- ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (ProcessGroupWrapper.cpp),
 recorded here with gloo: ``Detected mismatch between collectives on ranks. Rank 0 is running
@@ -78,9 +72,9 @@ from hangscope.sources.logs.common import (
 )
 
 _WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>.*?)\) ran for "
-    r"(?P<ran>\d+) milliseconds before timing out")
-_KV = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape)=(\[[^\]]*\]|[^,)]+)")
+    r"(?:Watchdog caught|Caught) collective operation timeout: WorkNCCL\((?P<work>(?:[^()]|\(ms\))*)\)"
+    r"(?: ran for (?P<ran>\d+) milliseconds before timing out)?")
+_KV = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape)=(\[[^\]]*\]|[^,)\s]+)")
 
 
 def _pg_fields(line: Line, ctx: Context, fields: dict[str, str | int | float]
@@ -97,7 +91,9 @@ def watchdog(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     m = _WATCHDOG.search(line.body)
     if not m:
         return []
-    fields: dict[str, str | int | float] = {"ran_ms": int(m.group("ran")), "pg": ""}
+    fields: dict[str, str | int | float] = {"pg": ""}
+    if m.group("ran"):  # an elided or cut record ("WorkNCCL(... OpType=BROADCAST ...)") keeps the rest
+        fields["ran_ms"] = int(m.group("ran"))
     for key, value in _KV.findall(m.group("work")):
         value = value.strip()
         if key == "SeqNum":
@@ -142,10 +138,7 @@ def work_status(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 _DESYNC_HEAD = re.compile(r"- \[(?P<rank>\d+)\] Timeout at collective: (?P<op>[^,]*), #(?P<seq>\d+)")
 _JOINED = re.compile(r"\[(?P<ranks>[\d, ]+)\] joined but didn't finish collective #(?P<seq>\d+)")
 _FINISHED = re.compile(
-    r"\[(?P<ranks>[\d, ]+)\] finished collective #(?P<seq>\d+), but didn't join collective"
-    r"(?: #(?P<next>\d+))?")
-_SNAPSHOT_SEQ = re.compile(r"^\s*#(?P<seq>\d+) finished ranks:")
-_SNAPSHOT_OP = re.compile(r"^\s*\[[\d, ]+\] finished (?P<op>\w+)\s*$")
+    r"\[(?P<ranks>[\d, ]+)\] finished collective #(?P<seq>\d+), but didn't join collective")
 _NEVER = re.compile(r"ranks \[(?P<ranks>[\d, ]+)\] are the lagging ranks that caused this timeout")
 
 
@@ -156,7 +149,6 @@ def desync(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     fields: dict[str, str | int | float] = {
         "timed_out_rank": int(m.group("rank")), "op": m.group("op"), "seq": int(m.group("seq"))}
     lagging: list[int] = []
-    snapshot_seq: int | None = None  # the "#N finished ranks:" block being read
     for nxt in follow.lines():
         if nxt.key != line.key:
             continue
@@ -168,22 +160,14 @@ def desync(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         if j:
             ranks = [int(x) for x in j.group("ranks").split(",")]
             fields["joined_not_finished"] = join_ints(ranks)
-            fields.setdefault("joined_seq", int(j.group("seq")))
+            fields["joined_seq"] = int(j.group("seq"))  # their own seq, not the timed-out one
             lagging += ranks
         f = _FINISHED.search(text)
         if f:
             ranks = [int(x) for x in f.group("ranks").split(",")]
             fields["finished_not_joined_next"] = join_ints(ranks)
-            fields.setdefault("finished_seq", int(f.group("seq")))
-            if f.group("next"):
-                fields.setdefault("next_seq", int(f.group("next")))
+            fields["finished_seq"] = int(f.group("seq"))
             lagging += ranks
-        snap = _SNAPSHOT_SEQ.search(text)
-        if snap:
-            snapshot_seq = int(snap.group("seq"))
-        elif (op := _SNAPSHOT_OP.search(text)) and snapshot_seq is not None \
-                and snapshot_seq == fields.get("finished_seq"):
-            fields.setdefault("finished_op", op.group("op"))
         n = _NEVER.search(text)
         if n:
             ranks = [int(x) for x in n.group("ranks").split(",")]
@@ -200,7 +184,7 @@ _FP_MISMATCH = re.compile(
     r"CollectiveFingerPrint\((?P<fp2>.*?)\)(?:\.|$|,)")
 _FP_KV = re.compile(
     r"(SequenceNumber|OpType|TensorShape|TensorDtypes|TensorDeviceTypes|CollectiveSequenceNumber)"
-    r"=(\[[^\]]*\]|[^,]+)")
+    r"=(\[[^\]]*\]|\d+(?=[A-Z,)\s]|$)|[^,]+)")  # "SequenceNumber=17OpType=BARRIER": no comma
 _FP_SHORT = {"SequenceNumber": "seq", "CollectiveSequenceNumber": "seq", "OpType": "op",
              "TensorShape": "shape", "TensorDtypes": "dtype"}
 
@@ -226,17 +210,52 @@ def fingerprint_mismatch(line: Line, ctx: Context, follow: Follow) -> list[LogEv
                        rank_source=source)]
 
 
+_DDP_PARAMS = re.compile(r"DDP expects same model across all ranks, but Rank (?P<r1>\d+) has (?P<n1>\d+) "
+                         r"params, while rank (?P<r2>\d+) has inconsistent (?P<n2>\d+) params")
+
+
+def ddp_param_mismatch(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """DDP's constructor (``_verify_param_shape_across_processes``) compares the ranks' parameter
+    counts: ``DDP expects same model across all ranks, but Rank 1 has 212 params, while rank 0 has
+    inconsistent 0 params.`` Read as a fingerprint pair: the second rank is the one torch calls
+    inconsistent."""
+    m = _DDP_PARAMS.search(line.body)
+    if not m:
+        return []
+    fields: dict[str, str | int | float] = {
+        "rank_a": int(m.group("r1")), "op_a": "verify_params", "shape_a": f"{m.group('n1')} params",
+        "rank_b": int(m.group("r2")), "op_b": "verify_params", "shape_b": f"{m.group('n2')} params",
+        "differ": "parameter count", "inconsistent": int(m.group("r2"))}
+    rank, source = resolve_rank(line, ctx)
+    return [make_event("collective_fingerprint_mismatch", line, ctx, "error", fields, rank=rank,
+                       rank_source=source)]
+
+
 _BARRIER = re.compile(
     r"Ranks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms")
 
 
+# A non-zero rank's side of the same barrier: it passed, and rank 0's send/recv failed.
+_BARRIER_PEER = re.compile(r"successfully reached monitoredBarrier, but received errors while "
+                           r"waiting for send/recv from rank (?P<ranks>\d+)")
+_BARRIER_MS = re.compile(r"Timed out waiting (\d+)ms")
+
+
 def monitored_barrier(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
-    m = _BARRIER.search(line.body)
+    m = _BARRIER.search(line.body) or _BARRIER_PEER.search(line.body)
     if not m:
         return []
     ranks = [int(x) for x in m.group("ranks").split(",")]
-    fields: dict[str, str | int | float] = {"failed_ranks": join_ints(ranks),
-                                            "timeout_ms": int(m.group("ms"))}
+    fields: dict[str, str | int | float] = {"failed_ranks": join_ints(ranks)}
+    if "ms" in m.groupdict():
+        fields["timeout_ms"] = int(m.group("ms"))
+    else:
+        for count, nxt in enumerate(follow.lines()):
+            ms = _BARRIER_MS.search(nxt.body)
+            if ms or count > 3:
+                if ms:
+                    fields["timeout_ms"] = int(ms.group(1))
+                break
     rank, source = _pg_fields(line, ctx, fields)
     return [make_event("monitored_barrier_failure", line, ctx, "error", fields, rank=rank,
                        rank_source=source)]
@@ -339,15 +358,21 @@ def fr_dump(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 
 _CUDA_ERROR = re.compile(r"CUDA error: (?P<error>[^.\n]+)")
+_EXC_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception): CUDA error")
 
 
 def cuda_error(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
-    """A CUDA error the rank's own NCCL watchdog hit (``Process group watchdog thread terminated
-    with exception: CUDA error: an illegal memory access was encountered``; also ECC and Xid
-    faults): that rank failing first, not a timeout's echo."""
+    """A CUDA error on the rank's own GPU: its NCCL watchdog hit it (``Process group watchdog
+    thread terminated with exception: CUDA error: an illegal memory access was encountered``), the
+    CUDA runtime raised it (``RuntimeError: CUDA error: unspecified launch failure`` outside a
+    traceback block, ``what():  CUDA error: uncorrectable ECC error encountered`` after ``terminate
+    called``): that rank failing first, not a timeout's echo. NCCL's own ``Cuda failure '...'`` WARN
+    is ``nccl_debug``'s."""
     m = _CUDA_ERROR.search(line.body)
-    if not m or "Watchdog caught" in line.body:
-        return []
+    if not m or "Watchdog caught" in line.body or m.group("error").startswith("out of memory"):
+        return []  # an OOM is ``oom.cuda_oom``'s
+    if _EXC_LINE.match(line.body):
+        return []  # a Python exception's last line: the traceback event is that rank's failure
     fields: dict[str, str | int | float] = {"error": m.group("error").strip()[:200]}
     rank, source = _pg_fields(line, ctx, fields)
     return [make_event("cuda_error", line, ctx, "error", fields, rank=rank, rank_source=source)]
@@ -355,12 +380,16 @@ def cuda_error(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"terminated with exception: CUDA error", cuda_error),
+    (b"CUDA error: ", cuda_error),
     (b"Watchdog caught collective operation timeout", watchdog),
+    (b"Caught collective operation timeout", watchdog),  # torch <= 1.12 exception text
     (b"detected by watchdog at work", work_status),
     (b"Timeout at NCCL work", work_status),
     (b"Timeout at collective: ", desync),
     (b"Detected mismatch between collectives", fingerprint_mismatch),
     (b"failed to pass monitoredBarrier", monitored_barrier),
+    (b"DDP expects same model across all ranks", ddp_param_mismatch),
+    (b"successfully reached monitoredBarrier", monitored_barrier),
     (b"Heartbeat monitor timed out", heartbeat),
     (b"got stuck for", heartbeat),
     (b"NCCL error in:", nccl_error),

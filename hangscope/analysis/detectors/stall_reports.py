@@ -1,0 +1,147 @@
+"""missing_rank / collective_mismatch from other tools' reports of who joined a stalled collective.
+
+Horovod's stall inspector and torch's flight-recorder analyzer (``sources/logs/stall_reports.py``)
+each say, per stalled collective, which ranks submitted it (``ready ranks``) or which did not
+(``missing ranks``). Rules, each named in the finding's ``measures["rule"]`` with its basis in the
+summary:
+
+* ``absent-from-stalled-ops`` (missing_rank, 0.8; 0.6 when the absent ranks were inferred from a
+  ready list and a world size read as the highest rank named + 1): the same ranks are missing
+  from every stalled op: the others submitted it and wait for them.
+* ``split-submissions`` (collective_mismatch, 0.7): two stalled ops whose ready lists are disjoint:
+  one set of ranks submitted one collective and another set a different one, so each waits for
+  the other forever. The culprit is the smaller set (the odd ones out); none when the sets are
+  of equal size.
+* ``fr-analyzer-culprit`` (size or collective mismatch, 0.85): the FR analyzer's own "Culprit rank
+  R; Error type: ..." verdict.
+
+False positives: a stall report printed once while a slow rank catches up (Horovod prints after
+60 s; the job may resume): the finding says missing, the rank may be a straggler.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hangscope.analysis.context import Context
+from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
+from hangscope.model import LogEvent
+from hangscope.ranges import format_ranks, ranks_phrase
+
+_TOOL = {"horovod": "Horovod's stall inspector", "fr_analyzer": "torch's flight-recorder analyzer"}
+
+
+def _ranks(text: object) -> set[int]:
+    return {int(p) for p in str(text or "").split(",") if p.strip().isdigit()}
+
+
+def _events(ctx: Context, kind: str) -> list[LogEvent]:
+    out = [e for r in ctx.evidence.ranks.values() for e in r.logs if e.kind == kind]
+    out += [e for e in ctx.evidence.unattributed_logs if e.kind == kind]
+    return sorted(out, key=lambda e: (e.path, e.line_no))
+
+
+def detect(ctx: Context) -> list[Finding]:
+    return _reports(ctx) + _fr_culprits(ctx)
+
+
+def _reports(ctx: Context) -> list[Finding]:
+    events = _events(ctx, "stall_report")
+    if not events:
+        return []
+    named = set().union(*(_ranks(e.fields.get("missing")) | _ranks(e.fields.get("ready"))
+                          for e in events))
+    stated = [int(w) for e in events if isinstance(w := e.fields.get("world_size"), int)]
+    world = max(stated or [ctx.picture.world_size or 0])
+    guessed = not world
+    if guessed:
+        world = max(named) + 1 if named else 0
+    missing: dict[str, set[int]] = defaultdict(set)  # op -> ranks that did not submit it
+    ready: dict[str, set[int]] = {}
+    first: dict[str, LogEvent] = {}
+    for event in events:
+        op = str(event.fields.get("op", ""))
+        first.setdefault(op, event)
+        missing[op] |= _ranks(event.fields.get("missing"))
+        if "ready" in event.fields:
+            ready[op] = _ranks(event.fields.get("ready"))
+            missing[op] |= set(range(world)) - ready[op]
+    tool = _TOOL.get(str(events[0].fields.get("tool")), "a stall report")
+    split = _split(ctx, ready, first, tool)
+    if split is not None:
+        return [split]
+    absent = set.intersection(*missing.values()) if missing else set()
+    if not absent:
+        return []
+    only_ready = all("missing" not in first[op].fields for op in missing)
+    ops = sorted(missing, key=lambda op: first[op].line_no)
+    waiting = sorted(set(range(world)) - absent) if world else []
+    basis = (f"{tool} lists {ranks_phrase(sorted(absent))} as not having submitted "
+             f"{f'any of the {len(ops)} stalled ops' if len(ops) > 1 else 'the stalled op'}"
+             f" ({ops[0] or 'unnamed'}{', ...' if len(ops) > 1 else ''}) that the other ranks "
+             "submitted and wait in")
+    if only_ready and guessed:
+        basis += (f" (read from the ready ranks, taking the world as ranks 0-{world - 1}: the "
+                  "highest rank named)")
+    evidence = [_item(first[op]) for op in ops[:4]]
+    return [Finding(kind=Kind.MISSING_RANK, culprit_ranks=sorted(absent), waiting_ranks=waiting,
+                    confidence=0.6 if only_ready and guessed else 0.8, summary=basis,
+                    evidence=evidence, collective=_ref(first[ops[0]]),
+                    measures={"rule": "absent-from-stalled-ops"})]
+
+
+def _split(ctx: Context, ready: dict[str, set[int]], first: dict[str, LogEvent],
+           tool: str) -> Finding | None:
+    """Two stalled ops with disjoint, non-empty ready lists: different collectives per rank set."""
+    sets = {frozenset(s) for s in ready.values() if s}
+    if len(sets) < 2:
+        return None
+    ordered = sorted(sets, key=len)
+    small, large = ordered[0], ordered[-1]
+    if small & large:
+        return None
+    op_small = next(op for op, s in ready.items() if s == small)
+    op_large = next(op for op, s in ready.items() if s == large)
+    culprits = sorted(small) if len(small) < len(large) else []
+    summary = (f"{tool}: {ranks_phrase(sorted(small))} submitted {op_small or 'one op'} while "
+               f"{ranks_phrase(sorted(large))} submitted {op_large or 'another'}; neither set "
+               "joined the other's op, so the ranks are in different collectives")
+    if culprits:
+        summary += f" (rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)}: the " \
+                   "odd one out)"
+    return Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=culprits,
+                   waiting_ranks=sorted(large if culprits else small | large),
+                   confidence=0.7, summary=summary,
+                   evidence=[_item(first[op_small]), _item(first[op_large])],
+                   collective=_ref(first[op_large]), measures={"rule": "split-submissions"})
+
+
+def _fr_culprits(ctx: Context) -> list[Finding]:
+    out = []
+    for event in _events(ctx, "fr_analyzer_error"):
+        culprits = sorted(_ranks(event.fields.get("culprits")))
+        kind_name = str(event.fields.get("error_type", ""))
+        if not culprits or "MISMATCH" not in kind_name:
+            continue
+        kind = Kind.SIZE_MISMATCH if "SIZE" in kind_name else Kind.COLLECTIVE_MISMATCH
+        detail = ""
+        if event.fields.get("expected"):
+            detail = (f": expected input sizes {event.fields['expected']}, found "
+                      f"{event.fields.get('found', '?')}")
+        out.append(Finding(kind=kind, culprit_ranks=culprits, waiting_ranks=[], confidence=0.85,
+                           summary=(f"torch's flight-recorder analyzer names "
+                                    f"{ranks_phrase(culprits)} as culprit ({kind_name}){detail}"),
+                           evidence=[_item(event)], measures={"rule": "fr-analyzer-culprit"}))
+    return out[:1]
+
+
+def _item(event: LogEvent) -> EvidenceItem:
+    return EvidenceItem("log", event.rank, event.message[:300], event.where())
+
+
+def _ref(event: LogEvent) -> CollectiveRef:
+    seq = event.fields.get("seq")
+    return CollectiveRef(pg=str(event.fields.get("pg") or "") or None,
+                         seq=seq if isinstance(seq, int) else None,
+                         op=str(event.fields.get("op", "")),
+                         numbering=str(event.fields.get("tool", "")))

@@ -1,0 +1,105 @@
+# ruff: noqa: E501  (the docstring and patterns quote raw log lines)
+"""The format-agnostic tier: any line that names a rank and a collective, with its arguments.
+
+Below the family parsers, users' own prints (``Rank 7 tensor before allreduce: torch.Size([32768000])``),
+``NCCL_DEBUG_SUBSYS=COLL`` lines (``host:pid:tid [0] NCCL INFO Broadcast: opCount 0 sendbuff ... count
+53 datatype 4 op 0 root 0 comm 0x... [nranks=8] stream ...``), RCCL's same format and any wrapper's
+log all say the same thing: this rank called this collective with these arguments. For each line of
+the log's tail (``progress.tail_lines``) naming a collective in any spelling (``all_reduce``,
+``AllReduce``, ``ALLREDUCE``, ``nccl:all_reduce``, ``allreduce``, ...) and at least one of
+count/numel/shape/dtype, a ``collective_line`` event: ``op`` (canonical: ``allreduce``), ``seq``
+(opCount/SeqNum/seq, as written), ``count``, ``shape``, ``dtype``, ``template`` (the line with its
+numbers replaced: lines of one template are one print statement), ``rank_from`` (prefix | message |
+device | hint: how the rank is known; ``device``: the NCCL ``[cuda dev]`` of a log with one host,
+where local and global ranks coincide).
+
+Low precision by construction: these are never read alone as a hang, only compared across ranks
+(``analysis/detectors/arg_skew.py``). Lines the family parsers read (watchdog ``WorkNCCL(...)``, DETAIL
+fingerprints) are skipped here.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hangscope.model import LogEvent
+from hangscope.sources.logs.common import Line, decode, make_event, parse_line
+from hangscope.sources.logs.normalize import normalize
+from hangscope.sources.logs.progress import MAX_LINE, tail_lines
+
+MAX_EVENTS = 4096
+_OPS = re.compile(rb"(?i)all[_-]?reduce|all[_-]?gather|reduce[_-]?scatter|broadcast|all[_-]?to[_-]?all"
+                  rb"|\bbarrier\b|\breduce\b")
+_OP = re.compile(r"(?i)\b(?:nccl:|c10d::|Horovod)?(all[_-]?reduce|all[_-]?gather(?:_into_tensor)?"
+                 r"|reduce[_-]?scatter(?:_tensor)?|broadcast|all[_-]?to[_-]?all(?:_single)?|barrier"
+                 r"|reduce)(?=\b|_|\d|[A-Z(:])")
+_SKIP = ("WorkNCCL(", "CollectiveFingerPrint(", "File \"", "Stalled ops", "ranks: ")
+_SEQ = re.compile(r"(?i)\b(?:opCount|SeqNum|seq(?:uence)?(?:[ _]?(?:number|num|id))?)\s*[=: ]\s*"
+                  r"(?P<v>[0-9a-fx]+)\b")
+_COUNT = re.compile(r"(?i)\b(?:count|numel(?:_?in)?|NumelIn|num_?elements|elements)\s*[=: ]\s*(?P<v>\d+)")
+_SHAPE = re.compile(r"(?i)(?:torch\.Size\(|\bshape\s*[=: ]\s*|\bsize\s*[=: ]\s*)"
+                    r"(?P<v>[\[(][\d, ]*[\])])")
+_DTYPE = re.compile(r"(?i)\b(?:datatype|dtype)\s*[=: ]\s*(?:torch\.)?(?P<v>\w+)")
+_MSG_RANK = re.compile(r"(?i)\b(?:global[_ ])?rank\s*[=:#]?\s*\[?(?P<r>\d+)\]?")
+_DEV = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\] N?CCL INFO")
+_NUMBER = re.compile(r"0x[0-9a-fA-F]+|\d+")
+
+
+def _canon(op: str) -> str:
+    op = op.lower().replace("_", "").replace("-", "")
+    for base in ("allgather", "reducescatter", "alltoall"):
+        if op.startswith(base):
+            return base
+    return op
+
+
+def scan_collective_lines(path: str, rank_hint: int | None = None) -> list[LogEvent]:
+    read = tail_lines(path, rank_hint)
+    if read is None:
+        return []
+    ctx, first_line, lines, skip = read
+    fixed = normalize(b"\n".join(lines))  # hard-wrapped COLL lines rebuilt, as the event scan does
+    if fixed is not None:
+        lines, skip = fixed.data.split(b"\n"), set()
+    found: list[tuple[Line, dict[str, str | int | float], str, str | None]] = []
+    for index, raw in enumerate(lines):
+        if index in skip or not _OPS.search(raw):
+            continue
+        number = first_line + (fixed.original_line(index + 1) - 1 if fixed else index)
+        line = parse_line(decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE), number, ctx)
+        body = line.body
+        if len(body) > 600 or any(mark in body for mark in _SKIP):
+            continue
+        op = _OP.search(body)
+        if op is None:
+            continue
+        fields: dict[str, str | int | float] = {"op": _canon(op.group(1))}
+        for name, pattern in (("seq", _SEQ), ("count", _COUNT), ("shape", _SHAPE),
+                              ("dtype", _DTYPE)):
+            m = pattern.search(body)
+            if m:
+                fields[name] = m.group("v").replace(" ", "")
+        if not any(k in fields for k in ("count", "shape", "dtype")):
+            continue
+        dev = _DEV.search(line.stream_text or body)
+        fields["template"] = _NUMBER.sub("#", body[op.start():])[:200]
+        found.append((line, fields, dev.group("host") if dev else "", dev.group("dev") if dev
+                      else None))
+        if len(found) >= MAX_EVENTS:
+            break
+    hosts = {host for _, _, host, _ in found if host}
+    out = []
+    for line, fields, _host, gpu in found:
+        rank, source = line.rank, line.rank_source and "prefix"
+        if rank is None and (m := _MSG_RANK.search(line.body)):
+            rank, source = int(m.group("r")), "message"
+        if rank is None and gpu is not None and len(hosts) == 1:
+            rank, source = int(gpu), "device"
+        if rank is None and ctx.rank_hint is not None:
+            rank, source = ctx.rank_hint, "hint"
+        if rank is None:
+            continue
+        fields["rank_from"] = source
+        out.append(make_event("collective_line", line, ctx, "info", fields, rank=rank,
+                              rank_source="content" if source != "hint" else "hint"))
+    return out

@@ -1,0 +1,181 @@
+"""Metamorphic: a real log pasted another way (hard-wrapped by a terminal, with CRLF and colours,
+behind another launcher's prefix, its ranks' lines interleaved differently) is the same evidence,
+so it must give the same first finding's kind and culprits as the log as posted.
+
+The relations hold by construction of the variants, not by a label: each variant is compared with
+the verdict of the original, whatever that is. Variants whose verdict still differs are listed in
+``DIFFERS`` with what was seen, so a fix shows up as an unexpected pass (strict xfail).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hangscope.analysis.engine import analyze
+from hangscope.options import LoadOptions
+from hangscope.sources.load import load_paths
+
+REAL = Path(__file__).resolve().parent.parent / "fixtures" / "logs" / "real"
+LOGS = sorted(REAL.glob("*.log"))
+
+# ``[rank3]:`` as torch >= 2.2 prefixes a worker's lines, and torchrun's ``[default3]:``
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:")
+
+
+def _wrap(width: int) -> Callable[[str], str]:
+    def wrap(text: str) -> str:
+        out = []
+        for line in text.splitlines():
+            while len(line) > width:
+                out.append(line[:width])
+                line = line[width:]
+            out.append(line)
+        return "\n".join(out) + "\n"
+    return wrap
+
+
+def _crlf_ansi(text: str) -> str:
+    coloured = re.sub(r"\b(ERROR|WARNING|WARN|Error)\b", "\x1b[31m\\1\x1b[0m", text)
+    return coloured.replace("\n", "\r\n")
+
+
+def _rank_prefix(style: Callable[[str], str]) -> Callable[[str], str]:
+    """Each ``[rankN]:`` / ``[defaultN]:`` head rewritten as another launcher writes it; only for
+    logs whose lines nearly all carry one (a launcher prefixes every line it relays: a log whose
+    other lines have no head was not relayed by one)."""
+    def rewrite(text: str) -> str:
+        lines = [line for line in text.splitlines() if line.strip()]
+        if sum(1 for line in lines if _RANK_PREFIX.match(line)) < 0.8 * len(lines):
+            return text
+        return "".join(_RANK_PREFIX.sub(lambda m: style(m.group(1)), line)
+                       for line in text.splitlines(keepends=True))
+    return rewrite
+
+
+def _interleave(text: str) -> str:
+    """The ranks' prefixed lines in another order across ranks, each rank's own order kept:
+    round-robin by rank, as a launcher's tee may deliver them."""
+    lines = text.splitlines(keepends=True)
+    by_rank: dict[str, list[str]] = {}
+    order: list[str | None] = []
+    for line in lines:
+        m = _RANK_PREFIX.match(line)
+        if m:
+            by_rank.setdefault(m.group(1), []).append(line)
+            order.append(m.group(1))
+        else:
+            order.append(None)
+    queues = {rank: list(reversed(items)) for rank, items in by_rank.items()}
+    ranks = sorted(queues, key=int)
+    if ranks and ranks[0] == next(r for r in order if r is not None):
+        ranks = ranks[1:] + ranks[:1]  # another rank first than in the original
+    out, turn = [], 0
+    plain = iter(line for line in lines if not _RANK_PREFIX.match(line))
+    for slot in order:
+        if slot is None:
+            out.append(next(plain))
+            continue
+        while not queues[ranks[turn % len(ranks)]]:
+            turn += 1
+        out.append(queues[ranks[turn % len(ranks)]].pop())
+        turn += 1
+    return "".join(out)
+
+
+VARIANTS: dict[str, Callable[[str], str]] = {
+    "wrap80": _wrap(80),
+    "wrap120": _wrap(120),
+    "wrap200": _wrap(200),
+    "crlf-ansi": _crlf_ansi,
+    "srun-l": _rank_prefix(lambda r: f"{r}: "),
+    "mpirun": _rank_prefix(lambda r: f"[1,{r}]<stderr>:"),
+    "interleaved": _interleave,
+    # every line behind a head that names no rank: ``kubectl logs --prefix`` / docker compose,
+    # and pytest's failure output
+    "kubectl": lambda text: "".join(f"[pod/trainer-0/main] {line}"
+                                    for line in text.splitlines(keepends=True)),
+    "compose": lambda text: "".join(f"trainer-1  | {line}"
+                                    for line in text.splitlines(keepends=True)),
+    "pytest": lambda text: "".join(f"E   {line}" for line in text.splitlines(keepends=True)),
+}
+
+# (log stem, variant): what the variant gives today instead of the original's verdict.
+DIFFERS: dict[tuple[str, str], str] = {
+    ("d_open_r1_620_grpo_broadcast_wrapped", "kubectl"):
+        "inconclusive instead of missing_rank []: the log is itself hard-wrapped, and behind a head the wrap width is not found (normalize measures widths before peeling heads)",
+    ("d_open_r1_620_grpo_broadcast_wrapped", "compose"):
+        "inconclusive instead of missing_rank []: as kubectl (wrap width measured with the head)",
+    ("d_open_r1_620_grpo_broadcast_wrapped", "pytest"):
+        "inconclusive instead of missing_rank []: as kubectl (wrap width measured with the head)",
+    ("e_torchtune_2651_rank0_ckpt_save_timeout", "kubectl"):
+        "inconclusive instead of missing_rank [0]: the posted log is hard-wrapped and padded; behind a head its watchdog record stays cut (wrap width measured with the head)",
+    ("e_torchtune_2651_rank0_ckpt_save_timeout", "compose"):
+        "inconclusive instead of missing_rank [0]: as kubectl",
+    ("e_torchtune_2651_rank0_ckpt_save_timeout", "pytest"):
+        "inconclusive instead of missing_rank [0]: as kubectl",
+    ("d_pytorch_141069_iterable_uneven_rank0_absent", "wrap80"):
+        "missing_rank [0] instead of missing_rank []: once re-wrapped, a record the posted log had cut is rebuilt and names rank 0 (the thread's culprit)",
+    ("d_pytorch_141069_iterable_uneven_rank0_absent", "wrap120"):
+        "missing_rank [0] instead of missing_rank []: as wrap80",
+    ("d_pytorch_141069_iterable_uneven_rank0_absent", "wrap200"):
+        "missing_rank [0] instead of missing_rank []: as wrap80",
+    ("e_megatron_lm_1880_rank0_sigsegv_elastic", "wrap80"):
+        "inconclusive instead of rank_died [0]: the headerless failure-table rows are padded to 120+ columns; wrapped, the row 'rank : 0 (local_rank: 0)' is split from its exitcode row",
+    ("e_megatron_lm_1880_rank0_sigsegv_elastic", "wrap120"):
+        "inconclusive instead of rank_died [0]: as wrap80",
+    ("e_openrlhf_970_host_oom_killer_ray", "wrap80"):
+        "rank_died [] instead of missing_rank []: the posted line holds a Ray death and a watchdog record, one family per line; wrapped, the two land on separate lines and both are read",
+    ("e_openrlhf_970_host_oom_killer_ray", "wrap200"):
+        "missing_rank [0] instead of missing_rank []: wrapped, the status line naming PG 1 no longer sits beside the watchdog record, and broadcast-root-absent reads group rank 1 as global",
+}
+
+
+def _first(path: Path) -> tuple[str | None, tuple[int, ...]]:
+    evidence, _ = load_paths([str(path)], LoadOptions())
+    verdict, _ = analyze(evidence)
+    if not verdict.findings:
+        return verdict.status.value, ()
+    root = verdict.findings[0]
+    return root.kind.value, tuple(root.culprit_ranks)
+
+
+_ORIGINAL: dict[Path, tuple[str | None, tuple[int, ...]]] = {}
+
+
+def _original(path: Path) -> tuple[str | None, tuple[int, ...]]:
+    if path not in _ORIGINAL:
+        _ORIGINAL[path] = _first(path)
+    return _ORIGINAL[path]
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("path", LOGS, ids=lambda p: p.stem)
+def test_a_log_pasted_another_way_gives_the_same_verdict(path: Path, variant: str,
+                                                         tmp_path: Path) -> None:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    changed = VARIANTS[variant](text)
+    if changed == text:
+        pytest.skip("this variant leaves the log as it is")
+    if (path.stem, variant) in DIFFERS:
+        pytest.xfail(DIFFERS[(path.stem, variant)])
+    copy = tmp_path / path.name
+    copy.write_bytes(changed.encode("utf-8"))
+    assert _first(copy) == _original(path)
+
+
+def test_the_variants_change_what_they_claim() -> None:
+    text = ("[rank1]: a\n[rank0]: b\n[rank1]: c\n[rank1]: d\nplain\n[rank0]: " + "x" * 130
+            + "\n")
+    assert VARIANTS["srun-l"](text).startswith("1:  a\n0:  b\n")
+    assert VARIANTS["mpirun"](text).startswith("[1,1]<stderr>: a\n")
+    mixed = VARIANTS["interleaved"](text)
+    assert sorted(mixed.splitlines()) == sorted(text.splitlines())
+    assert [ln for ln in mixed.splitlines() if ln.startswith("[rank1]")] == \
+        ["[rank1]: a", "[rank1]: c", "[rank1]: d"]
+    assert mixed != text
+    assert max(map(len, VARIANTS["wrap120"](text).splitlines())) == 120
+    assert "\r\n" in VARIANTS["crlf-ansi"](text)

@@ -1,0 +1,123 @@
+"""Other tools' output read as evidence: Horovod stall reports, torch's FR analyzer text, NCCL INFO
+COLL lines and users' own prints (the format-agnostic tier), other launchers' death reports, and the
+heads container runtimes and launchers put before a line. Lines are quoted from public threads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hangscope.analysis.engine import analyze
+from hangscope.model import JobEvidence
+from hangscope.sources.logs import scan_log
+from hangscope.sources.logs.common import Context, parse_line
+from hangscope.sources.logs.loader import load_log_file
+
+
+def _events(text: str, kind: str) -> list[dict[str, object]]:
+    return [dict(e.fields, rank=e.rank) for e in scan_log("paste.log", data=text.encode())
+            if e.kind == kind]
+
+
+def _verdict(tmp_path: Path, text: str) -> tuple[str, list[int]]:
+    path = tmp_path / "paste.log"
+    path.write_text(text)
+    evidence = JobEvidence()
+    load_log_file(str(path), None, evidence, [])
+    verdict, _ = analyze(evidence)
+    first = verdict.findings[0] if verdict.findings else None
+    return (first.kind.value, sorted(first.culprit_ranks)) if first else ("none", [])
+
+
+HOROVOD_MISSING = """\
+[1,0]<stderr>:[2019-04-13 13:53:31.851506: W horovod/common/operations.cc:588] HorovodBroadcast_dense_1_bias_Momentum_0 [missing ranks: 1]
+[1,0]<stderr>:[2019-04-13 13:53:31.851527: W horovod/common/operations.cc:588] HorovodBroadcast_global_step_0 [missing ranks: 1]
+"""
+
+HOROVOD_SPLIT = """\
+Stalled ops: HorovodAllreduce_loss_Mean_0 [ready ranks: 3], DistributedMomentumOptimizer_Allreduce/HorovodAllreduce_gradients_Conv_0 [ready ranks: 2, 0, 1],
+"""
+
+HOROVOD_STALLED_RANKS = """\
+[1,0]<stderr>:Stalled ranks:
+[1,0]<stderr>:6: [horovod_allreduce.0, horovod_allreduce.1, horovod_allreduce.10 ...]
+"""
+
+FR_TRACE = """\
+Not all ranks joining collective: sequence number: 31117
+internal record id: 31116
+group info: 0:default_pg
+collective: nccl:all_reduce
+missing ranks: {3, 4, 5, 6, 7}
+world size: 8
+"""
+
+NCCL_COLL = "".join(
+    f"learnfair062:{32615 + 2 * r}:{32615 + 2 * r} [{r}] NCCL INFO Broadcast: opCount 0 sendbuff "
+    f"0x7f88e4000000 recvbuff 0x7f88e4000000 count {25503912 if r == 0 else 53} datatype "
+    f"{6 if r == 0 else 4} op 0 root 0 comm 0x7f88e005a260 [nranks=8] stream 0x55f20d2f5db0\n"
+    for r in range(5))
+
+USER_PRINTS = "".join(f"Rank {r} tensor before allreduce: torch.Size([{409600 if r == 0 else 32768000}]) 1.0\n"
+                      for r in (7, 6, 4, 0, 5, 3, 2, 1))
+
+
+def test_horovod_missing_ranks_are_read_per_op() -> None:
+    found = _events(HOROVOD_MISSING, "stall_report")
+    assert [(f["op"], f["missing"], f["rank"]) for f in found] == [
+        ("HorovodBroadcast_dense_1_bias_Momentum_0", "1", 0),
+        ("HorovodBroadcast_global_step_0", "1", 0)]
+
+
+def test_horovod_stall_names_the_absent_rank(tmp_path: Path) -> None:
+    assert _verdict(tmp_path, HOROVOD_MISSING) == ("missing_rank", [1])
+    assert _verdict(tmp_path, HOROVOD_STALLED_RANKS) == ("missing_rank", [6])
+
+
+def test_disjoint_ready_lists_are_a_mismatch(tmp_path: Path) -> None:
+    assert _verdict(tmp_path, HOROVOD_SPLIT) == ("collective_mismatch", [3])
+
+
+def test_fr_analyzer_missing_ranks(tmp_path: Path) -> None:
+    (found,) = _events(FR_TRACE, "stall_report")
+    assert (found["seq"], found["op"], found["missing"], found["world_size"]) == \
+        (31117, "all_reduce", "3,4,5,6,7", 8)
+    assert _verdict(tmp_path, FR_TRACE) == ("missing_rank", [3, 4, 5, 6, 7])
+
+
+def test_odd_arguments_at_one_op(tmp_path: Path) -> None:
+    assert _verdict(tmp_path, NCCL_COLL) == ("size_mismatch", [0])
+    assert _verdict(tmp_path, USER_PRINTS) == ("size_mismatch", [0])
+    # every rank with the same arguments: nothing to say
+    same = USER_PRINTS.replace("409600", "32768000")
+    assert _verdict(tmp_path, same)[0] != "size_mismatch"
+
+
+def test_old_torch_exception_and_elided_watchdog_record() -> None:
+    (old,) = _events("RuntimeError: [Rank 1] Caught collective operation timeout: WorkNCCL("
+                     "SeqNum=143, OpType=BROADCAST, TensorShape=[1], Timeout(ms)=3600000) ran for "
+                     "3600089 milliseconds before timing out.\n", "nccl_watchdog_timeout")
+    assert (old["seq"], old["op"], old["timeout_ms"], old["rank"]) == (143, "BROADCAST", 3600000, 1)
+    (elided,) = _events("Watchdog caught collective operation timeout: WorkNCCL(... "
+                        "OpType=BROADCAST ...)\n", "nccl_watchdog_timeout")
+    assert elided["op"] == "BROADCAST" and "seq" not in elided
+
+
+def test_other_launchers_report_deaths(tmp_path: Path) -> None:
+    vllm = ("eap-llm-server-on-arc  | ERROR 11-08 11:01:29 [multiproc_executor.py:135] Worker proc "
+            "VllmWorker-3 died unexpectedly, shutting down executor.\n")
+    assert _verdict(tmp_path, vllm) == ("rank_died", [3])
+    table = ("  rank      : 0 (local_rank: 0)\n  exitcode  : -11 (pid: 3304209)\n"
+             "  error_file: <N/A>\n  traceback : Signal 11 (SIGSEGV) received by PID 3304209\n")
+    assert _verdict(tmp_path, table) == ("rank_died", [0])
+
+
+def test_heads_before_the_process_prefix() -> None:
+    ctx = Context(path="x", year=2024, now=0.0)
+    line = parse_line("12: [E ProcessGroupNCCL.cpp:458] boom", 1, ctx)
+    assert (line.rank, line.body) == (12, "boom")
+    line = parse_line("1469.worker.1  | [rank2]: boom", 1, ctx)
+    assert (line.rank, line.body) == (2, "boom")
+    line = parse_line("E       RuntimeError: boom", 1, ctx)
+    assert line.body == "RuntimeError: boom"
+    line = parse_line("loss | 0.5", 1, ctx)  # a plain word before a pipe is not a head
+    assert line.body == "loss | 0.5"
