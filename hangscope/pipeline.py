@@ -177,7 +177,7 @@ def analyze_evidence(evidence: JobEvidence, output: OutputOptions, out: str | No
 
     verdict, ctx = analyze(evidence)
     if output.redact:  # before anything is written or printed: verdict.json travels in tickets
-        from hangscope.report.redact import redact_all
+        from hangscope.redact import redact_all
 
         verdict = redact_all(verdict)
     result = Result(verdict=verdict, context=ctx, evidence=evidence, out_dir=out)

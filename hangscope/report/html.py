@@ -20,9 +20,9 @@ from markupsafe import Markup
 
 from hangscope import __version__
 from hangscope.ranges import format_ranks
+from hangscope.redact import redact_text
 from hangscope.report.payload import build_payload
 from hangscope.report.payload_types import Payload
-from hangscope.report.redact import redact_text
 from hangscope.report.svg import wait_graph_svg
 from hangscope.report.timeline import timeline_svg
 

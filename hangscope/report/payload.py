@@ -39,6 +39,7 @@ from hangscope.analysis.stacks import user_frame
 from hangscope.analysis.verdict import Finding
 from hangscope.model import FrEntry, LogEvent, ProcessState, RankEvidence, StackSample
 from hangscope.ranges import format_ranks
+from hangscope.redact import redact
 from hangscope.report import stacktree
 from hangscope.report.config_table import config_rows
 from hangscope.report.payload_types import (
@@ -59,7 +60,6 @@ from hangscope.report.payload_types import (
     ThreadColumns,
     WorkerData,
 )
-from hangscope.report.redact import redact
 from hangscope.report.tables import Frames, Strings
 
 if TYPE_CHECKING:
