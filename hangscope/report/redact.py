@@ -2,9 +2,10 @@
 
 Applied by default (``--no-redact`` turns it off) to every string of the verdict before it is
 written (verdict.json), printed (the terminal summary, ``--json``) or rendered, and to the report
-payload (which also quotes evidence the verdict does not): tokens and passwords in URLs,
-``KEY=value`` pairs whose key names a secret, bearer tokens, and well-known token shapes (GitHub,
-Hugging Face, AWS, Slack).
+payload (which also quotes evidence the verdict does not), and to the text files a collection
+copies into a bundle (logs, JSON records and the manifest; flight-recorder dumps are kept byte
+for byte): tokens and passwords in URLs, ``KEY=value`` pairs whose key names a secret, bearer
+tokens, and well-known token shapes (GitHub, Hugging Face, AWS, Slack).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ T = TypeVar("T")
 MASK = "[REDACTED]"
 _PATTERNS = (
     # scheme://user:password@host -> keep the user, hide the password
+    # KEY=value, KEY: value; not file:line (``tokenizer.py:34``: a line number is no secret)
     (re.compile(r"(?P<pre>\b[a-zA-Z][\w+.-]*://[^\s:/@]+:)[^\s@/]+(?=@)"), r"\g<pre>" + MASK),
     (re.compile(r"(?i)(?P<pre>\b[\w.-]*(?:token|secret|passw(?:or)?d|api[_-]?key|access[_-]?key"
-                r"|credential|auth)[\w.-]*\s*[=:]\s*)(?P<q>['\"]?)[^\s'\",;]+"),
+                r"|credential|auth)[\w.-]*\s*(?:=|:(?!\d+\b))\s*)(?P<q>['\"]?)[^\s'\",;]+"),
      r"\g<pre>\g<q>" + MASK),
     (re.compile(r"(?i)\b(bearer|basic)\s+[a-z0-9._~+/=-]{8,}"), r"\1 " + MASK),
     (re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}"), MASK),
@@ -35,6 +37,13 @@ def redact_text(text: str) -> str:
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """``redact_text`` on a file's bytes; bytes that are not UTF-8 pass through unchanged."""
+    text = data.decode("utf-8", "surrogateescape")
+    redacted = redact_text(text)
+    return data if redacted == text else redacted.encode("utf-8", "surrogateescape")
 
 
 def redact(value: Any) -> Any:
