@@ -47,7 +47,6 @@ from hangscope import __version__
 from hangscope.errors import BadInputError, UsageError
 from hangscope.model import JobEvidence
 from hangscope.redact import redact, redact_bytes
-from hangscope.sources.special import not_a_file
 
 SCHEMA = "hangscope.bundle/1"
 MANIFEST = "manifest.json"
@@ -278,8 +277,7 @@ def _load_listed(root: str, real_root: str, item: Any, rank: int | None,
         problems.append(f"{full}: unknown evidence kind {kind!r} (newer hangscope?)")
         return
     if not os.path.isfile(full):
-        reason = not_a_file(full) if os.path.lexists(full) else None  # a FIFO is never opened
-        problems.append(reason or f"{full}: listed in the manifest but missing")
+        problems.append(f"{full}: listed in the manifest but missing")
         return
     loader(full, rank, evidence, problems)
 

@@ -42,7 +42,8 @@ def output_options(func: F) -> F:
         click.option("--json", "as_json", is_flag=True,
                      help="Print verdict.json to stdout instead of the summary."),
         click.option("--no-redact", is_flag=True,
-                     help="Keep tokens and passwords found in logs in the report."),
+                     help="Keep tokens and passwords found in logs: by default they are "
+                          "masked in the report, verdict.json, the terminal and the bundle."),
         click.option("-v", "--verbose", count=True, help="Log progress to stderr (-vv: debug)."),
     ]
     for decorator in reversed(decorators):
@@ -177,7 +178,8 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
         remote_fan = remote_fanout_options(
             remote, out_dir or "", timeout, pid_group=pid_group, pids=pids, match=match,
             samples=samples, interval=interval, max_samples=max_samples, native=native,
-            nonblocking=nonblocking, no_fr_trigger=no_fr_trigger, no_ras=no_ras)
+            nonblocking=nonblocking, no_fr_trigger=no_fr_trigger, no_ras=no_ras,
+            no_redact=no_redact)
         result = run_remote_attach(remote_fan, LoadOptions(), output)
         _print_result(result, as_json, quiet)
         return result.exit_code
@@ -187,13 +189,15 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
 
         fan = fanout_options(slurm_job, out_dir or "", timeout, samples=samples,
                              interval=interval, max_samples=max_samples, native=native,
-                             nonblocking=nonblocking, no_fr_trigger=no_fr_trigger, no_ras=no_ras)
+                             nonblocking=nonblocking, no_fr_trigger=no_fr_trigger, no_ras=no_ras,
+                             no_redact=no_redact)
         result = run_slurm_attach(fan, LoadOptions(), output)
         _print_result(result, as_json, quiet)
         return result.exit_code
     options = _attach_options(pid_group, pids, match, samples, interval, max_samples,
                               dump_timeout, native, nonblocking, no_fr_trigger, no_ras,
-                              slurm_job_local, slurm_node, timeout, probe=not no_probe)
+                              slurm_job_local, slurm_node, timeout, probe=not no_probe,
+                              redact=not no_redact)
     result = run_attach(options, LoadOptions(), output, progress=_progress(quiet, timeout))
     _print_result(result, as_json, quiet)
     return result.exit_code
@@ -211,12 +215,14 @@ def attach(pid_group: int | None, pids: tuple[int, ...], match: str | None, samp
                    "a folder on a shared filesystem that gets one bundle per node; with --ssh "
                    "or --k8s-*, a local folder that gets one bundle per host or pod.")
 @click.option("--force", is_flag=True, help="Replace an earlier bundle in --out.")
+@click.option("--no-redact", is_flag=True,
+              help="Keep tokens and passwords in the bundle's copies of logs (masked by default).")
 @click.option("-v", "--verbose", count=True, help="Log progress to stderr (-vv: debug).")
 def collect(pid_group: int | None, pids: tuple[int, ...], match: str | None, samples: int,
             interval: float, max_samples: int, dump_timeout: float, native: bool,
             nonblocking: bool, no_fr_trigger: bool, no_ras: bool, slurm_job: str | None,
             slurm_job_local: str | None, slurm_node: str | None, timeout: float | None,
-            quiet: bool, out_dir: str, force: bool, verbose: int,
+            quiet: bool, out_dir: str, force: bool, verbose: int, no_redact: bool = False,
             remote: RemoteTarget | None = None) -> int:
     """Collect on this node into a bundle, analyzing nothing (one per node; then
     `hangscope analyze BUNDLE...` merges them by global rank). With --slurm-job, one bundle per
@@ -230,7 +236,7 @@ def collect(pid_group: int | None, pids: tuple[int, ...], match: str | None, sam
         collection: dict[str, Any] = {
             "samples": samples, "interval": interval, "max_samples": max_samples,
             "native": native, "nonblocking": nonblocking, "no_fr_trigger": no_fr_trigger,
-            "no_ras": no_ras}
+            "no_ras": no_ras, "no_redact": no_redact}
         if remote is None:
             fanned = run_slurm_collect(fanout_options(slurm_job or "", out_dir, timeout,
                                                       **collection))
@@ -247,7 +253,7 @@ def collect(pid_group: int | None, pids: tuple[int, ...], match: str | None, sam
         return int(ExitCode.NO_HANG)
     options = _attach_options(pid_group, pids, match, samples, interval, max_samples,
                               dump_timeout, native, nonblocking, no_fr_trigger, no_ras,
-                              slurm_job_local, slurm_node, timeout)
+                              slurm_job_local, slurm_node, timeout, redact=not no_redact)
     collected = run_collect(options, out_dir, force=force, progress=_progress(quiet, timeout))
     if not quiet:
         click.echo(_collect_line(collected))
@@ -341,7 +347,8 @@ def _attach_options(pid_group: int | None, pids: tuple[int, ...], match: str | N
                     samples: int, interval: float, max_samples: int, dump_timeout: float,
                     native: bool, nonblocking: bool, no_fr_trigger: bool, no_ras: bool,
                     slurm_job_local: str | None, slurm_node: str | None,
-                    timeout: float | None, probe: bool = True) -> AttachOptions:
+                    timeout: float | None, probe: bool = True,
+                    redact: bool = True) -> AttachOptions:
     """What attach and collect collect on this node, from their shared options."""
     if pid_group is None and not pids and not match and slurm_job_local is None:
         raise click.UsageError("give --pid-group PGID, --pid PID, --match PATTERN, "
@@ -351,7 +358,7 @@ def _attach_options(pid_group: int | None, pids: tuple[int, ...], match: str | N
                          dump_timeout=dump_timeout, native=native, nonblocking=nonblocking,
                          trigger_fr=not no_fr_trigger, query_ras=not no_ras,
                          slurm_job=slurm_job_local, slurm_node=slurm_node, timeout=timeout,
-                         probe=probe)
+                         probe=probe, redact=redact)
 
 
 def _print_result(result: Summary, as_json: bool, quiet: bool = False) -> None:

@@ -8,6 +8,7 @@ more than the stack dumps.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -62,7 +63,14 @@ def prepare_out_dir(options: OutputOptions) -> str:
 
 def run_analyze(paths: list[str], load: LoadOptions, output: OutputOptions) -> Summary:
     started = time.monotonic()
-    result = analyze_paths(paths, load, output, prepare_out_dir(output))
+    out = prepare_out_dir(output)
+    try:
+        result = analyze_paths(paths, load, output, out)
+    except BaseException:
+        if not output.out_dir:  # bad input: leave no empty default folder behind
+            with contextlib.suppress(OSError):
+                os.rmdir(out)
+        raise
     result.seconds = time.monotonic() - started
     return result.summary()
 

@@ -39,6 +39,13 @@ def redact_text(text: str) -> str:
     return text
 
 
+def redact_bytes(data: bytes) -> bytes:
+    """``redact_text`` on a file's bytes; bytes that are not UTF-8 pass through unchanged."""
+    text = data.decode("utf-8", "surrogateescape")
+    redacted = redact_text(text)
+    return data if redacted == text else redacted.encode("utf-8", "surrogateescape")
+
+
 def redact(value: Any) -> Any:
     """A copy of ``value`` (JSON-like) with every string redacted."""
     if isinstance(value, str):
@@ -69,9 +76,3 @@ def redact_all(value: T) -> T:
         return dataclasses.replace(value, **changes)
     return value
 
-
-def redact_bytes(data: bytes) -> bytes:
-    """``redact_text`` on a file's bytes; bytes that are not UTF-8 pass through unchanged."""
-    text = data.decode("utf-8", "surrogateescape")
-    redacted = redact_text(text)
-    return data if redacted == text else redacted.encode("utf-8", "surrogateescape")

@@ -224,3 +224,14 @@ def test_the_rank_table_marks_only_the_named_culprit() -> None:
     marked = {r for c in verdict.rank_classes if c.role == "culprit" for r in c.ranks}
     assert marked == named, [(c.ranks, c.role) for c in verdict.rank_classes]
     assert sorted(r for c in verdict.rank_classes for r in c.ranks) == sorted(verdict.ranks_seen)
+
+
+def test_cpu_shares_over_a_fraction_of_a_second_name_no_straggler() -> None:
+    # GIVEN two ranks of a healthy DDP job, both seen on their backward line, whose CPU over a
+    # 0.4 s window differs 2x (the scheduler held one off the CPU); and the same over 2.1 s
+    both = [in_backward()] * 3
+    short = job({0: both, 1: both}, cpu={0: 0.81, 1: 0.38}, interval=0.2)
+    longer = job({0: both, 1: both}, cpu={0: 0.81, 1: 0.38}, interval=1.05)
+    # THEN the short window is no evidence of a straggler; the longer one is
+    assert all(f.kind != Kind.STRAGGLER for f in analyze(short)[0].findings)
+    assert analyze(longer)[0].findings[0].kind == Kind.STRAGGLER

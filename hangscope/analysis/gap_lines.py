@@ -30,6 +30,8 @@ def group_rank_gaps(gaps: list[str]) -> list[str]:
                 slots.append(gap)
             continue
         rank, text = int(m.group(1)), m.group(2)
+        while text.startswith(f"rank {rank}: "):  # a bundle's gap said again with its rank
+            text = text[len(f"rank {rank}: "):]
         template = re.sub(rf"(?<!\d){rank}(?!\d)", "\0", text)
         if template not in members:
             members[template] = []

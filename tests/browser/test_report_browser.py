@@ -153,3 +153,18 @@ def test_what_differs_between_ranks_shows_only_when_they_differ(visit, tmp_path)
     same_page = visit(report_for(same, str(tmp_path / "same.html"))).page
     assert not same_page.locator("#config-sec").is_visible()
     assert same_page.locator("#config-table tbody tr").count() == 0
+
+
+def test_evidence_gaps_show_three_and_fold_the_rest(visit, tmp_path):
+    # GIVEN a verdict with seven gap lines
+    result = result_of(evidence())
+    result.verdict.evidence_gaps = [f"gap number {i}" for i in range(7)]
+    seen = visit(write_report(result, str(tmp_path / "report.html")))
+    page = seen.page
+    # THEN three are shown and four are folded away until asked for
+    assert page.locator("#gap-list li").count() == 3
+    folded = page.locator("#gaps details.gap-more")
+    assert folded.locator("summary").inner_text() == "4 more"
+    assert not folded.locator("li").first.is_visible()
+    folded.locator("summary").click()
+    assert folded.locator("li").count() == 4 and folded.locator("li").first.is_visible()

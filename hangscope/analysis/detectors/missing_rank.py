@@ -32,7 +32,7 @@ from hangscope.analysis.correlate import GroupView, finished
 from hangscope.analysis.ras_facts import RAS_MARK, RasFact, ras_facts, seen_alive
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.analysis.waitgraph import WaitReason
-from hangscope.ranges import format_ranks, ranks_phrase
+from hangscope.ranges import format_ranks, ranks_do, ranks_phrase
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -78,7 +78,7 @@ def _inside_finding(ctx: Context, group: GroupView, seq: int, stuck: list[int],
                f"{'their' if len(stuck) > 1 else 'its'} side of the collective never finished "
                "(look at that rank's transport, GPU stream or progress thread)")
     if waiting:
-        summary += f"; {ranks_phrase(waiting)} wait for {'them' if len(stuck) > 1 else 'it'}"
+        summary += f"; {ranks_do(waiting, 'wait')} for {'them' if len(stuck) > 1 else 'it'}"
     evidence = [ctx.fr_evidence(stuck[0], entry, group, "still in"),
                 ctx.fr_evidence(done[0], finished, group, "completed")]
     evidence += [item for rank in stuck[:8]
@@ -192,7 +192,7 @@ def _finding(ctx: Context, culprits: list[int],
                      "blocked in a point-to-point op or outside torch.distributed (stacks tell "
                      "which)")
     them = "them" if len(culprits) > 1 else "it"
-    summary = "; ".join(parts) + f"; {ranks_phrase(all_waiting)} wait for {them} there"
+    summary = "; ".join(parts) + f"; {ranks_do(all_waiting, 'wait')} for {them} there"
     for rank in culprits[:8]:
         item = ctx.stack_evidence(rank, "main thread: ")
         if item is not None:

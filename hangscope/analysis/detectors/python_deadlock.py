@@ -23,7 +23,7 @@ import re
 from hangscope.analysis.context import Context
 from hangscope.analysis.rank_state import INFERRED_LOCK, RankStackState
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
-from hangscope.ranges import format_ranks
+from hangscope.ranges import ranks_do
 
 # locks that a forked child inherits in whatever state another thread of the parent left them
 _FORK_UNSAFE = re.compile(r"^(__kmp_|__kmpc_|GOMP_|gomp_)|^(__internal_atexit|__new_exitfn|"
@@ -82,7 +82,7 @@ def detect(ctx: Context) -> list[Finding]:
             summary += "; no other thread of the rank is blocked (a lock held and never released?)"
         summary += _fork_hint(state)
         if waiting:
-            summary += f"; ranks {format_ranks(waiting)} wait for it"
+            summary += f"; {ranks_do(waiting, 'wait')} for it"
         findings.append(Finding(kind=Kind.PYTHON_DEADLOCK, culprit_ranks=[rank],
                                 waiting_ranks=waiting, confidence=confidence,
                                 summary=summary, evidence=evidence))

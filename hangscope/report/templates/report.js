@@ -60,9 +60,16 @@
   }
   fact("ranks with evidence", (sum.ranks_seen || "none") + (sum.world_size ? " of " + sum.world_size : ""));
   if (sum.ranks_missing) fact("no evidence from", ranksLabel(sum.ranks_missing), "culprit");
-  if (D.gaps.length) {
+  if (D.gaps.length) {  // the first few (those that matter most come first); the rest folded
+    var GAPS_SHOWN = 3, more = el("ul");
     $("gaps").hidden = false;
-    D.gaps.forEach(function (g) { $("gap-list").appendChild(el("li", { text: g })); });
+    D.gaps.forEach(function (g, i) {
+      (i < GAPS_SHOWN ? $("gap-list") : more).appendChild(el("li", { text: g }));
+    });
+    if (D.gaps.length > GAPS_SHOWN) {
+      $("gaps").appendChild(el("details", { cls: "gap-more" },
+        el("summary", { text: (D.gaps.length - GAPS_SHOWN) + " more" }), more));
+    }
   }
 
   // ---- what differs between ranks ---------------------------------------------------------
