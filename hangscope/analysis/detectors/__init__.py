@@ -26,6 +26,7 @@ from hangscope.analysis.detectors import (
     straggler,
     straggler_logs,
     symmetric,
+    weak_cues,
 )
 
 ALL: tuple[Detector, ...] = (
@@ -51,4 +52,5 @@ ALL: tuple[Detector, ...] = (
     straggler.detect,
     busy_rank.detect,
     straggler_logs.detect,
+    weak_cues.detect,
 )
