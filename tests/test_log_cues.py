@@ -112,3 +112,33 @@ def test_a_cue_never_outranks_a_finding_read_in_full(tmp_path: Path) -> None:
         "NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.",
         "[rank1]: Traceback (most recent call last):", ""]))
     assert all("cue-words" not in f.summary for f in verdict.findings)
+
+
+def test_a_cause_comes_before_a_wait_no_record_names(tmp_path: Path) -> None:
+    # GIVEN watchdog timeouts that name no culprit, and a pod OOM-killed that no rank claims
+    verdict = _verdict(tmp_path, "\n".join([
+        "[rank0]:[E ProcessGroupNCCL.cpp:1575] [PG 0 (default_pg) Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.",
+        "[rank1]:[E ProcessGroupNCCL.cpp:1575] [PG 0 (default_pg) Rank 1] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.",
+        "pod trainer-worker-3 terminated: Reason: OOMKilled", ""]))
+    kinds = [f.kind.value for f in verdict.findings]
+    # THEN the OOM is the root: it explains the wait
+    assert kinds[:1] == ["rank_oom"], kinds
+    assert "cause-over-symptom" in verdict.findings[0].summary
+
+
+def test_an_abort_does_not_explain_a_wait(tmp_path: Path) -> None:
+    # GIVEN the same timeouts and torchrun's report that a worker ended on SIGABRT (what torch
+    # does to a rank whose collective timed out)
+    verdict = _verdict(tmp_path, "\n".join([
+        "[rank0]:[E ProcessGroupNCCL.cpp:1575] [PG 0 (default_pg) Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.",
+        "[rank1]:[E ProcessGroupNCCL.cpp:1575] [PG 0 (default_pg) Rank 1] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.",
+        "launcher: worker process exited with exitcode -6", ""]))
+    assert verdict.findings and verdict.findings[0].kind.value != "rank_died"

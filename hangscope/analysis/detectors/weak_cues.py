@@ -24,13 +24,14 @@ from hangscope.ranges import ranks_phrase
 from hangscope.sources.logs.common import one_line
 
 RULE = "cue-words"
-RULES = (RULE, "sole-peer")  # measures["rule"] of a finding this detector made
+RULES = (RULE, "sole-peer", "cause-over-symptom")  # measures["rule"] of this detector's findings
 CONFIDENCE = 0.3
 # How strongly each class of words points at its kind, over the others in the same log: a cause
 # outweighs the exits and timeouts it brings; a named place (a DataLoader, init) outweighs a
 # generic exit.
 STRENGTH = {
-    "out-of-memory": 10, "gpu-fault": 9, "fabric-fault": 8, "signal-death": 7, "data-loading": 6,
+    "out-of-memory": 10, "gpu-fault": 9, "fabric-fault": 8, "signal-death": 7, "abort": 6.5,
+    "data-loading": 6,
     "init": 5.5, "p2p-words": 5, "thread-deadlock": 5, "mismatch-words": 4, "version-skew": 4,
     "network-words": 4, "peer-gone": 3, "slow-words": 3, "exit-nonzero": 2.5, "wait-timeout": 1,
 }
@@ -39,6 +40,7 @@ BASIS = {
     "gpu-fault": "a GPU or CUDA fault stopped a process",
     "fabric-fault": "the interconnect failed (NVLink, InfiniBand or the network)",
     "signal-death": "a process died on a signal or crashed",
+    "abort": "a process aborted",
     "data-loading": "the data loading stopped or failed",
     "init": "process-group set-up (rendezvous, store, init) did not complete",
     "p2p-words": "point-to-point sends and receives hang",
@@ -51,8 +53,10 @@ BASIS = {
     "exit-nonzero": "a process exited with an error",
     "wait-timeout": "ranks timed out waiting in a collective",
 }
-_NAMES_CULPRIT = {"out-of-memory", "gpu-fault", "signal-death", "data-loading", "exit-nonzero",
-                  "slow-words", "fabric-fault"}
+_NAMES_CULPRIT = {"out-of-memory", "gpu-fault", "signal-death", "abort", "data-loading",
+                  "exit-nonzero", "slow-words", "fabric-fault"}
+# Causes that explain why ranks wait for a rank no record names: the wait is their symptom
+EXPLAINS_WAIT = {"out-of-memory", "gpu-fault", "fabric-fault", "signal-death", "data-loading"}
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -83,7 +87,27 @@ def detect(ctx: Context) -> list[Finding]:
                              where=f"{e.path}:{e.line_no}") for e in lines[:4]]
     return [Finding(kind=kind, culprit_ranks=culprits, waiting_ranks=waiting,
                     confidence=CONFIDENCE + (0.05 if agree > 1 else 0.0), summary=summary,
-                    evidence=evidence, measures={"rule": rule or RULE})]
+                    evidence=evidence, measures={"rule": rule or RULE, "cue": name})]
+
+
+def weigh(findings: list[Finding]) -> list[Finding]:
+    """A cue finding stands alone where nothing else was found. Beside findings that only say
+    ranks wait for a rank no record names (missing_rank without culprits), a cause that explains
+    such a wait comes first at their confidence (rule ``cause-over-symptom``); beside anything
+    else it goes."""
+    weak = [f for f in findings if f.measures.get("rule") in RULES]
+    strong = [f for f in findings if f.measures.get("rule") not in RULES]
+    if not strong or not weak:
+        return findings
+    cause = weak[0]
+    if cause.measures.get("cue") in EXPLAINS_WAIT and all(
+            f.kind is Kind.MISSING_RANK and not f.culprit_ranks for f in strong):
+        cause.confidence = max(f.confidence for f in strong)
+        cause.measures["rule"] = "cause-over-symptom"
+        cause.summary += (" (rule `cause-over-symptom`: it explains why the other ranks wait for a "
+                          "rank no record names)")
+        return [cause, *strong]
+    return strong
 
 
 def _events(ctx: Context) -> list[LogEvent]:

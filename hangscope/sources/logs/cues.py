@@ -75,6 +75,12 @@ CUES: tuple[Cue, ...] = (
     Cue("data-loading", "dataloader_stall", "cause", re.compile(
         r"(?i)DataLoader worker|DataLoader timed out|dataloader.{0,40}(?:timeout|timed out|hang|stuck|slow|deadlock)|"
         r"_try_get_data|pin_memory_thread|_MultiProcessingDataLoaderIter|worker_loop|data ?loader.{0,20}exited")),
+    # SIGABRT is also how torch ends a rank whose collective timed out (and how a launcher
+    # reports it: exitcode -6): a death, but one a wait may have caused
+    Cue("abort", "rank_died", "cause", re.compile(
+        r"(?i)SIGABRT|Signal 6\b|\bAborted\b|exit ?code\s*[:=]?\s*-6\b|exited with (?:exit )?(?:code|status)\s*[:=]?\s*-6\b|"
+        r"(?:exit|return) (?:code|status)\s*[:=]?\s*134\b|terminate called (?:after throwing|without an active exception)"),
+        unless=_AFTER_TIMEOUT),
     Cue("signal-death", "rank_died", "cause", re.compile(
         r"(?i)Segmentation fault|SIGSEGV|SIGABRT|SIGBUS|SIGILL|SIGFPE|SIGKILL|\bcore dumped\b|Fatal Python error|"
         r"terminate called (?:after throwing|without an active exception)|\bAborted\b|"
