@@ -170,3 +170,15 @@ def test_rank0_silent_names_rank_0(tmp_path: Path) -> None:
     # two different collectives: not one the others wait in
     two = _timeouts([1]) + _timeouts([2], op="BROADCAST", seq=4179)
     assert _verdict(tmp_path, two)[1] != [0]
+
+
+def test_the_peer_side_of_a_monitored_barrier(tmp_path: Path) -> None:
+    # ProcessGroupGloo.cpp's message on a non-zero rank whose barrier recv from rank 0 failed
+    peer = ("RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors "
+            "while waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n")
+    (found,) = _events(peer, "monitored_barrier_failure")
+    assert (found["rank"], found["failed_ranks"], found["peer_side"]) == (1, "0", 1)
+    assert _verdict(tmp_path, peer) == ("missing_rank", [0])
+    # beside rank 0's own report, which names who failed, the echo names nobody
+    own = "[E ProcessGroupGloo.cpp:138] [Rank 0]: Rank 2 failed to pass monitoredBarrier in 30000 ms\n"
+    assert _verdict(tmp_path, peer + own) == ("missing_rank", [2])
