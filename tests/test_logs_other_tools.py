@@ -182,3 +182,13 @@ def test_the_peer_side_of_a_monitored_barrier(tmp_path: Path) -> None:
     # beside rank 0's own report, which names who failed, the echo names nobody
     own = "[E ProcessGroupGloo.cpp:138] [Rank 0]: Rank 2 failed to pass monitoredBarrier in 30000 ms\n"
     assert _verdict(tmp_path, peer + own) == ("missing_rank", [2])
+
+
+def test_rank0_silent_with_a_phase_left_unfinished(tmp_path: Path) -> None:
+    # GIVEN only two of eight ranks' timeouts, after a dataset scan that stopped at 6%
+    scan = "train: Scanning 'labels/train' images and labels...113162 found:   6%|▋ "
+    assert _verdict(tmp_path, scan + _timeouts([7, 2], seq=2)) == ("missing_rank", [0])
+    # the same timeouts with no phase before them: who they wait for is not said
+    assert _verdict(tmp_path, _timeouts([7, 2], seq=2)) == ("missing_rank", [])
+    # a phase line alone is no hang
+    assert _verdict(tmp_path, "Evaluating the results...\n") == ("none", [])

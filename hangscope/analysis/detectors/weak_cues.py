@@ -36,6 +36,7 @@ STRENGTH = {
     "init": 5.5, "p2p-words": 5, "thread-deadlock": 5, "watchdog-stuck": 5, "mismatch-words": 4,
     "version-skew": 4,
     "network-words": 4, "peer-gone": 3, "slow-words": 3, "exit-nonzero": 2.5, "wait-timeout": 1,
+    "busy-phase": 0.5,
 }
 BASIS = {
     "duplicate-gpu": "two ranks were placed on one GPU (a launch setting wrong on some processes)",
@@ -57,9 +58,12 @@ BASIS = {
     "slow-words": "some ranks are slower than the others",
     "exit-nonzero": "a process exited with an error",
     "wait-timeout": "ranks timed out waiting in a collective",
+    "busy-phase": "a process was in a long phase of its own (evaluation, saving, a data scan)",
 }
 _NAMES_CULPRIT = {"out-of-memory", "gpu-fault", "signal-death", "abort", "data-loading",
                   "exit-nonzero", "slow-words", "fabric-fault"}
+# Cues that only support another rule (log_waits' rank0-silent), never a finding of their own
+SUPPORT_ONLY = {"busy-phase"}
 # Causes that explain why ranks wait for a rank no record names: the wait is their symptom
 EXPLAINS_WAIT = {"out-of-memory", "gpu-fault", "fabric-fault", "signal-death", "data-loading"}
 
@@ -67,7 +71,8 @@ EXPLAINS_WAIT = {"out-of-memory", "gpu-fault", "fabric-fault", "signal-death", "
 def detect(ctx: Context) -> list[Finding]:
     events = _events(ctx)
     progress = [e for e in events if e.kind == "progress"]
-    cues = [e for e in events if e.kind == "cue" and not _survived(e, progress)]
+    cues = [e for e in events if e.kind == "cue" and e.fields.get("cue") not in SUPPORT_ONLY
+            and not _survived(e, progress)]
     if not cues:
         return []
     best = max(cues, key=lambda e: STRENGTH.get(str(e.fields["cue"]), 0))

@@ -129,6 +129,12 @@ CUES: tuple[Cue, ...] = (
     Cue("version-skew", "config_skew", "cause", re.compile(
         r"(?i)version mismatch|mismatched versions?|different versions? of|versions? (?:differ|do not match)|"
         r"incompatible (?:version|NCCL|driver|CUDA)")),
+    # a phase one process runs while the others wait (evaluation, a checkpoint, a dataset scan),
+    # or a progress bar cut short: what rank 0 was doing when the others' collective timed out
+    Cue("busy-phase", "missing_rank", "symptom", re.compile(
+        r"^(?:\w+: )?(?:Evaluat|Validat|Saving|Scanning|Caching|Building|Preprocess|Tokeniz|Grouping|"
+        r"Loading|Downloading|Processing|Filtering|Mapping|Writing|Exporting|Testing|Computing|Generating)\w*\b|"
+        r"^[^|\n]{0,300}?\b(?:[0-9]|[1-9][0-9])%\|")),
     Cue("wait-timeout", "missing_rank", "symptom", re.compile(
         r"(?i)Watchdog caught collective operation timeout|\btimed[ -]out\b|Timeout(?:Error|Exception)|"
         r"\btime ?outs?\b(?= (?:at|after|while|waiting|error|exceeded|expired|reached|occurred|happened)\b)|no progress|heartbeat (?:lost|timeout|missed)"), _DIST),
