@@ -174,7 +174,9 @@ def scan_cues(path: str, rank_hint: int | None = None) -> list[LogEvent]:
         if cue is None:
             continue
         rank, source = line.rank, line.rank_source and "prefix"
-        if rank is None and (m := _MSG_RANK.search(line.body)):
+        # a phase line's rank is its stream's: a rank named later on the line (a timeout glued
+        # to a progress bar) is another process's
+        if rank is None and cue.name != "busy-phase" and (m := _MSG_RANK.search(line.body)):
             rank, source = int(m.group("r")), "content"
         fields: dict[str, str | int | float] = {"suggests": cue.suggests, "cue": cue.name,
                                                 "role": cue.role}
