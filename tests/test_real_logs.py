@@ -25,7 +25,6 @@ CASES = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(REAL, "*
 
 # Pastes hangscope does not yet get right, and why (the README lists them too).
 KNOWN_MISSES = {
-    "f_aware_of_the_history_2_mpirun_rank1_signal9": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_died [1]",
     "f_aws_ofi_rccl_16_libfabric_incompat_hang": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
     "f_cbio_cluster_342_iteration_slowdown_shared_gpu": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says straggler []",
     "f_determined_8915_bad_gpu_pair_allgather_timeout": "batch 6, blind first look, no rule written yet: gives missing_rank [], the thread says network_fault []",
@@ -34,7 +33,6 @@ KNOWN_MISSES = {
     "f_horovod_789_nccl_connect_refused_lo_iface": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
     "f_kubeflow_trainer_1168_libibverbs_warn_training_completes": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says healthy []",
     "f_megatron_bridge_1477_validation_no_samples_ibv_warn": "batch 6, blind first look, no rule written yet: gives network_fault [], the thread says missing_rank []",
-    "f_memoryvla_20_pod_prefixed_exitcode_minus9": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_oom [0]",
     "f_nccl_214_gdr_error_mismatched_warn": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
     "f_nccl_2241_b200_allgather_xid145_nvlink": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
     "f_nccl_296_mismatched_collective_rank39": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says collective_mismatch []",

@@ -162,8 +162,11 @@ def _echo_exit(event: LogEvent, closed_pids: set[object], echoed: set[int], abor
     if event.kind != "elastic_child_failed":
         return False
     signal = event.fields.get("signal")
-    if signal == "SIGABRT" and rank in aborted:
-        return True  # ProcessGroupNCCL aborts the process after its own watchdog timeout
+    if rank in aborted:
+        # rule kill-after-own-timeout: the rank logged its own watchdog timeout, so it was alive
+        # and waiting in a collective; torch aborts it after that (SIGABRT), and a launcher or
+        # scheduler kills it (SIGKILL, SIGTERM, an exit code) as the job fails: its end is an echo
+        return True
     if signal:
         return event.fields.get("pid") in closed_pids and signal in _STOP_SIGNALS
     return rank in echoed
@@ -174,8 +177,9 @@ def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
     launcher's tee) collapsed. Teardown is not a failure: a stop signal (SIGTERM) is dropped
     when the launcher says it sent it ("Sending process N closing signal SIGTERM") or when
     another rank failed on its own; a non-zero exit code when the rank's own exception was the
-    echo of a peer's failure ("Connection closed by peer", a failed monitored barrier); a SIGABRT
-    of a rank whose own watchdog timed out (torch aborts the process after a timeout)."""
+    echo of a peer's failure ("Connection closed by peer", a failed monitored barrier); any
+    launcher-reported end (SIGABRT, SIGKILL, an exit code) of a rank whose own watchdog timed out
+    first (torch aborts the process after a timeout; launchers kill what is left)."""
     found: dict[int, list[Failure]] = {}
     seen: set[tuple[int, str, str]] = set()
     events = list(_rank_events(evidence))

@@ -30,6 +30,7 @@ from hangscope.sources.logs import (
     gloo,
     gpu,
     init,
+    mpi,
     nccl_debug,
     nccl_ras,
     oom,
@@ -49,7 +50,7 @@ MAX_FOLLOW_LINES = 4000
 MAX_JSON_BYTES = 64 << 20
 
 # Order matters only when one line holds triggers of several families: first match wins.
-_FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, oom, dataloader, gloo, init, traceback,
+_FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, mpi, oom, dataloader, gloo, init, traceback,
              gpu, runtime_lines, stall_reports)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
@@ -79,7 +80,8 @@ _ANCHORS = re.compile(
     rb"|U(?:DA out of memory|DA error|nexpected |sing |nable to determine)"
     rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal )"
     rb"|j(?:ob process|oining collective)|N(?:VRM: )|O(?:ut Of Memory|OM when alloc)|H(?:W Exception by GPU)"
-    rb"|x(?:pectedly)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')")
+    rb"|x(?:pectedly)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')"
+    rb"|\*(?:\*\* STEP |\*\* JOB )|(?:noticed that |srun: |The first process to do so was|RUNNING AT )")
 _PREFILTER = _ANCHORS
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",
