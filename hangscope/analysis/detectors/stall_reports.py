@@ -63,6 +63,10 @@ def _reports(ctx: Context) -> list[Finding]:
         op = str(event.fields.get("op", ""))
         first.setdefault(op, event)
         missing[op] |= _ranks(event.fields.get("missing"))
+        # a per-rank list ("R: [op, op, ...]") names every op the rank has not submitted
+        for name in filter(None, str(event.fields.get("op_names", "")).split(",")):
+            first.setdefault(name, event)
+            missing[name] |= _ranks(event.fields.get("missing"))
         if "ready" in event.fields:
             ready[op] = _ranks(event.fields.get("ready"))
             missing[op] |= set(range(world)) - ready[op]
