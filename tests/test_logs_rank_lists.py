@@ -50,3 +50,30 @@ def test_horovod_missing_ranks_names_them(tmp_path: Path) -> None:
 
 def test_a_missing_ranks_heading_with_no_rank_lines_is_nothing() -> None:
     assert _events("Missing ranks:\nsome other text\n", "stall_report") == []
+
+
+# NCCL src/init.cc ncclCommGetAsyncError (2.4+): WARN("Mismatched collective detected, please check
+# your collective calls at and around rank %d. ...", comm->rank), here with its full host head
+NCCL_MISMATCH = (
+    "gpu-node-3:40211:40530 [2] NCCL INFO comm 0x55d1 rank 10 nranks 16 cudaDev 2 busId 3b000 - "
+    "Init COMPLETE\n"
+    "gpu-node-3:40211:40530 [2] enqueue.cc:2012 NCCL WARN Mismatched collective detected, please "
+    "check your collective calls at and around rank 10. You can use NCCL_DEBUG=INFO and "
+    "NCCL_DEBUG_SUBSYS=COLL to see the collective logs\n")
+
+
+def test_nccl_device_mismatch_is_read() -> None:
+    [found] = _events(NCCL_MISMATCH, "nccl_device_mismatch")
+    assert (found["around_rank"], found["rank"], found["pid"]) == (10, 10, 40211)
+
+
+def test_nccl_device_mismatch_is_a_mismatch_without_a_culprit(tmp_path: Path) -> None:
+    root = _root(tmp_path, NCCL_MISMATCH)
+    assert (root.kind.value, root.culprit_ranks) == ("collective_mismatch", [])
+    assert "rank 10" in root.summary
+
+
+def test_other_nccl_warns_are_not_a_mismatch() -> None:
+    text = ("gpu-node-3:40211:40530 [2] misc/socket.cc:71 NCCL WARN socketProgress: Connection "
+            "closed by remote peer node2<42830>\n")
+    assert _events(text, "nccl_device_mismatch") == []

@@ -14,6 +14,10 @@ summary:
   of equal size.
 * ``fr-analyzer-culprit`` (size or collective mismatch, 0.85): the FR analyzer's own "Culprit rank
   R; Error type: ..." verdict.
+* ``nccl-device-mismatch`` (collective_mismatch, 0.75, no culprit): NCCL's kernel on rank R found a
+  peer's collective arguments (op, count, type, root) differing from R's own and said "Mismatched
+  collective detected ... at and around rank R"; R or a neighbour in its ring/tree called another
+  collective, and the line does not say which.
 
 False positives: a stall report printed once while a slow rank catches up (Horovod prints after
 60 s; the job may resume): the finding says missing, the rank may be a straggler.
@@ -42,7 +46,7 @@ def _events(ctx: Context, kind: str) -> list[LogEvent]:
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return _reports(ctx) + _fr_culprits(ctx)
+    return _reports(ctx) + _fr_culprits(ctx) + _nccl_device_mismatch(ctx)
 
 
 def _reports(ctx: Context) -> list[Finding]:
@@ -137,6 +141,22 @@ def _fr_culprits(ctx: Context) -> list[Finding]:
                                     f"{ranks_phrase(culprits)} as culprit ({kind_name}){detail}"),
                            evidence=[_item(event)], measures={"rule": "fr-analyzer-culprit"}))
     return out[:1]
+
+
+def _nccl_device_mismatch(ctx: Context) -> list[Finding]:
+    events = _events(ctx, "nccl_device_mismatch")
+    if not events:
+        return []
+    around = sorted({int(r) for e in events if isinstance(r := e.fields.get("around_rank"), int)})
+    summary = (f"NCCL detected mismatched collectives at and around {ranks_phrase(around)}: "
+               f"the collective arguments (op, count, datatype or root) that "
+               f"{'these ranks' if len(around) > 1 else 'this rank'} received from a neighbour "
+               "differ from its own, so the ranks are in different collectives; NCCL does not "
+               "say which side called the wrong one (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL, a "
+               "flight-recorder dump or TORCH_DISTRIBUTED_DEBUG=DETAIL shows each rank's call)")
+    return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=[], waiting_ranks=[],
+                    confidence=0.75, summary=summary, evidence=[_item(e) for e in events[:4]],
+                    measures={"rule": "nccl-device-mismatch"})]
 
 
 def _item(event: LogEvent) -> EvidenceItem:

@@ -136,9 +136,33 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 
 _CUDA_FAILURE = re.compile(r"Cuda failure (?:\d+ )?'(?P<error>[^']+)'")
+_MISMATCH = re.compile(r"Mismatched collective detected, please check your collective calls at "
+                       r"and around rank (?P<rank>\d+)")
+
+
+def device_mismatch(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``nccl_device_mismatch`` -- NCCL's kernel found that a peer's collective arguments differ
+    from its own (``ncclDevAssertedMismatch``, ``init.cc``/``enqueue.cc`` since 2.4)::
+
+        init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 39. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs
+
+    The rank printed is the reporting communicator's own (``comm->rank``): field ``around_rank``;
+    the host head (``host:pid:tid [dev]``) is often left out of a paste, so it is not required."""
+    m = _MISMATCH.search(line.body)
+    if not m:
+        return []
+    fields: dict[str, str | int | float] = {"around_rank": int(m.group("rank"))}
+    head = LINE.search(line.body)
+    if head:
+        fields.update({"host": head.group("host"), "pid": int(head.group("pid"))})
+    return [make_event("nccl_device_mismatch", line, ctx, "error", fields,
+                       rank=int(m.group("rank")), rank_source="content")]
+
+
 
 
 HANDLERS: list[tuple[bytes, Handler]] = [
+    (b"Mismatched collective detected", device_mismatch),
     (b" NCCL WARN ", warn),
     (b" NCCL ABORT ", warn),
     (b"Init COMPLETE", init_line),
