@@ -77,3 +77,40 @@ def test_other_nccl_warns_are_not_a_mismatch() -> None:
     text = ("gpu-node-3:40211:40530 [2] misc/socket.cc:71 NCCL WARN socketProgress: Connection "
             "closed by remote peer node2<42830>\n")
     assert _events(text, "nccl_device_mismatch") == []
+
+
+# Wait chains written out by hand, as issue and PR descriptions state them (wordings varied on
+# purpose: "->", "is waiting for", "waits on")
+def test_a_written_p2p_wait_cycle_is_a_p2p_deadlock(tmp_path: Path) -> None:
+    root = _root(tmp_path, "Rank 0 is waiting for rank 1 (recv from 1)\n"
+                           "Rank 1 -> waits on rank 0 (send to 0, blocked in isend)\n"
+                           "rank 1 waiting for rank 0 (irecv)\n")
+    assert (root.kind.value, root.culprit_ranks) == ("p2p_deadlock", [0, 1])
+    assert root.measures["rule"] == "stated-wait-cycle"
+
+
+def test_a_written_cycle_over_other_groups_is_a_pg_order_deadlock(tmp_path: Path) -> None:
+    root = _root(tmp_path, "rank 0 -> waiting on rank 2 (barrier on pg 3)\n"
+                           "rank 2 -> waiting on rank 0 (barrier on pg 1)\n")
+    assert (root.kind.value, root.culprit_ranks) == ("pg_order_deadlock", [0, 2])
+
+
+def test_a_written_cycle_in_different_ops_is_a_mismatch(tmp_path: Path) -> None:
+    root = _root(tmp_path, "rank 3 waits on rank 1 (all_reduce)\n"
+                           "rank 1 waits on rank 3 (broadcast)\n")
+    assert root.kind.value == "collective_mismatch"
+
+
+def test_rank_zero_first_prints_are_not_a_deadlock(tmp_path: Path) -> None:
+    # the common "rank 0 does it, the others wait" pattern prints one edge per rank, no cycle
+    text = "".join(f"Rank {r} is waiting for rank 0 to finish LMDB preprocessing.\n"
+                   for r in range(1, 8))
+    assert len(_events(text, "stated_wait")) == 7
+    assert _root(tmp_path, text) is None
+
+
+def test_edges_far_apart_do_not_make_a_cycle(tmp_path: Path) -> None:
+    text = ("rank 0 waiting on rank 1 (step 3 barrier)\n" + "training...\n" * 20
+            + "rank 1 waiting on rank 0 (step 9 barrier)\n")
+    root = _root(tmp_path, text)
+    assert root is None or root.measures.get("rule") != "stated-wait-cycle"

@@ -18,6 +18,12 @@ summary:
   peer's collective arguments (op, count, type, root) differing from R's own and said "Mismatched
   collective detected ... at and around rank R"; R or a neighbour in its ring/tree called another
   collective, and the line does not say which.
+* ``stated-wait-cycle`` (0.6; culprits every rank of the cycle): wait-for edges written out in one
+  block of lines ("rank 4 → waiting on rank 5 (ncclCommFinalize for C_c_4567)") close a cycle, so
+  no rank of it can move. Its kind from what the edges wait in: all send/recv, ``p2p_deadlock``;
+  one operation on different groups or communicators, ``pg_order_deadlock``; different operations,
+  ``collective_mismatch``; nothing named, no finding. Single edges ("rank 1 is waiting for rank 0
+  to finish preprocessing") are what healthy apps print: they are not read alone.
 
 False positives: a stall report printed once while a slow rank catches up (Horovod prints after
 60 s; the job may resume): the finding says missing, the rank may be a straggler.
@@ -25,6 +31,7 @@ False positives: a stall report printed once while a slow rank catches up (Horov
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from hangscope.analysis.context import Context
@@ -46,7 +53,7 @@ def _events(ctx: Context, kind: str) -> list[LogEvent]:
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return _reports(ctx) + _fr_culprits(ctx) + _nccl_device_mismatch(ctx)
+    return _reports(ctx) + _fr_culprits(ctx) + _nccl_device_mismatch(ctx) + _stated_cycle(ctx)
 
 
 def _reports(ctx: Context) -> list[Finding]:
@@ -157,6 +164,72 @@ def _nccl_device_mismatch(ctx: Context) -> list[Finding]:
     return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=[], waiting_ranks=[],
                     confidence=0.75, summary=summary, evidence=[_item(e) for e in events[:4]],
                     measures={"rule": "nccl-device-mismatch"})]
+
+
+_P2P = re.compile(r"(?i)\b(?:i?send|i?recv|p2p|send/recv|sendrecv)\b")
+_BLOCK_GAP = 3  # lines between two edges of one written-out chain
+
+
+def _stated_cycle(ctx: Context) -> list[Finding]:
+    edges = _events(ctx, "stated_wait")
+    blocks: list[list[LogEvent]] = []
+    for event in edges:
+        if blocks and blocks[-1][-1].path == event.path \
+                and event.line_no - blocks[-1][-1].line_no <= _BLOCK_GAP:
+            blocks[-1].append(event)
+        else:
+            blocks.append([event])
+    for block in blocks:
+        cycle = _cycle_edges(block)
+        if cycle:
+            finding = _cycle_finding(cycle)
+            if finding is not None:
+                return [finding]
+    return []
+
+
+def _cycle_edges(block: list[LogEvent]) -> list[LogEvent]:
+    """The edges among the ranks that reach themselves (a cycle), in the block's order."""
+    nxt: dict[int, set[int]] = defaultdict(set)
+    for event in block:
+        nxt[int(event.fields["waiter"])].add(int(event.fields["waited"]))
+
+    def reach(start: int) -> set[int]:
+        seen, todo = set(), [start]
+        while todo:
+            for peer in nxt.get(todo.pop(), ()):
+                if peer not in seen:
+                    seen.add(peer)
+                    todo.append(peer)
+        return seen
+
+    looped = {rank for rank in list(nxt) if rank in reach(rank)}
+    return [e for e in block if e.fields["waiter"] in looped and e.fields["waited"] in looped]
+
+
+def _cycle_finding(cycle: list[LogEvent]) -> Finding | None:
+    whats = [str(e.fields.get("what", "")).strip() for e in cycle]
+    if not all(whats):
+        return None
+    ops = {w.split()[0].lower() for w in whats}
+    if all(_P2P.search(w) for w in whats):
+        kind, how = Kind.P2P_DEADLOCK, "each blocked in a send or receive to the next"
+    elif len(ops) == 1 and len(set(whats)) > 1:
+        kind, how = Kind.PG_ORDER_DEADLOCK, (
+            f"each in {whats[0].split()[0]} on a different group or communicator, so the ranks "
+            "reached those groups in different orders")
+    elif len(ops) > 1:
+        kind, how = Kind.COLLECTIVE_MISMATCH, "each in a different operation"
+    else:
+        return None
+    ranks = sorted({int(e.fields["waiter"]) for e in cycle})
+    chain = "; ".join(f"rank {e.fields['waiter']} waits on rank {e.fields['waited']} ({w})"
+                      for e, w in zip(cycle, whats))
+    summary = (f"the log writes out a wait cycle: {chain}; {ranks_phrase(ranks)} wait on each "
+               f"other, {how}, so none can move (no single rank is shown at fault: all are named)")
+    return Finding(kind=kind, culprit_ranks=ranks, waiting_ranks=[], confidence=0.6,
+                   summary=summary, evidence=[_item(e) for e in cycle[:6]],
+                   measures={"rule": "stated-wait-cycle"})
 
 
 def _item(event: LogEvent) -> EvidenceItem:

@@ -25,6 +25,11 @@ text torch's flight-recorder analyzer (``torch.distributed.flight_recorder``, ``
   fields: tool (horovod | fr_analyzer), op, missing and/or ready (comma-separated ranks), seq, pg,
   world_size; from a per-rank list also ops (how many) and op_names (the first 16, comma-separated).
 
+``stated_wait`` -- a wait-for edge written out, by a person (an issue's or a PR's wait chain) or a
+tool: ``rank 4 → waiting on rank 5 (ncclCommFinalize for C_c_4567)``, ``Rank 1 is waiting for rank
+0 to finish preprocessing`` (fields waiter, waited, what). Apps print such lines in normal runs
+(rank 0 first, the others wait): only a cycle of them is read (``detectors/stall_reports.py``).
+
 ``fr_analyzer_error`` -- the analyzer's verdict on one collective: ``error msg: Culprit rank 22;
 Error type: SIZE_OR_SYNTAX_MISMATCH, Expected input sizes: '[[1025]]' does not match found input
 sizes: '[[262144]]', Culprit rank 110; ...`` (fields culprits, error_type, expected, found).
@@ -122,6 +127,28 @@ def fr_culprits(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event("fr_analyzer_error", line, ctx, "error", fields)]
 
 
+# "rank 4 → waiting on rank 5 (ncclCommFinalize for C_c_4567)", "Rank 1 is waiting for rank 0",
+# "rank 2 -> waits on rank 3 (send)": a wait-for edge a person or a tool's dump wrote out
+_STATED_WAIT = re.compile(
+    r"\b[Rr]ank\s*(?P<a>\d+)\s*(?:→|->|=>|:)?\s*(?:is\s+)?(?:still\s+)?(?:blocked\s+)?"
+    r"(?:waiting|waits)\s+(?:on|for)\s+[Rr]ank\s*(?P<b>\d+)(?:'s)?(?:\s*\((?P<what>[^)]{1,200})\))?"
+    r"(?P<rest>.{0,120})")
+
+
+def stated_wait(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``stated_wait`` -- one wait-for edge as written out: fields waiter, waited, what (the
+    parenthesised object or the words after the edge: ``to finish preprocessing``)."""
+    out = []
+    for m in list(_STATED_WAIT.finditer(line.body))[:_MAX_OPS]:
+        a, b = int(m.group("a")), int(m.group("b"))
+        if a == b:
+            continue
+        what = (m.group("what") or m.group("rest") or "").strip(" .,;:")
+        out.append(make_event("stated_wait", line, ctx, "info",
+                              {"waiter": a, "waited": b, "what": what[:200]}))
+    return out
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"missing ranks: ", horovod_entries),
     (b"ready ranks: ", horovod_entries),
@@ -129,4 +156,10 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Missing ranks:", horovod_stalled_ranks),
     (b"Not all ranks joining collective", fr_not_joining),
     (b"Culprit rank ", fr_culprits),
+    (b"waiting on rank", stated_wait),
+    (b"waiting for rank", stated_wait),
+    (b"waits on rank", stated_wait),
+    (b"waits for rank", stated_wait),
+    (b"waiting on Rank", stated_wait),
+    (b"waiting for Rank", stated_wait),
 ]
