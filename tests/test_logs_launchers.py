@@ -141,3 +141,32 @@ def test_kill_after_the_ranks_own_timeout_is_an_echo(tmp_path: Path) -> None:
                        + "mpirun noticed that process rank 1 with PID 99 on node h2 exited on "
                          "signal 9 (Killed).\n")
     assert verdict.root is None or verdict.root.kind.value != "rank_died"
+
+
+# torch/distributed/elastic/agent/server/api.py: logger.warning("Received %s death signal, shutting
+# down workers", e.sigval); sigval prints as "15" or, torch >= 2.2, "Signals.SIGTERM"
+AGENT = ("W0616 00:37:22.830000 4015698 torch/distributed/elastic/agent/server/api.py:719] "
+         "Received {sig} death signal, shutting down workers\n"
+         "W0616 00:37:22.831000 4015698 torch/distributed/elastic/multiprocessing/api.py:900] "
+         "Sending process 4015788 closing signal SIGTERM\n")
+
+
+@pytest.mark.parametrize("sig", ["Signals.SIGHUP", "9"])
+def test_a_signalled_agent_is_a_node_that_died(tmp_path: Path, sig: str) -> None:
+    verdict = _verdict(tmp_path, AGENT.format(sig=sig))
+    assert (verdict.root.kind.value, verdict.root.culprit_ranks) == ("rank_died", [])
+    assert verdict.root.measures["rule"] == "agent-signalled"
+
+
+def test_ctrl_c_of_the_agent_is_not_a_death(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, AGENT.format(sig="2"))
+    assert verdict.root is None or verdict.root.measures.get("rule") != "agent-signalled"
+
+
+def test_an_agent_stopped_after_a_timeout_is_teardown(tmp_path: Path) -> None:
+    timeout = ("[rank0]:[E1206 18:44:12.715298746 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog "
+               "caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, "
+               "NumelIn=4, NumelOut=4, Timeout(ms)=600000) ran for 600042 milliseconds before "
+               "timing out.\n")
+    verdict = _verdict(tmp_path, timeout + AGENT.format(sig="Signals.SIGTERM"))
+    assert verdict.root is not None and verdict.root.kind.value != "rank_died"

@@ -36,7 +36,6 @@ KNOWN_MISSES = {
     "f_nccl_2241_b200_allgather_xid145_nvlink": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
     "f_nccl_783_send_recv_two_streams_deadlock": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says p2p_deadlock []",
     "f_open_gpu_kernel_modules_1150_xid45_after_xid149": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
-    "f_pytorch_150916_elastic_killed_agent": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_died []",
     "f_pytorch_15638_init_pg_rank1_never_returns": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says init_hang [1]",
     "f_pytorch_33296_dataloader_timeout_azure_wrapped": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says dataloader_stall []",
     "f_ray_52641_torch_dataloader_deadlock_timeout": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says dataloader_stall []",

@@ -35,6 +35,7 @@ nccl_device_mismatch                around_rank, host, pid (NCCL's "Mismatched c
 stall_report                        tool, op, missing, ready, seq, pg, world_size, ops, op_names
 stated_wait                         waiter, waited, what ("rank 4 → waiting on rank 5 (...)")
 elastic_closing_signal              pid, signal
+elastic_agent_signalled             signal (a node's torchrun agent was signalled: no rank)
 traceback                           exc_type, exc_message, last_frame, last_function, frames,
                                     chained, first_exc_type
 cuda_oom                            tried_bytes, capacity_bytes, free_bytes, in_use_bytes,

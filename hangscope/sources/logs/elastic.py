@@ -291,7 +291,26 @@ def caught_signal(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event("elastic_child_failed", line, ctx, "error", fields)]
 
 
+_AGENT_SIGNAL = re.compile(r"Received (?:Signals\.)?(?P<sig>SIG[A-Z]+|\d+) death signal, shutting down "
+                           r"workers")
+
+
+def agent_signalled(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``elastic_agent_signalled`` -- the torchrun agent of a node was itself signalled and stops
+    that node's workers (``agent/server/api.py``: ``Received 15 death signal, shutting down
+    workers``; torch >= 2.2 may print ``Received Signals.SIGTERM death signal``). Field signal. The
+    line names no rank: the agent is a node's launcher."""
+    m = _AGENT_SIGNAL.search(line.body)
+    if not m:
+        return []
+    sig = m.group("sig")
+    name = SIGNALS.get(int(sig), f"SIG{sig}") if sig.isdigit() else sig
+    return [make_event("elastic_agent_signalled", line, ctx, "warning", {"signal": name},
+                       rank=None, rank_source="")]
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
+    (b"death signal, shutting down", agent_signalled),
     (b"died unexpectedly", worker_died),
     (b"worker process has died", ray_worker_died),
     (b"A worker died or was killed", ray_worker_died),
