@@ -114,3 +114,37 @@ def test_edges_far_apart_do_not_make_a_cycle(tmp_path: Path) -> None:
             + "rank 1 waiting on rank 0 (step 9 barrier)\n")
     root = _root(tmp_path, text)
     assert root is None or root.measures.get("rule") != "stated-wait-cycle"
+
+
+# NCCL src/transport/net_socket.cc: "NET/Socket : peer %s message truncated : receiving %d bytes
+# instead of %d. If you believe your socket network is in a healthy state, there may be a mismatch
+# in collective sizes or environment settings (e.g. NCCL_PROTO, NCCL_ALGO) between ranks"
+INIT = ("node7:4411:4411 [3] NCCL INFO comm 0x5501 rank 11 nranks 16 cudaDev 3 busId 61000 - "
+        "Init COMPLETE\n")
+TRUNCATED = ("node7:4411:4470 [3] transport/net_socket.cc:561 NCCL WARN NET/Socket : peer "
+             "10.1.2.3<52011> message truncated : receiving 1048576 bytes instead of 65536. If you "
+             "believe your socket network is in a healthy state, there may be a mismatch in "
+             "collective sizes or environment settings (e.g. NCCL_PROTO, NCCL_ALGO) between ranks\n")
+
+
+def test_truncation_fields() -> None:
+    [found] = _events(INIT + TRUNCATED, "nccl_transport_error")
+    assert (found["truncated"], found["got_bytes"], found["want_bytes"], found["rank"]) == \
+        (1, 1048576, 65536, 11)
+
+
+def test_truncation_is_a_size_mismatch(tmp_path: Path) -> None:
+    root = _root(tmp_path, INIT + TRUNCATED)
+    assert root.kind.value == "size_mismatch"
+
+
+def test_truncation_without_a_rank_is_a_size_mismatch_with_no_culprit(tmp_path: Path) -> None:
+    root = _root(tmp_path, TRUNCATED)
+    assert (root.kind.value, root.culprit_ranks, root.measures["rule"]) == \
+        ("size_mismatch", [], "truncated-is-size")
+
+
+def test_a_closed_connection_stays_a_network_fault(tmp_path: Path) -> None:
+    closed = ("node7:4411:4470 [3] misc/socket.cc:71 NCCL WARN socketProgress: Connection closed "
+              "by remote peer node2<42830>\n")
+    assert _root(tmp_path, INIT + closed).kind.value == "network_fault"

@@ -69,7 +69,6 @@ KNOWN_MISSES = {
     "e_pytorch_75512_gloo_isend_peer_exited": "gloo 'Connection closed by peer [IP]:port' names an address, not a rank (the peer exited)",
     "e_pytorch_87995_rank0_dataloader_pyspy": "a py-spy dump pasted in a text log under 'The stack for rank0:': stack dumps inside a log file are not read as that rank's stacks",
     "e_rccl_429_allgather_allreduce_rank2": "the RCCL COLL lines that show rank 2 in AllGather are summarised in the thread, not in the pasted log (stacks of 0,1,3 only)",
-    "e_torchtitan_1681_pp_message_truncated": "NCCL 'message truncated : receiving 8 bytes instead of 4 ... mismatch in collective sizes' is read as a network fault, not a size mismatch",
     "e_xtuner_1790_data_bound_slow_ranks": "a training-log analyzer's table of per-rank data-loading times: not parsed",
 }
 

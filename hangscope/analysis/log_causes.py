@@ -81,7 +81,9 @@ def classify(event: LogEvent) -> str | None:
             return "thread_exception"  # the thread died; the process lives on
         return "gpu" if _GPU_FAULT.search(message) else "exception"
     if kind == "nccl_transport_error":
-        return "transport"
+        # rule truncated-is-size: a receive that got more bytes than it posted is the two sides
+        # of one transfer disagreeing on its size (NCCL's own reading, unless the network is bad)
+        return "collective_error" if event.fields.get("truncated") else "transport"
     if kind.startswith("dataloader") or kind == "shm_bus_error":
         return "dataloader"
     if kind == "nccl_error" and (event.fields.get("code") == "ncclRemoteError"

@@ -19,7 +19,10 @@ Events:
     node0:13571:13593 [0] transport/net_socket.cc:519 NCCL WARN NET/Socket : peer 10.0.0.2<45678> message truncated : receiving 1048576 bytes instead of 65536
 
   fields: host, pid, tid, cuda_dev, src, transport (NET/IB, NET/Socket, Net, socket), peer, peer_port,
-  error (IB work-completion status), vendor_err, direction (Send/Recv).
+  error (IB work-completion status), vendor_err, direction (Send/Recv); for ``message truncated :
+  receiving N bytes instead of M`` also truncated (1), got_bytes (N), want_bytes (M): NCCL goes on
+  "If you believe your socket network is in a healthy state, there may be a mismatch in collective
+  sizes or environment settings (e.g. NCCL_PROTO, NCCL_ALGO) between ranks".
 
 ``nccl_warn`` -- any other ``NCCL WARN`` line (same host/pid/tid/cuda_dev/src fields).
 
@@ -123,6 +126,10 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         d = _DIRECTION.search(msg)
         if d:
             fields["direction"] = d.group("dir")
+        cut = _TRUNCATED.search(msg)
+        if cut:  # NCCL: "... there may be a mismatch in collective sizes ... between ranks"
+            fields.update({"truncated": 1, "got_bytes": int(cut.group("got")),
+                           "want_bytes": int(cut.group("want"))})
     rank, source = None, ""
     if line.rank is not None:
         rank, source = line.rank, line.rank_source
@@ -135,6 +142,7 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event(kind, line, ctx, "warning", fields, rank=rank, rank_source=source)]
 
 
+_TRUNCATED = re.compile(r"message truncated : receiving (?P<got>\d+) bytes instead of (?P<want>\d+)")
 _CUDA_FAILURE = re.compile(r"Cuda failure (?:\d+ )?'(?P<error>[^']+)'")
 _MISMATCH = re.compile(r"Mismatched collective detected, please check your collective calls at "
                        r"and around rank (?P<rank>\d+)")
