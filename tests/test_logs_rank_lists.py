@@ -148,3 +148,37 @@ def test_a_closed_connection_stays_a_network_fault(tmp_path: Path) -> None:
     closed = ("node7:4411:4470 [3] misc/socket.cc:71 NCCL WARN socketProgress: Connection closed "
               "by remote peer node2<42830>\n")
     assert _root(tmp_path, INIT + closed).kind.value == "network_fault"
+
+
+# ncclras's text report (NCCL src/ras/client_support.cc): the small group of a MISMATCH is listed
+RAS = """\
+Communicators... (0.00s)
+=============
+
+Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
+    #  in group  per comm  per node  per comm  in group
+    0         1         2         8        16        16   RUNNING  MISMATCH
+
+Errors
+======
+
+Warnings
+========
+
+#0-0 (0123456789abcdef) MISMATCH
+  Communicator ranks have different AllReduce operation counts
+  {big} ranks have launched up to operation {n}
+  Rank 5 has launched up to operation {m} -- GPU 5 managed by process 8812 on node 10.0.0.2
+"""
+
+
+def test_ras_one_rank_ahead_names_no_culprit(tmp_path: Path) -> None:
+    root = _root(tmp_path, RAS.format(big=15, n=1045, m=1046))
+    assert (root.kind.value, root.culprit_ranks, root.measures["rule"]) == \
+        ("missing_rank", [], "ras-few-ahead")
+    assert 5 in root.waiting_ranks
+
+
+def test_ras_one_rank_behind_is_not_ahead(tmp_path: Path) -> None:
+    root = _root(tmp_path, RAS.format(big=15, n=1045, m=1044))
+    assert root is None or root.measures.get("rule") != "ras-few-ahead"
