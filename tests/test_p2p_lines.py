@@ -65,3 +65,26 @@ def test_p2p_counts_are_not_an_argument_skew(tmp_path: Path) -> None:
                            seq=5) for r in range(3))
     root = _root(tmp_path, text)
     assert root is None or root.measures.get("rule") != "odd-arguments-at-same-op"
+
+
+# torch.distributed.pipelining _Action reprs ("{stage}{type}{microbatch}", schedules.py), printed
+# per rank under torch's own "[rankN]:" prefix
+def test_two_ranks_that_both_send_first_deadlock(tmp_path: Path) -> None:
+    text = ("[rank2]: actions: [3F0, 3SEND_F0, 3F1, 3SEND_F1, 7RECV_F0, 7F0]\n"
+            "[rank3]: actions: [4RECV_F0, 4F0, 4RECV_F1, 4F1, 4SEND_F1, 4RECV_F2]\n")
+    # stage 3 (rank 2) sends to stage 4 (rank 3) and then receives F for stage 7 from stage 6;
+    # only two ranks are listed, so stage 6 is rank 6 mod 2 = 0 here: not rank 3, no cycle
+    root = _root(tmp_path, text)
+    assert root is None or root.measures.get("rule") != "pp-send-first"
+    text = ("[rank0]: [0F0, 0SEND_F0, 0F1, 0SEND_F1, 2RECV_F0, 2F0]\n"
+            "[rank1]: [1RECV_F0, 1F0, 1RECV_F1, 1F1, 1SEND_F0, 1RECV_F1]\n")
+    root = _root(tmp_path, text)
+    assert (root.kind.value, root.culprit_ranks, root.measures["rule"]) == \
+        ("p2p_deadlock", [0, 1], "pp-send-first")
+
+
+def test_a_whole_healthy_1f1b_schedule_is_not_a_deadlock(tmp_path: Path) -> None:
+    text = ("[rank0]: [0F0, 0SEND_F0, 0F1, 0SEND_F1, 0RECV_B0, 0B0, 0RECV_B1, 0B1]\n"
+            "[rank1]: [1RECV_F0, 1F0, 1B0, 1SEND_B0, 1RECV_F1, 1F1, 1B1, 1SEND_B1]\n")
+    root = _root(tmp_path, text)
+    assert root is None or root.measures.get("rule") != "pp-send-first"

@@ -64,7 +64,6 @@ KNOWN_MISSES = {
     "e_nccl_526_efa_init_hang_16_nodes": "only NCCL INFO init lines, no error and no timeout: an init hang is an absence of 'Init COMPLETE', not read yet",
     "e_openrlhf_970_host_oom_killer_ray": "the Ray death and a rank's watchdog timeout share one pasted line, and the scanner gives a line to one family; Ray's OOM wording is its generic list of possible causes",
     "e_pytorch_130102_new_group_different_ranks": "only the users' prints ('0 before barrier: [0, 3]', '1 before barrier: [1, 2]'): no error, no timeout; no rule reads group membership from prints",
-    "e_pytorch_172668_pp_send_send_deadlock": "per-rank pipeline action logs (0SendF1, 2RecvF0): no parser for torch.distributed.pipelining's action schedule prints",
     "e_pytorch_75512_gloo_isend_peer_exited": "gloo 'Connection closed by peer [IP]:port' names an address, not a rank (the peer exited)",
     "e_pytorch_87995_rank0_dataloader_pyspy": "a py-spy dump pasted in a text log under 'The stack for rank0:': stack dumps inside a log file are not read as that rank's stacks",
     "e_rccl_429_allgather_allreduce_rank2": "the RCCL COLL lines that show rank 2 in AllGather are summarised in the thread, not in the pasted log (stacks of 0,1,3 only)",

@@ -34,6 +34,7 @@ from hangscope.sources.logs import (
     nccl_debug,
     nccl_ras,
     oom,
+    pipeline,
     runtime_lines,
     stall_reports,
     torch_nccl,
@@ -51,7 +52,7 @@ MAX_JSON_BYTES = 64 << 20
 
 # Order matters only when one line holds triggers of several families: first match wins.
 _FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, mpi, oom, dataloader, gloo, init, traceback,
-             gpu, runtime_lines, stall_reports)
+             gpu, runtime_lines, stall_reports, pipeline)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
 for _module in _FAMILIES:
@@ -81,7 +82,8 @@ _ANCHORS = re.compile(
     rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal )"
     rb"|j(?:ob process|oining collective)|N(?:VRM: )|O(?:ut Of Memory|OM when alloc)|H(?:W Exception by GPU)"
     rb"|x(?:pectedly)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')"
-    rb"|\*(?:\*\* STEP |\*\* JOB )|(?:noticed that |srun: |The first process to do so was|RUNNING AT )")
+    rb"|\*(?:\*\* STEP |\*\* JOB )|(?:noticed that |srun: |The first process to do so was|RUNNING AT )"
+    rb"|S(?:endF|endB|END_F|END_B)|R(?:ecvF|ecvB|ECV_F|ECV_B)")
 _PREFILTER = _ANCHORS
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",
