@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hangscope.analysis.engine import analyze
-from hangscope.model import JobEvidence
+from _logs_helpers import root_of
+
 from hangscope.sources.logs import scan_log
-from hangscope.sources.logs.loader import load_log_file
 
 
 def _events(text: str, kind: str) -> list[dict[str, object]]:
@@ -18,12 +17,7 @@ def _events(text: str, kind: str) -> list[dict[str, object]]:
 
 
 def _root(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
-    path = tmp_path / "paste.log"
-    path.write_text(text)
-    evidence = JobEvidence()
-    load_log_file(str(path), None, evidence, [])
-    verdict, _ = analyze(evidence)
-    return verdict.findings[0] if verdict.findings else None
+    return root_of(tmp_path, text)
 
 
 # horovod/common/stall_inspector.cc (>= 0.21): "Missing ranks:" then "R: [names]" per rank,

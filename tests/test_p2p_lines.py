@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hangscope.analysis.engine import analyze
-from hangscope.model import JobEvidence
-from hangscope.sources.logs.loader import load_log_file
+from _logs_helpers import root_of
 
 
 def _coll(op: str, count: int, peer: int, comm: str, stream: str = "0x55aa00", dev: int = 2,
@@ -20,12 +18,7 @@ def _coll(op: str, count: int, peer: int, comm: str, stream: str = "0x55aa00", d
 
 
 def _root(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
-    path = tmp_path / "rank.log"
-    path.write_text(text)
-    evidence = JobEvidence()
-    load_log_file(str(path), None, evidence, [])
-    findings = analyze(evidence)[0].findings
-    return findings[0] if findings else None
+    return root_of(tmp_path, text)
 
 
 def test_receives_only_on_one_comm_and_sends_on_another(tmp_path: Path) -> None:

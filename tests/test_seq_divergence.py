@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hangscope.analysis.engine import analyze
-from hangscope.model import JobEvidence
-from hangscope.sources.logs.loader import load_log_file
+from _logs_helpers import findings_of
 
 
 def _lines(rank: int, seq: int, op: str, numel: int, enqueued: int, completed: int,
@@ -25,11 +23,7 @@ def _lines(rank: int, seq: int, op: str, numel: int, enqueued: int, completed: i
 
 
 def _findings(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
-    path = tmp_path / "job.log"
-    path.write_text(text)
-    evidence = JobEvidence()
-    load_log_file(str(path), None, evidence, [])
-    return analyze(evidence)[0].findings
+    return findings_of(tmp_path, text, "job.log")
 
 
 def test_a_rank_that_completed_what_another_is_stuck_in_is_a_divergence(tmp_path: Path) -> None:
