@@ -28,6 +28,7 @@ from hangscope.analysis.detectors import (
     straggler,
     straggler_logs,
     symmetric,
+    weak_cues,
 )
 
 ALL: tuple[Detector, ...] = (
@@ -55,4 +56,5 @@ ALL: tuple[Detector, ...] = (
     straggler.detect,
     busy_rank.detect,
     straggler_logs.detect,
+    weak_cues.detect,
 )
