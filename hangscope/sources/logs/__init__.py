@@ -34,6 +34,8 @@ nccl_device_mismatch                around_rank, host, pid (NCCL's "Mismatched c
                                     detected ... at and around rank N")
 stall_report                        tool, op, missing, ready, seq, pg, world_size, ops, op_names
 stated_wait                         waiter, waited, what ("rank 4 → waiting on rank 5 (...)")
+pp_actions                          actions (torch.distributed.pipelining schedule actions of a
+                                    rank: ``stage:TYPE:microbatch``, comma-separated)
 elastic_closing_signal              pid, signal
 elastic_agent_signalled             signal (a node's torchrun agent was signalled: no rank)
 traceback                           exc_type, exc_message, last_frame, last_function, frames,
