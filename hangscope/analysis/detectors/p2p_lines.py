@@ -1,27 +1,31 @@
-"""p2p_deadlock from NCCL's COLL lines of point-to-point calls (``sources/logs/collective_lines.py``:
-``Send: opCount N ... root P comm C ... stream S``, ``Recv: ...``).
+"""p2p_deadlock from NCCL's COLL lines of point-to-point calls
+(``sources/logs/collective_lines.py``: ``Send: opCount N ... root P comm C ... stream S``,
+``Recv: ...``).
 
 Rule ``p2p-one-sided``: a rank's last NCCL calls in the log are point-to-point, and on a
 communicator it issued two or more of them all one way (only sends, or only receives) while no
-call the other way on that communicator is logged by anyone. A send in NCCL blocks until the peer
-posts the matching receive (beyond the small buffered slack); a stream of unanswered sends (or
-receives) at the end of a log that stopped is the send/recv order of the two peers not matching:
-each sends before it receives, or one receives on another stream or communicator. 0.4: the peer's
-log may simply be missing from the paste. 0.5 when the rank also has calls the other way on a
-second communicator or stream (``send on one, receive on another``): NCCL orders calls only within
-a stream, so the peer's mirrored order can block both; the usual fix is one ``ncclGroupStart`` /
-``batch_isend_irecv`` for both directions. No culprit: the order of both peers is at fault.
+call the other way on that communicator is logged by anyone. A send in NCCL blocks until the
+peer posts the matching receive (beyond the small buffered slack); a stream of unanswered sends
+(or receives) at the end of a log that stopped is the send/recv order of the two peers not
+matching: each sends before it receives, or one receives on another stream or communicator. 0.4:
+the peer's log may simply be missing from the paste. 0.5 when the rank also has calls the other
+way on a second communicator or stream (``send on one, receive on another``): NCCL orders calls
+only within a stream, so the peer's mirrored order can block both; the usual fix is one
+``ncclGroupStart`` / ``batch_isend_irecv`` for both directions. No culprit: the order of both
+peers is at fault.
 
 Rule ``pp-send-first`` reads torch.distributed.pipelining's per-rank schedule actions
-(``pp_actions``: ``0SEND_F1, 2RECV_F0, ...``): two ranks whose last send goes to the other and is
-followed by a receive from the other, at the end of their lists (the last send among the last
-three actions: where the rank stopped, not a whole schedule), both send first; a send larger than NCCL's buffer waits for
-the peer's receive, so each waits in its send (p2p_deadlock, both ranks named, 0.55). A stage's
-peer is stage+1 for SEND_F/RECV_B and stage-1 for SEND_B/RECV_F; a stage belongs to the rank whose
-list shows it, else to stage mod the number of ranks listed (looped schedules).
+(``pp_actions``: ``0SEND_F1, 2RECV_F0, ...``): two ranks whose last send goes to the other and
+is followed by a receive from the other, at the end of their lists (the last send among the last
+three actions: where the rank stopped, not a whole schedule), both send first; a send larger
+than NCCL's buffer waits for the peer's receive, so each waits in its send (p2p_deadlock, both
+ranks named, 0.55). A stage's peer is stage+1 for SEND_F/RECV_B and stage-1 for SEND_B/RECV_F; a
+stage belongs to the rank whose list shows it, else to stage mod the number of ranks listed
+(looped schedules).
 
 False positives: a one-way stream by design (a producer rank only sends) whose receiver's log is
-not given, in a job that did not hang: read only when nothing else explains the log (low confidence).
+not given, in a job that did not hang: read only when nothing else explains the log (low
+confidence).
 """
 
 from __future__ import annotations

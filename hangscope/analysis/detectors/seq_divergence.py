@@ -7,13 +7,13 @@ line's ``[PG ID ... Rank R]`` head), and the ``nccl_watchdog_timeout`` of the sa
 its op and size.
 
 Rule ``completed-past-peer`` (0.8): in one named group, rank A's last completed seq is at or past
-the seq rank B timed out in. A collective completes only when every member of the group joined
-it, so A's collective at that seq was paired with some other call of B's: the two ranks' streams of
-collectives diverged (a branch taken on one rank only, a collective skipped or added). When B
-also enqueued no fewer collectives than A (its "last enqueued" at or past A's), B is not behind in
-anything it did, and the divergence is the root cause (0.8; no culprit: the lines do not say which rank took
-the other path); ``log_waits``'s reading (B behind: a missing rank) comes second. When B enqueued
-fewer, B is behind in issuing too and that reading stays first; this one is said as the
+the seq rank B timed out in. A collective completes only when every member of the group joined it,
+so A's collective at that seq was paired with some other call of B's: the two ranks' streams of
+collectives diverged (a branch taken on one rank only, a collective skipped or added). When B also
+enqueued no fewer collectives than A (its "last enqueued" at or past A's), B is not behind in
+anything it did, and the divergence is the root cause (0.8; no culprit: the lines do not say which
+rank took the other path); ``log_waits``'s reading (B behind: a missing rank) comes second. When B
+enqueued fewer, B is behind in issuing too and that reading stays first; this one is said as the
 alternative (0.6).
 
 Not read for send/recv (their sequence numbers count apart from collectives in torch >= 2.3), nor
@@ -70,7 +70,9 @@ def _diverged(pg: str, by_rank: dict[int, LogEvent],
                 continue
             enqueued = stuck.fields.get("last_enqueued")
             both = isinstance(enqueued, int) and enqueued >= int(ahead.fields["seq"])
-            issued_more = both and enqueued >= int(ahead.fields.get("last_enqueued", 1 << 62))
+            theirs = ahead.fields.get("last_enqueued")
+            issued_more = both and isinstance(enqueued, int) and isinstance(theirs, int) \
+                and enqueued >= theirs
             summary = (
                 f"rule completed-past-peer: rank {a} completed collective #{seq_b} of pg {pg} "
                 f"(its last completed is #{ahead.fields['last_completed']}) while rank {b} is "
