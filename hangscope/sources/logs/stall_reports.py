@@ -153,7 +153,7 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"missing ranks: ", horovod_entries),
     (b"ready ranks: ", horovod_entries),
     (b"Stalled ranks:", horovod_stalled_ranks),
-    (b"Missing ranks:", horovod_stalled_ranks),
+    (b"Missing ranks:", horovod_stalled_ranks),  # Horovod >= 0.21's name for the same block
     (b"Not all ranks joining collective", fr_not_joining),
     (b"Culprit rank ", fr_culprits),
     (b"waiting on rank", stated_wait),
