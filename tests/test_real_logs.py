@@ -32,14 +32,9 @@ KNOWN_MISSES = {
     "f_horovod_789_nccl_connect_refused_lo_iface": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
     "f_kubeflow_trainer_1168_libibverbs_warn_training_completes": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says healthy []",
     "f_megatron_bridge_1477_validation_no_samples_ibv_warn": "batch 6, blind first look, no rule written yet: gives network_fault [], the thread says missing_rank []",
-    "f_memoryvla_20_pod_prefixed_exitcode_minus9": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_oom [0]",
     "f_nccl_214_gdr_error_mismatched_warn": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
-    "f_nccl_783_send_recv_two_streams_deadlock": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says p2p_deadlock []",
-    "f_pytorch_150916_elastic_killed_agent": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_died []",
     "f_pytorch_15638_init_pg_rank1_never_returns": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says init_hang [1]",
-    "f_pytorch_pr190431_destroy_pg_circular_finalize": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says pg_order_deadlock []",
     "f_ray_52641_torch_dataloader_deadlock_timeout": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says dataloader_stall []",
-    "f_torchtune_pr2266_test_deadlock_seq_mismatch": "batch 6, blind first look, no rule written yet: gives missing_rank [0], the thread says collective_mismatch []",
     "b_pytorch_78514_gloo_closed_by_peer": "the one error line names the peer as an IP:port "
                                            "(18.25.6.30:30872), not a rank; rank 0 appears only "
                                            "as a literal argument in the user's source line "
@@ -48,7 +43,6 @@ KNOWN_MISSES = {
     # blind batches 4 and 5 (fixtures/logs/blind), after the rules written for them
     "d_colossalai_3383_gemini_pp_isend_deadlock": "p2p_deadlock from the user's own c10d debug prints (repeated isend vs one irecv): no parser pairs per-rank send/recv prints yet",
     "d_horovod_1407_rank3_25_batches_vs_26": "each rank prints its batches per epoch (26, 26, 26, 25) and Horovod's 'has been shut down' error follows; no rule yet reads uneven per-rank step counts as the missing rank",
-    "d_nccl_584_send_recv_order_two_comms_coll": "NCCL COLL Send/Recv lines on two communicators: the format-agnostic tier compares sizes, it does not yet match sends to receives across comms (p2p order)",
     "d_pytorch_76287_elastic_keepalive_failing_node": "only elastic's keep-alive warnings for one node: read as a rendezvous (init) problem; that the node crashed is the thread's word",
     "d_pytorch_lightning_14986_bootstrap_duplicate_rank": "NCCL bootstrap's WARN 'rank 1 of 8 ranks has already checked in' is read as a generic WARN: no rule reads it as a duplicate rank",
     "d_returnn_1484_gloo_has_data_hang_cuda1_missing": "per-step prints name the device (cuda:0..3), not the rank, and the missing one is an absence (cuda:1 stops printing); no rule reads a stream that went silent as the culprit",
@@ -62,13 +56,10 @@ KNOWN_MISSES = {
     "e_ms_swift_10183_broadcast_numel_mismatch": "two ranks at one SeqNum with other numels and no majority: the tie-break names rank 3, the thread names rank 2 (rank 0 had moved on, so neither side is clearly odd)",
     "e_nccl_1610_two_thread_alltoall_same_comm": "two threads sharing one communicator: watchdog timeouts on two groups; no rule yet for concurrent use of one comm",
     "e_nccl_1634_net_plugin_on_some_nodes": "config_skew: the NCCL INFO lines show the net plugin (libnccl-net.so) loaded on some nodes only; no rule compares NCCL's INFO lines across nodes yet",
-    "e_nccl_1911_ras_allgather_count_mismatch": "this ncclras text variant ('Communicator ranks have different AllGather operation counts') is not parsed",
     "e_nccl_526_efa_init_hang_16_nodes": "only NCCL INFO init lines, no error and no timeout: an init hang is an absence of 'Init COMPLETE', not read yet",
     "e_pytorch_130102_new_group_different_ranks": "only the users' prints ('0 before barrier: [0, 3]', '1 before barrier: [1, 2]'): no error, no timeout; no rule reads group membership from prints",
-    "e_pytorch_172668_pp_send_send_deadlock": "per-rank pipeline action logs (0SendF1, 2RecvF0): no parser for torch.distributed.pipelining's action schedule prints",
     "e_pytorch_87995_rank0_dataloader_pyspy": "a py-spy dump pasted in a text log under 'The stack for rank0:': stack dumps inside a log file are not read as that rank's stacks",
     "e_rccl_429_allgather_allreduce_rank2": "the RCCL COLL lines that show rank 2 in AllGather are summarised in the thread, not in the pasted log (stacks of 0,1,3 only)",
-    "e_torchtitan_1681_pp_message_truncated": "NCCL 'message truncated : receiving 8 bytes instead of 4 ... mismatch in collective sizes' is read as a network fault, not a size mismatch",
     "e_xtuner_1790_data_bound_slow_ranks": "a training-log analyzer's table of per-rank data-loading times: not parsed",
 }
 

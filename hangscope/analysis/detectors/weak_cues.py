@@ -71,8 +71,9 @@ EXPLAINS_WAIT = {"out-of-memory", "gpu-fault", "fabric-fault", "signal-death", "
 def detect(ctx: Context) -> list[Finding]:
     events = _events(ctx)
     progress = [e for e in events if e.kind == "progress"]
+    waits = [e for e in events if e.kind in _OWN_WAITS]
     cues = [e for e in events if e.kind == "cue" and e.fields.get("cue") not in SUPPORT_ONLY
-            and not _survived(e, progress)]
+            and not _survived(e, progress) and not _after_own_wait(e, waits)]
     if not cues:
         return []
     best = max(cues, key=lambda e: STRENGTH.get(str(e.fields["cue"]), 0))
@@ -125,6 +126,20 @@ def _events(ctx: Context) -> list[LogEvent]:
     for rank_ev in ctx.evidence.ranks.values():
         out.extend(rank_ev.logs)
     return out
+
+
+# A rank's own record of waiting in a collective (torch's watchdog)
+_OWN_WAITS = frozenset({"nccl_watchdog_timeout", "nccl_work_status", "nccl_heartbeat_stuck"})
+
+
+def _after_own_wait(cue: LogEvent, waits: list[LogEvent]) -> bool:
+    """Rule ``kill-after-own-timeout`` (as ``log_causes`` applies it to read records): a death
+    cue after the same rank's own watchdog timeout in the file (any rank's, where the cue names
+    none: a launcher stopping the job) is how the job was torn down, not why it waited."""
+    if cue.fields.get("cue") not in ("signal-death", "abort"):
+        return False
+    return any(w.path == cue.path and w.line_no < cue.line_no
+               and (cue.rank is None or w.rank == cue.rank) for w in waits)
 
 
 def _survived(cue: LogEvent, progress: list[LogEvent]) -> bool:

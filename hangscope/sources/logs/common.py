@@ -121,6 +121,7 @@ class Context:
     rank_hint_source: str = "hint"
     local_hint: int | None = None
     pid_rank: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    launcher_stopping: bool = False  # a launcher said it is killing the job (mpi.srun_stop)
 
 
 def decode(raw: bytes, limit: int) -> str:
