@@ -25,6 +25,10 @@ CASES = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(REAL, "*
 
 # Pastes hangscope does not yet get right, and why (the README lists them too).
 KNOWN_MISSES = {
+    "g_axolotl_3443_rank0_loading_weights_store_get_timeout": "batch 7 (after its first look): the ncclUniqueId wait naming rank 0 is hard-wrapped inside a word ('via c1' / '0d key-value store') and not rebuilt; the cue tier reads init_hang with no culprit",
+    "g_nccl_1766_recv_thread_vs_allreduce_thread_launch_queue_deadlock": "batch 7 (after its first look): one process's gdb threads, one in a recv and one in an all_reduce launch, both in NCCL's launch queue; no rule reads an ordering deadlock between two threads of one rank from native frames",
+    "g_pytorch_76198_monitoredbarrier_rank1_blames_rank0_elastic_no_restart": "batch 7 (after its first look): the thread says rank 0 went away; the log only has rank 1's 'received errors ... from rank 0' of a monitored barrier, read as rank 0 missing (culprit right, kind missing_rank)",
+    "g_visualglm_6b_267_single_rank_nccl_init_healthy": "batch 7 (after its first look): a single-rank communicator's error-free NCCL init with no step after; nothing says the run went on or finished, so it is not called healthy",
     "f_aws_ofi_rccl_16_libfabric_incompat_hang": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
     "f_cbio_cluster_342_iteration_slowdown_shared_gpu": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says straggler []",
     "f_determined_8915_bad_gpu_pair_allgather_timeout": "batch 6, blind first look, no rule written yet: gives missing_rank [], the thread says network_fault []",
@@ -77,7 +81,7 @@ def _family(kind: str) -> str:
 def _expected(stem: str) -> dict[str, object]:
     with open(os.path.join(REAL, stem + ".json"), encoding="utf-8") as handle:
         meta = json.load(handle)
-    assert meta["source"].startswith("https://github.com/"), f"{stem}: source must be the thread"
+    assert meta["source"].startswith("https://"), f"{stem}: source must be the thread"
     return meta["expected"]  # type: ignore[no-any-return]
 
 

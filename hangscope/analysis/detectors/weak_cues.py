@@ -64,6 +64,9 @@ _NAMES_CULPRIT = {"out-of-memory", "gpu-fault", "signal-death", "abort", "data-l
                   "exit-nonzero", "slow-words", "fabric-fault"}
 # Cues that only support another rule (log_waits' rank0-silent), never a finding of their own
 SUPPORT_ONLY = {"busy-phase"}
+# Lines that are the cause whatever else was found: NCCL says "Duplicate GPU detected" and then
+# every rank fails with "invalid usage"
+DEFINITIVE = {"duplicate-gpu"}
 # Causes that explain why ranks wait for a rank no record names: the wait is their symptom
 EXPLAINS_WAIT = {"out-of-memory", "gpu-fault", "fabric-fault", "signal-death", "data-loading"}
 
@@ -104,13 +107,19 @@ def detect(ctx: Context) -> list[Finding]:
 def weigh(findings: list[Finding]) -> list[Finding]:
     """A cue finding stands alone where nothing else was found. Beside findings that only say
     ranks wait for a rank no record names (missing_rank without culprits), a cause that explains
-    such a wait comes first at their confidence (rule ``cause-over-symptom``); beside anything
-    else it goes."""
+    such a wait comes first at their confidence (rule ``cause-over-symptom``), as does a
+    definitive cause beside anything; otherwise it goes."""
     weak = [f for f in findings if f.measures.get("rule") in RULES]
     strong = [f for f in findings if f.measures.get("rule") not in RULES]
     if not strong or not weak:
         return findings
     cause = weak[0]
+    if cause.measures.get("cue") in DEFINITIVE:
+        cause.confidence = max(0.7, *(f.confidence for f in strong))
+        cause.measures["rule"] = "cause-over-symptom"
+        cause.summary += (" (rule `cause-over-symptom`: this line is the cause the errors and "
+                          "waits around it follow from)")
+        return [cause, *strong]
     if cause.measures.get("cue") in EXPLAINS_WAIT and all(
             f.kind is Kind.MISSING_RANK and not f.culprit_ranks for f in strong):
         cause.confidence = max(f.confidence for f in strong)
