@@ -20,3 +20,22 @@ def of_kind(events: list[LogEvent], kind: str) -> list[LogEvent]:
 
 def strip_source(fields: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in fields.items() if k not in ("rank_source",)}
+
+
+def findings_of(folder: Path, text: str, name: str = "paste.log") -> list:  # type: ignore[type-arg]
+    """The verdict's findings, root first, for ``text`` written to ``folder/name`` and analyzed as
+    `hangscope analyze` does."""
+    from hangscope.analysis.engine import analyze
+    from hangscope.model import JobEvidence
+    from hangscope.sources.logs.loader import load_log_file
+
+    path = folder / name
+    path.write_text(text)
+    evidence = JobEvidence()
+    load_log_file(str(path), None, evidence, [])
+    return analyze(evidence)[0].findings
+
+
+def root_of(folder: Path, text: str):  # type: ignore[no-untyped-def]
+    found = findings_of(folder, text)
+    return found[0] if found else None

@@ -42,6 +42,20 @@ HOROVOD_STALLED_RANKS = """\
 [1,0]<stderr>:6: [horovod_allreduce.0, horovod_allreduce.1, horovod_allreduce.10 ...]
 """
 
+# Horovod >= 0.21 (horovod/common/stall_inspector.cc) heads the per-rank block "Missing ranks:"
+HOROVOD_MISSING_BLOCK = """\
+[2021-03-02 10:00:00.000000: W horovod/common/stall_inspector.cc:107] One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more than 60 seconds. This may indicate that different ranks are trying to submit different tensors or that only subset of ranks is submitting tensors, which will cause deadlock.
+Missing ranks:
+2: [allreduce.fc1.weight, allreduce.fc1.bias]
+"""
+
+# two ranks, each lacking what the other submitted: different collectives
+HOROVOD_CROSSED = """\
+[1,0]<stderr>:Stalled ranks:
+[1,0]<stderr>:0: [HorovodBroadcast_w_0, HorovodBroadcast_b_0]
+[1,0]<stderr>:1: [HorovodAllreduce_grad_w_0, HorovodAllreduce_grad_b_0]
+"""
+
 FR_TRACE = """\
 Not all ranks joining collective: sequence number: 31117
 internal record id: 31116
@@ -71,6 +85,17 @@ def test_horovod_missing_ranks_are_read_per_op() -> None:
 def test_horovod_stall_names_the_absent_rank(tmp_path: Path) -> None:
     assert _verdict(tmp_path, HOROVOD_MISSING) == ("missing_rank", [1])
     assert _verdict(tmp_path, HOROVOD_STALLED_RANKS) == ("missing_rank", [6])
+
+
+def test_newer_horovods_missing_ranks_block(tmp_path: Path) -> None:
+    assert _verdict(tmp_path, HOROVOD_MISSING_BLOCK) == ("missing_rank", [2])
+
+
+def test_crossed_submissions_are_a_mismatch(tmp_path: Path) -> None:
+    assert _verdict(tmp_path, HOROVOD_CROSSED) == ("collective_mismatch", [])
+    # a third rank with rank 1: rank 0 alone is in the other collective, the odd one out
+    three = HOROVOD_CROSSED + "[1,0]<stderr>:2: [HorovodAllreduce_grad_w_0]\n"
+    assert _verdict(tmp_path, three) == ("collective_mismatch", [0])
 
 
 def test_disjoint_ready_lists_are_a_mismatch(tmp_path: Path) -> None:
@@ -119,5 +144,51 @@ def test_heads_before_the_process_prefix() -> None:
     assert (line.rank, line.body) == (2, "boom")
     line = parse_line("E       RuntimeError: boom", 1, ctx)
     assert line.body == "RuntimeError: boom"
+    line = parse_line("[] [rank=3] || RuntimeError: boom", 1, ctx)  # Determined's head
+    assert (line.rank, line.body) == (3, "RuntimeError: boom")
     line = parse_line("loss | 0.5", 1, ctx)  # a plain word before a pipe is not a head
     assert line.body == "loss | 0.5"
+
+
+def _timeouts(ranks: list[int], op: str = "ALLREDUCE", seq: int = 4178) -> str:
+    """torch <= 2.3's watchdog line (ProcessGroupNCCL.cpp) for each of ``ranks``."""
+    return "".join(f"[E ProcessGroupNCCL.cpp:821] [Rank {r}] Watchdog caught collective operation "
+                   f"timeout: WorkNCCL(SeqNum={seq}, OpType={op}, Timeout(ms)=1800000) ran for "
+                   f"18033{r}0 milliseconds before timing out.\n" for r in ranks)
+
+
+def test_rank0_silent_names_rank_0(tmp_path: Path) -> None:
+    # GIVEN every rank but 0 timing out in one all_reduce, and rank 0 saying nothing
+    assert _verdict(tmp_path, "Evaluating the results...\n" + _timeouts([3, 1, 2])) == \
+        ("missing_rank", [0])
+    # one rank's paste names nobody: it is the commonest paste there is
+    assert _verdict(tmp_path, _timeouts([1])) == ("missing_rank", [])
+    # rank 0 timed out too: it was in the collective
+    assert _verdict(tmp_path, _timeouts([0, 1, 2]))[1] != [0]
+    # a gap in the waiting ranks (rank 2 said nothing either): not rank 0 alone
+    assert _verdict(tmp_path, _timeouts([1, 3]))[1] != [0]
+    # two different collectives: not one the others wait in
+    two = _timeouts([1]) + _timeouts([2], op="BROADCAST", seq=4179)
+    assert _verdict(tmp_path, two)[1] != [0]
+
+
+def test_the_peer_side_of_a_monitored_barrier(tmp_path: Path) -> None:
+    # ProcessGroupGloo.cpp's message on a non-zero rank whose barrier recv from rank 0 failed
+    peer = ("RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors "
+            "while waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n")
+    (found,) = _events(peer, "monitored_barrier_failure")
+    assert (found["rank"], found["failed_ranks"], found["peer_side"]) == (1, "0", 1)
+    assert _verdict(tmp_path, peer) == ("missing_rank", [0])
+    # beside rank 0's own report, which names who failed, the echo names nobody
+    own = "[E ProcessGroupGloo.cpp:138] [Rank 0]: Rank 2 failed to pass monitoredBarrier in 30000 ms\n"
+    assert _verdict(tmp_path, peer + own) == ("missing_rank", [2])
+
+
+def test_rank0_silent_with_a_phase_left_unfinished(tmp_path: Path) -> None:
+    # GIVEN only two of eight ranks' timeouts, after a dataset scan that stopped at 6%
+    scan = "train: Scanning 'labels/train' images and labels...113162 found:   6%|▋ "
+    assert _verdict(tmp_path, scan + _timeouts([7, 2], seq=2)) == ("missing_rank", [0])
+    # the same timeouts with no phase before them: who they wait for is not said
+    assert _verdict(tmp_path, _timeouts([7, 2], seq=2)) == ("missing_rank", [])
+    # a phase line alone is no hang
+    assert _verdict(tmp_path, "Evaluating the results...\n") == ("none", [])

@@ -25,27 +25,16 @@ CASES = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(REAL, "*
 
 # Pastes hangscope does not yet get right, and why (the README lists them too).
 KNOWN_MISSES = {
-    "f_aware_of_the_history_2_mpirun_rank1_signal9": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_died [1]",
     "f_aws_ofi_rccl_16_libfabric_incompat_hang": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
     "f_cbio_cluster_342_iteration_slowdown_shared_gpu": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says straggler []",
     "f_determined_8915_bad_gpu_pair_allgather_timeout": "batch 6, blind first look, no rule written yet: gives missing_rank [], the thread says network_fault []",
     "f_fastmoe_47_slow_startup_not_hang": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says healthy []",
-    "f_horovod_2565_missing_ranks_cond_allreduce": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says missing_rank [1]",
     "f_horovod_789_nccl_connect_refused_lo_iface": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
     "f_kubeflow_trainer_1168_libibverbs_warn_training_completes": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says healthy []",
     "f_megatron_bridge_1477_validation_no_samples_ibv_warn": "batch 6, blind first look, no rule written yet: gives network_fault [], the thread says missing_rank []",
-    "f_memoryvla_20_pod_prefixed_exitcode_minus9": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_oom [0]",
     "f_nccl_214_gdr_error_mismatched_warn": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
-    "f_nccl_2241_b200_allgather_xid145_nvlink": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
-    "f_nccl_296_mismatched_collective_rank39": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says collective_mismatch []",
-    "f_nccl_783_send_recv_two_streams_deadlock": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says p2p_deadlock []",
-    "f_open_gpu_kernel_modules_1150_xid45_after_xid149": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
-    "f_pytorch_150916_elastic_killed_agent": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_died []",
     "f_pytorch_15638_init_pg_rank1_never_returns": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says init_hang [1]",
-    "f_pytorch_33296_dataloader_timeout_azure_wrapped": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says dataloader_stall []",
-    "f_pytorch_pr190431_destroy_pg_circular_finalize": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says pg_order_deadlock []",
     "f_ray_52641_torch_dataloader_deadlock_timeout": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says dataloader_stall []",
-    "f_torchtune_pr2266_test_deadlock_seq_mismatch": "batch 6, blind first look, no rule written yet: gives missing_rank [0], the thread says collective_mismatch []",
     "b_pytorch_78514_gloo_closed_by_peer": "the one error line names the peer as an IP:port "
                                            "(18.25.6.30:30872), not a rank; rank 0 appears only "
                                            "as a literal argument in the user's source line "
@@ -53,12 +42,9 @@ KNOWN_MISSES = {
                                            "the printing rank were trimmed off",
     # blind batches 4 and 5 (fixtures/logs/blind), after the rules written for them
     "d_colossalai_3383_gemini_pp_isend_deadlock": "p2p_deadlock from the user's own c10d debug prints (repeated isend vs one irecv): no parser pairs per-rank send/recv prints yet",
-    "d_deepspeed_4510_node_exit_minus6_sigkill_handler": "only DeepSpeed's 'Killing subprocess N' teardown lines survive in the paste; the '-6' exit code is in the thread's prose, not the log",
     "d_horovod_1407_rank3_25_batches_vs_26": "each rank prints its batches per epoch (26, 26, 26, 25) and Horovod's 'has been shut down' error follows; no rule yet reads uneven per-rank step counts as the missing rank",
-    "d_nccl_584_send_recv_order_two_comms_coll": "NCCL COLL Send/Recv lines on two communicators: the format-agnostic tier compares sizes, it does not yet match sends to receives across comms (p2p order)",
     "d_pytorch_76287_elastic_keepalive_failing_node": "only elastic's keep-alive warnings for one node: read as a rendezvous (init) problem; that the node crashed is the thread's word",
     "d_pytorch_lightning_14986_bootstrap_duplicate_rank": "NCCL bootstrap's WARN 'rank 1 of 8 ranks has already checked in' is read as a generic WARN: no rule reads it as a duplicate rank",
-    "d_pytorch_lightning_19106_log_dict_keys_mismatch": "the DETAIL mismatch line is cut inside rank 1's fingerprint (the other rank's is not in the paste), so no second side is known",
     "d_returnn_1484_gloo_has_data_hang_cuda1_missing": "per-step prints name the device (cuda:0..3), not the rank, and the missing one is an absence (cuda:1 stops printing); no rule reads a stream that went silent as the culprit",
     "d_returnn_1485_slow_epochs_all_ranks": "slow epochs on every rank (a straggler of the whole job): per-step times are read per rank stream, and this log has no rank streams",
     "d_sglang_22607_hicache_prefetch_allreduce_vs_broadcast": "two py-spy stacks pasted as prose (TP0 vs TP1-3): stack pastes with markdown fences and TP names are not split per rank",
@@ -70,15 +56,10 @@ KNOWN_MISSES = {
     "e_ms_swift_10183_broadcast_numel_mismatch": "two ranks at one SeqNum with other numels and no majority: the tie-break names rank 3, the thread names rank 2 (rank 0 had moved on, so neither side is clearly odd)",
     "e_nccl_1610_two_thread_alltoall_same_comm": "two threads sharing one communicator: watchdog timeouts on two groups; no rule yet for concurrent use of one comm",
     "e_nccl_1634_net_plugin_on_some_nodes": "config_skew: the NCCL INFO lines show the net plugin (libnccl-net.so) loaded on some nodes only; no rule compares NCCL's INFO lines across nodes yet",
-    "e_nccl_1911_ras_allgather_count_mismatch": "this ncclras text variant ('Communicator ranks have different AllGather operation counts') is not parsed",
     "e_nccl_526_efa_init_hang_16_nodes": "only NCCL INFO init lines, no error and no timeout: an init hang is an absence of 'Init COMPLETE', not read yet",
-    "e_openrlhf_970_host_oom_killer_ray": "the Ray death and a rank's watchdog timeout share one pasted line, and the scanner gives a line to one family; Ray's OOM wording is its generic list of possible causes",
     "e_pytorch_130102_new_group_different_ranks": "only the users' prints ('0 before barrier: [0, 3]', '1 before barrier: [1, 2]'): no error, no timeout; no rule reads group membership from prints",
-    "e_pytorch_172668_pp_send_send_deadlock": "per-rank pipeline action logs (0SendF1, 2RecvF0): no parser for torch.distributed.pipelining's action schedule prints",
-    "e_pytorch_75512_gloo_isend_peer_exited": "gloo 'Connection closed by peer [IP]:port' names an address, not a rank (the peer exited)",
     "e_pytorch_87995_rank0_dataloader_pyspy": "a py-spy dump pasted in a text log under 'The stack for rank0:': stack dumps inside a log file are not read as that rank's stacks",
     "e_rccl_429_allgather_allreduce_rank2": "the RCCL COLL lines that show rank 2 in AllGather are summarised in the thread, not in the pasted log (stacks of 0,1,3 only)",
-    "e_torchtitan_1681_pp_message_truncated": "NCCL 'message truncated : receiving 8 bytes instead of 4 ... mismatch in collective sizes' is read as a network fault, not a size mismatch",
     "e_xtuner_1790_data_bound_slow_ranks": "a training-log analyzer's table of per-rank data-loading times: not parsed",
 }
 
@@ -108,8 +89,17 @@ def test_corpus_is_big_enough() -> None:
 
 @pytest.mark.parametrize("stem", CASES)
 def test_real_log_verdict(stem: str) -> None:
-    if stem in KNOWN_MISSES:
+    if stem not in KNOWN_MISSES:
+        _check(stem)
+        return
+    try:
+        _check(stem)
+    except AssertionError:
         pytest.xfail(KNOWN_MISSES[stem])
+    pytest.fail(f"{stem} is right now: take it out of KNOWN_MISSES")
+
+
+def _check(stem: str) -> None:
     expected = _expected(stem)
     verdict = _verdict(os.path.join(REAL, stem + ".log"))
     if expected.get("status") == "healthy":
@@ -151,3 +141,21 @@ def test_no_sample_log_is_without_a_verdict(path: str) -> None:
     if any(signal in text for signal in SIGNALS):
         assert verdict.findings, f"{path}: {verdict.evidence_gaps}"
     assert not any("no usable evidence" in gap for gap in verdict.evidence_gaps)
+
+
+def test_confident_first_findings_are_right() -> None:
+    """Issue 18: a first finding at confidence >= 0.8 is right (kind and culprit, as the thread
+    says) at least 90% of the time on the corpus, known misses included."""
+    confident: list[str] = []
+    wrong: list[str] = []
+    for stem in CASES:
+        root = _verdict(os.path.join(REAL, stem + ".log")).root
+        if root is None or root.confidence < 0.8:
+            continue
+        confident.append(stem)
+        try:
+            _check(stem)
+        except AssertionError:
+            wrong.append(stem)
+    assert len(confident) >= 20, confident
+    assert len(wrong) <= 0.1 * len(confident), (len(confident), wrong)

@@ -81,7 +81,9 @@ def classify(event: LogEvent) -> str | None:
             return "thread_exception"  # the thread died; the process lives on
         return "gpu" if _GPU_FAULT.search(message) else "exception"
     if kind == "nccl_transport_error":
-        return "transport"
+        # rule truncated-is-size: a receive that got more bytes than it posted is the two sides
+        # of one transfer disagreeing on its size (NCCL's own reading, unless the network is bad)
+        return "collective_error" if event.fields.get("truncated") else "transport"
     if kind.startswith("dataloader") or kind == "shm_bus_error":
         return "dataloader"
     if kind == "nccl_error" and (event.fields.get("code") == "ncclRemoteError"
@@ -162,8 +164,11 @@ def _echo_exit(event: LogEvent, closed_pids: set[object], echoed: set[int], abor
     if event.kind != "elastic_child_failed":
         return False
     signal = event.fields.get("signal")
-    if signal == "SIGABRT" and rank in aborted:
-        return True  # ProcessGroupNCCL aborts the process after its own watchdog timeout
+    if rank in aborted:
+        # rule kill-after-own-timeout: the rank logged its own watchdog timeout, so it was alive
+        # and waiting in a collective; torch aborts it after that (SIGABRT), and a launcher or
+        # scheduler kills it (SIGKILL, SIGTERM, an exit code) as the job fails: its end is an echo
+        return True
     if signal:
         return event.fields.get("pid") in closed_pids and signal in _STOP_SIGNALS
     return rank in echoed
@@ -174,8 +179,9 @@ def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
     launcher's tee) collapsed. Teardown is not a failure: a stop signal (SIGTERM) is dropped
     when the launcher says it sent it ("Sending process N closing signal SIGTERM") or when
     another rank failed on its own; a non-zero exit code when the rank's own exception was the
-    echo of a peer's failure ("Connection closed by peer", a failed monitored barrier); a SIGABRT
-    of a rank whose own watchdog timed out (torch aborts the process after a timeout)."""
+    echo of a peer's failure ("Connection closed by peer", a failed monitored barrier); any
+    launcher-reported end (SIGABRT, SIGKILL, an exit code) of a rank whose own watchdog timed out
+    first (torch aborts the process after a timeout; launchers kill what is left)."""
     found: dict[int, list[Failure]] = {}
     seen: set[tuple[int, str, str]] = set()
     events = list(_rank_events(evidence))

@@ -17,15 +17,18 @@ from hangscope.analysis.detectors import (
     missing_rank,
     network_fault,
     os_wait,
+    p2p_lines,
     python_deadlock,
     quiet_death,
     rank_died,
     rank_oom,
+    seq_divergence,
     size_mismatch,
     stall_reports,
     straggler,
     straggler_logs,
     symmetric,
+    weak_cues,
 )
 
 ALL: tuple[Detector, ...] = (
@@ -34,11 +37,13 @@ ALL: tuple[Detector, ...] = (
     collective_mismatch.detect,
     size_mismatch.detect,
     mismatch_error.detect,
+    seq_divergence.detect,
     missing_rank.detect,
     symmetric.detect,
     log_waits.detect,
     stall_reports.detect,
     arg_skew.detect,
+    p2p_lines.detect,
     rank_died.detect,
     quiet_death.detect,
     rank_oom.detect,
@@ -51,4 +56,5 @@ ALL: tuple[Detector, ...] = (
     straggler.detect,
     busy_rank.detect,
     straggler_logs.detect,
+    weak_cues.detect,
 )

@@ -20,6 +20,7 @@ from hangscope.analysis.log_causes import describe, torn_down
 from hangscope.analysis.observations import WAITING_STATES, Observation
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.analysis.waitgraph import WaitReason
+from hangscope.model import LogEvent
 from hangscope.ranges import format_ranks, ranks_phrase
 
 _STRENGTH = {"barrier": 0.9, "desync": 0.85, "watchdog": 0.75, "work_status": 0.75}
@@ -38,7 +39,7 @@ def detect(ctx: Context) -> list[Finding]:
                    and o.numbering != "store" and o.rank not in waiting_named]
     if unexplained and not findings:
         findings.append(_silent(ctx, unexplained) or _root_absent(ctx, unexplained)
-                        or _unknown(ctx, unexplained))
+                        or _rank0_silent(ctx, unexplained) or _unknown(ctx, unexplained))
     return findings
 
 
@@ -92,6 +93,61 @@ def _root_absent(ctx: Context, seen: list[Observation]) -> Finding | None:
                    collective=CollectiveRef(pg=first.pg or None, seq=first.seq, op=first.op,
                                             numbering=first.numbering),
                    measures={"rule": "broadcast-root-absent"})
+
+
+def _rank0_silent(ctx: Context, seen: list[Observation]) -> Finding | None:
+    """Rule ``rank0-silent``: ranks timed out in one collective of the default group (or of
+    none named), rank 0 logged no wait, and either every rank from 1 up to the highest that
+    logged anything timed out (two at least: one rank's paste is the commonest paste of all), or
+    a phase of rank 0's or of no rank (evaluation, saving, a dataset scan, a progress bar) was
+    left unfinished before the timeout: ranks count from 0, so rank 0 exists and was not in
+    that collective. 0.4: rank 0's lines may just be missing from the paste."""
+    waiting = sorted({o.rank for o in seen})
+    if 0 in waiting or ctx.picture.observed(0):
+        return None
+    spots = {(o.op.lower(), o.seq) for o in seen}
+    if len(spots) != 1 or not all(o.pg in ("", "0", "0:default_pg") for o in seen):
+        return None
+    first = min(seen, key=lambda o: o.where)
+    phase = _phase_before(ctx, seen)
+    every = len(waiting) >= 2 and \
+        waiting == list(range(1, max(_ranks_logged(ctx) | set(waiting)) + 1))
+    if not every and phase is None:
+        return None
+    why = ("every rank but rank 0 timed out in it, and rank 0 logged no wait of its own"
+           if every else "rank 0 logged no wait of its own")
+    if phase is not None:
+        why += (", and the log shows a phase left unfinished before the timeout "
+                f"(\u201c{phase.message[:100]}\u201d, {phase.where()})")
+    summary = (f"rule rank0-silent: {ranks_phrase(waiting)} {first.describe()}, {why}: rank 0 "
+               "was likely elsewhere (a rank-0-only phase such as evaluation, a checkpoint save "
+               "or dataset preparation) while the others waited for it")
+    return Finding(kind=Kind.MISSING_RANK, culprit_ranks=[0], waiting_ranks=waiting,
+                   confidence=0.4, summary=summary,
+                   evidence=[_item(o) for o in _one_per_rank(seen)[:4]],
+                   collective=CollectiveRef(pg=first.pg or None, seq=first.seq, op=first.op,
+                                            numbering=first.numbering),
+                   measures={"rule": "rank0-silent"})
+
+
+def _phase_before(ctx: Context, seen: list[Observation]) -> LogEvent | None:
+    """A ``busy-phase`` cue of rank 0 or of no rank (a launcher's one stream, where rank 0
+    prints) on or before the first timeout line of its file."""
+    first_at: dict[str, int] = {}
+    for o in seen:
+        path, _, line = o.where.rpartition(":")
+        if line.isdigit():
+            first_at[path] = min(first_at.get(path, int(line)), int(line))
+    events = [*ctx.evidence.unattributed_logs, *(e for ev in ctx.evidence.ranks.values()
+                                                 for e in ev.logs)]
+    phases = [e for e in events if e.kind == "cue" and e.fields.get("cue") == "busy-phase"
+              and e.rank in (None, 0) and e.path in first_at and e.line_no <= first_at[e.path]]
+    return max(phases, key=lambda e: e.line_no) if phases else None
+
+
+def _ranks_logged(ctx: Context) -> set[int]:
+    ranks = {r for r, ev in ctx.evidence.ranks.items() if ev.logs}
+    return ranks | {e.rank for e in ctx.evidence.unattributed_logs if e.rank is not None}
 
 
 def _named(ctx: Context) -> list[Finding]:

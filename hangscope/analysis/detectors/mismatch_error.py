@@ -2,8 +2,11 @@
 size or type than its own, so the rank that raised is a symptom and the culprit is elsewhere.
 
 Signal: a rank's own failure (``log_causes``) that is gloo's enforce failure "Received data size
-doesn't match expected size ... Is there a distributed collective mismatch" or NCCL's
-``ncclInvalidUsage`` about a size, count or type. Where the flight recorder shows the mismatch
+doesn't match expected size ... Is there a distributed collective mismatch", NCCL's
+``ncclInvalidUsage`` about a size, count or type, or NCCL's socket transport's "message truncated :
+receiving N bytes instead of M" (rule truncated-is-size: NCCL says it means a mismatch in
+collective sizes or NCCL_PROTO/NCCL_ALGO between ranks when the network is healthy; a network fault
+is the other reading, and the finding says so). Where the flight recorder shows the mismatch
 (``size_mismatch`` / ``collective_mismatch`` from FR), this detector says nothing: FR's sizes name
 the culprit. Otherwise the culprit is the odd one out of a size the ranks' own logs state
 (``analysis/log_sizes.py``: ``vocabulary: 32 tokens`` on one rank, 31 on the others); without such
@@ -17,7 +20,7 @@ from __future__ import annotations
 import re
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.log_causes import Failure, failures
+from hangscope.analysis.log_causes import Failure, describe, failures, unranked
 from hangscope.analysis.log_sizes import size_diffs
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
@@ -30,6 +33,9 @@ def size_error(event: LogEvent) -> bool:
     """A rank's error that says the data it received differed in size or type from its own."""
     if event.kind == "gloo_enforce_fail":
         return bool(event.fields.get("size_mismatch"))
+    if event.kind == "nccl_transport_error":
+        return bool(event.fields.get("truncated"))  # "message truncated : receiving 8 bytes
+        # instead of 4": the sender's size is not the receiver's
     if event.kind == "nccl_error":
         return "InvalidUsage" in str(event.fields.get("code", "")) + event.message \
             and _NCCL_SIZE.search(event.message) is not None
@@ -44,7 +50,7 @@ def detect(ctx: Context) -> list[Finding]:
         if hit is not None:
             symptoms[rank] = hit
     if not symptoms:
-        return []
+        return _unranked_truncation(ctx)
     if any(ctx.divergence(group) is not None for group in ctx.picture.groups.values()):
         return []  # the flight recorder's sizes name the culprit (size/collective_mismatch)
     raised = sorted(symptoms)
@@ -77,7 +83,29 @@ def detect(ctx: Context) -> list[Finding]:
                     measures={"outcome": "failed"})]
 
 
+def _unranked_truncation(ctx: Context) -> list[Finding]:
+    """NCCL's "message truncated" on a line no rank is known for (a host:pid head with no ``Init
+    COMPLETE`` line to map it): the size disagreement is known, its ranks are not."""
+    events = [e for e in unranked(ctx.evidence, frozenset({"collective_error"}))
+              if size_error(e)]
+    if not events:
+        return []
+    first = events[0]
+    fields = first.fields
+    summary = (f"rule truncated-is-size: NCCL received {fields.get('got_bytes')} bytes where "
+               f"{fields.get('want_bytes')} were posted, from peer {fields.get('peer', '?')} "
+               f"({describe(first, 160)}): the two sides of one transfer disagree on its size, "
+               "a collective or send/recv called with other sizes (or NCCL_PROTO/NCCL_ALGO set "
+               "differently) on the two ranks; a faulty network is the other reading NCCL gives, "
+               "likelier only if other transport errors appear. The line maps to no rank (its "
+               "host:pid, with the NCCL_DEBUG=INFO Init COMPLETE lines, would)")
+    evidence = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:3]]
+    return [Finding(kind=Kind.SIZE_MISMATCH, culprit_ranks=[], waiting_ranks=[], confidence=0.6,
+                    summary=summary, evidence=evidence,
+                    measures={"outcome": "failed", "rule": "truncated-is-size"})]
+
+
 def _short(message: str) -> str:
-    found = re.search(r"Received data size doesn't match expected size|ncclInvalidUsage[^.]*",
-                      message)
+    found = re.search(r"Received data size doesn't match expected size|ncclInvalidUsage[^.]*"
+                      r"|message truncated : receiving \d+ bytes instead of \d+", message)
     return found.group(0) if found else message.strip()[:120]

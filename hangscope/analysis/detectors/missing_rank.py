@@ -38,7 +38,7 @@ from hangscope.ranges import format_ranks, ranks_do, ranks_phrase
 def detect(ctx: Context) -> list[Finding]:
     found = _from_waits(ctx)
     found += _still_inside(ctx, {r for f in found for r in f.culprit_ranks})
-    return _with_ras(ctx, found)
+    return _with_ras(ctx, found) or _ras_few_ahead(ctx)
 
 
 def _still_inside(ctx: Context, named: set[int]) -> list[Finding]:
@@ -282,3 +282,36 @@ def _blocked(ctx: Context) -> bool:
     return any(ctx.picture.pending_ops(rank) for rank in ctx.picture.dumps) or any(
         state.main is not None and state.main.kind in ("collective", "p2p")
         and state.progress != "moving" for state in ctx.stacks.values())
+
+
+def _ras_few_ahead(ctx: Context) -> list[Finding]:
+    """Rule ``ras-few-ahead``: a RAS MISMATCH entry whose named ranks all launched MORE operations
+    than the count most ranks of the communicator reached (NCCL lists the small group: here the
+    ones ahead). The named ranks wait in the next operation for the unnamed majority, which has
+    not launched it: the rank or cause holding the majority back is not in the report. No culprit
+    (0.4: one report cannot tell a lag from a hang)."""
+    for event in [e for r in ctx.evidence.ranks.values() for e in r.logs] + \
+            ctx.evidence.unattributed_logs:
+        fields = event.fields
+        majority = fields.get("majority_count")
+        counts = [c.split(":") for c in str(fields.get("op_counts", "")).split(",") if ":" in c]
+        if event.kind != "nccl_ras" or fields.get("state") != "MISMATCH" \
+                or not isinstance(majority, int) or not counts \
+                or not all(n.isdigit() and int(n) > majority for _, n in counts):
+            continue
+        ahead = sorted(int(r) for r, _ in counts if r.isdigit())
+        size = fields.get("size")
+        rest = f"the other {int(size) - len(ahead)} ranks" if isinstance(size, int) else \
+            "the other ranks"
+        summary = (f"rule ras-few-ahead: NCCL RAS lists {ranks_phrase(ahead)} as having launched "
+                   f"{fields.get('ops') or 'a collective'} up to operation "
+                   f"{counts[0][1]} while {rest} of communicator {fields.get('comm')} reached "
+                   f"{majority}: {ranks_phrase(ahead)} wait in the next operation for them, and "
+                   "the report does not name who holds the majority back (a rank missing from "
+                   "that operation, or the whole group waiting on something else); a second "
+                   "report tells a lag from a hang")
+        return [Finding(kind=Kind.MISSING_RANK, culprit_ranks=[], waiting_ranks=ahead,
+                        confidence=0.4, summary=summary,
+                        evidence=[EvidenceItem("log", None, event.message[:300], event.where())],
+                        measures={"rule": "ras-few-ahead"})]
+    return []

@@ -21,9 +21,11 @@ from __future__ import annotations
 from hangscope.analysis.context import Context
 from hangscope.analysis.gpu_ranks import rank_gpus
 from hangscope.analysis.log_causes import Failure, describe, failures, unranked
+from hangscope.analysis.observations import WAITING_STATES
 from hangscope.analysis.rank_state import exited_cleanly
 from hangscope.analysis.ras_facts import seen_alive
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
+from hangscope.model import LogEvent
 from hangscope.ranges import ranks_do, ranks_phrase
 
 _STRENGTH = {"gpu": 0.92, "signal": 0.9, "exception": 0.9, "dead": 0.85, "exit": 0.5,
@@ -47,7 +49,7 @@ def detect(ctx: Context) -> list[Finding]:
                   key=lambda r: (r not in gpu, _first_time(logged.get(r, [])) is None,
                                  _first_time(logged.get(r, [])) or 0.0, r))
     if not dead:
-        return _unranked_gpu(ctx) or _unranked(ctx)
+        return _unranked_gpu(ctx) or _unranked(ctx) or _agent_signalled(ctx)
     gpus = rank_gpus(ctx.evidence) if gpu else {}
     waited_on = {r for _, (_, targets) in ctx.graph.waits.items() for r in targets}
     waiting = sorted({r for _, (sources, targets) in ctx.graph.waits.items()
@@ -158,3 +160,36 @@ def _unranked(ctx: Context) -> list[Finding]:
     evidence = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:4]]
     return [Finding(kind=Kind.RANK_DIED, culprit_ranks=[], waiting_ranks=[], confidence=0.6,
                     summary=summary, evidence=evidence)]
+
+
+# A signal from outside that ends a node's agent; SIGINT is a person's Ctrl-C, usually of a job
+# already stuck: not read as a cause.
+_KILLS = frozenset({"SIGTERM", "SIGKILL", "SIGHUP"})
+
+
+def _agent_signalled(ctx: Context) -> list[Finding]:
+    """Rule ``agent-signalled``: a node's torchrun agent logged that it was signalled from outside
+    ("Received 15 death signal, shutting down workers") and no rank logged a failure or a wait of
+    its own before: that node's workers were stopped with it, so its ranks died first and the
+    other nodes' errors (a closed rendezvous, a lost peer) follow. A scheduler's preemption or
+    cancel, the host's OOM killer acting on the agent's cgroup, or a closed terminal (SIGHUP) sends
+    it; which, the line does not say. 0.55: the node's ranks are not named."""
+    events = [e for e in _all_events(ctx) if e.kind == "elastic_agent_signalled"
+              and e.fields.get("signal") in _KILLS]
+    if not events or any(o.state in WAITING_STATES for o in ctx.picture.observations):
+        return []
+    first = events[0]
+    summary = (f"rule agent-signalled: a node's torchrun agent received "
+               f"{first.fields['signal']} from outside and shut its workers down ({first.where()}),"
+               " with no failure or timeout logged anywhere: that node's ranks died first (a "
+               "scheduler's preemption or cancel, the host's OOM killer, or a closed terminal "
+               "sends this signal); the other nodes' errors follow. The line names no rank: the "
+               "node's ranks are those its agent started")
+    evidence = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:3]]
+    return [Finding(kind=Kind.RANK_DIED, culprit_ranks=[], waiting_ranks=[], confidence=0.55,
+                    summary=summary, evidence=evidence, measures={"rule": "agent-signalled"})]
+
+
+def _all_events(ctx: Context) -> list[LogEvent]:
+    return [*(e for r in ctx.evidence.ranks.values() for e in r.logs),
+            *ctx.evidence.unattributed_logs]

@@ -14,6 +14,16 @@ summary:
   of equal size.
 * ``fr-analyzer-culprit`` (size or collective mismatch, 0.85): the FR analyzer's own "Culprit rank
   R; Error type: ..." verdict.
+* ``nccl-device-mismatch`` (collective_mismatch, 0.75, no culprit): NCCL's kernel on rank R found a
+  peer's collective arguments (op, count, type, root) differing from R's own and said "Mismatched
+  collective detected ... at and around rank R"; R or a neighbour in its ring/tree called another
+  collective, and the line does not say which.
+* ``stated-wait-cycle`` (0.6; culprits every rank of the cycle): wait-for edges written out in one
+  block of lines ("rank 4 → waiting on rank 5 (ncclCommFinalize for C_c_4567)") close a cycle, so
+  no rank of it can move. Its kind from what the edges wait in: all send/recv, ``p2p_deadlock``;
+  one operation on different groups or communicators, ``pg_order_deadlock``; different operations,
+  ``collective_mismatch``; nothing named, no finding. Single edges ("rank 1 is waiting for rank 0
+  to finish preprocessing") are what healthy apps print: they are not read alone.
 
 False positives: a stall report printed once while a slow rank catches up (Horovod prints after
 60 s; the job may resume): the finding says missing, the rank may be a straggler.
@@ -21,6 +31,7 @@ False positives: a stall report printed once while a slow rank catches up (Horov
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from hangscope.analysis.context import Context
@@ -42,7 +53,7 @@ def _events(ctx: Context, kind: str) -> list[LogEvent]:
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return _reports(ctx) + _fr_culprits(ctx)
+    return _reports(ctx) + _fr_culprits(ctx) + _nccl_device_mismatch(ctx) + _stated_cycle(ctx)
 
 
 def _reports(ctx: Context) -> list[Finding]:
@@ -63,6 +74,10 @@ def _reports(ctx: Context) -> list[Finding]:
         op = str(event.fields.get("op", ""))
         first.setdefault(op, event)
         missing[op] |= _ranks(event.fields.get("missing"))
+        # a per-rank list ("R: [op, op, ...]") names every op the rank has not submitted
+        for name in filter(None, str(event.fields.get("op_names", "")).split(",")):
+            first.setdefault(name, event)
+            missing[name] |= _ranks(event.fields.get("missing"))
         if "ready" in event.fields:
             ready[op] = _ranks(event.fields.get("ready"))
             missing[op] |= set(range(world)) - ready[op]
@@ -72,7 +87,8 @@ def _reports(ctx: Context) -> list[Finding]:
         return [split]
     absent = set.intersection(*missing.values()) if missing else set()
     if not absent:
-        return []
+        crossed = _crossed(missing, first, tool, world)
+        return [crossed] if crossed is not None else []
     only_ready = all("missing" not in first[op].fields for op in missing)
     ops = sorted(missing, key=lambda op: first[op].line_no)
     waiting = sorted(set(range(world)) - absent) if world else []
@@ -116,6 +132,41 @@ def _split(ctx: Context, ready: dict[str, set[int]], first: dict[str, LogEvent],
                    collective=_ref(first[op_large]), measures={"rule": "split-submissions"})
 
 
+def _crossed(missing: dict[str, set[int]], first: dict[str, LogEvent], tool: str,
+             world: int) -> Finding | None:
+    """Rule ``crossed-submissions``: each listed rank lacks ops the others submitted, and no rank
+    lacks them all (the missing sets are disjoint): every rank waits in an op another has not
+    reached, so they are in different collectives. The smaller side is the odd one out where the
+    sides differ in size."""
+    # ranks that lack overlapping sets of ops are on one side (a per-rank list names each op)
+    sides: list[tuple[str, set[int]]] = []
+    for op, ranks in sorted(missing.items(), key=lambda item: first[item[0]].line_no):
+        if not ranks:
+            continue
+        joined = [side for side in sides if side[1] & ranks]
+        merged = set(ranks).union(*(side[1] for side in joined))
+        sides = [side for side in sides if side not in joined]
+        sides.append((joined[0][0] if joined else op, merged))
+    if len(sides) < 2 or any(a & b for i, (_, a) in enumerate(sides) for _, b in sides[i + 1:]):
+        return None
+    covered = set().union(*(ranks for _, ranks in sides))
+    if world and len(covered) < world:
+        return None  # some ranks lack nothing: they are the ones the others wait for elsewhere
+    sizes = sorted({len(ranks) for _, ranks in sides})
+    small = [ranks for _, ranks in sides if len(ranks) == sizes[0]]
+    culprits = sorted(small[0]) if len(small) == 1 and len(sides) == 2 and sizes[0] < sizes[-1] \
+        else []
+    parts = "; ".join(f"{ranks_phrase(sorted(ranks))} lack{'s' if len(ranks) == 1 else ''} "
+                      f"{op or 'an op'}" for op, ranks in sides[:4])
+    summary = (f"{tool}: {parts}, each submitted by the others: no rank lacks them all, so the "
+               "ranks wait in different collectives (rule `crossed-submissions`)")
+    ops = sorted((op for op, _ in sides), key=lambda op: first[op].line_no)
+    return Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=culprits,
+                   waiting_ranks=sorted(covered - set(culprits)), confidence=0.65,
+                   summary=summary, evidence=[_item(first[op]) for op in ops[:4]],
+                   collective=_ref(first[ops[0]]), measures={"rule": "crossed-submissions"})
+
+
 def _fr_culprits(ctx: Context) -> list[Finding]:
     out = []
     for event in _events(ctx, "fr_analyzer_error"):
@@ -133,6 +184,88 @@ def _fr_culprits(ctx: Context) -> list[Finding]:
                                     f"{ranks_phrase(culprits)} as culprit ({kind_name}){detail}"),
                            evidence=[_item(event)], measures={"rule": "fr-analyzer-culprit"}))
     return out[:1]
+
+
+def _nccl_device_mismatch(ctx: Context) -> list[Finding]:
+    events = _events(ctx, "nccl_device_mismatch")
+    if not events:
+        return []
+    around = sorted({int(r) for e in events if isinstance(r := e.fields.get("around_rank"), int)})
+    summary = (f"NCCL detected mismatched collectives at and around {ranks_phrase(around)}: "
+               f"the collective arguments (op, count, datatype or root) that "
+               f"{'these ranks' if len(around) > 1 else 'this rank'} received from a neighbour "
+               "differ from its own, so the ranks are in different collectives; NCCL does not "
+               "say which side called the wrong one (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL, a "
+               "flight-recorder dump or TORCH_DISTRIBUTED_DEBUG=DETAIL shows each rank's call)")
+    return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=[], waiting_ranks=[],
+                    confidence=0.75, summary=summary, evidence=[_item(e) for e in events[:4]],
+                    measures={"rule": "nccl-device-mismatch"})]
+
+
+_P2P = re.compile(r"(?i)\b(?:i?send|i?recv|p2p|send/recv|sendrecv)\b")
+_BLOCK_GAP = 3  # lines between two edges of one written-out chain
+
+
+def _stated_cycle(ctx: Context) -> list[Finding]:
+    edges = _events(ctx, "stated_wait")
+    blocks: list[list[LogEvent]] = []
+    for event in edges:
+        if blocks and blocks[-1][-1].path == event.path \
+                and event.line_no - blocks[-1][-1].line_no <= _BLOCK_GAP:
+            blocks[-1].append(event)
+        else:
+            blocks.append([event])
+    for block in blocks:
+        cycle = _cycle_edges(block)
+        if cycle:
+            finding = _cycle_finding(cycle)
+            if finding is not None:
+                return [finding]
+    return []
+
+
+def _cycle_edges(block: list[LogEvent]) -> list[LogEvent]:
+    """The edges among the ranks that reach themselves (a cycle), in the block's order."""
+    nxt: dict[int, set[int]] = defaultdict(set)
+    for event in block:
+        nxt[int(event.fields["waiter"])].add(int(event.fields["waited"]))
+
+    def reach(start: int) -> set[int]:
+        seen, todo = set(), [start]
+        while todo:
+            for peer in nxt.get(todo.pop(), ()):
+                if peer not in seen:
+                    seen.add(peer)
+                    todo.append(peer)
+        return seen
+
+    looped = {rank for rank in list(nxt) if rank in reach(rank)}
+    return [e for e in block if e.fields["waiter"] in looped and e.fields["waited"] in looped]
+
+
+def _cycle_finding(cycle: list[LogEvent]) -> Finding | None:
+    whats = [str(e.fields.get("what", "")).strip() for e in cycle]
+    if not all(whats):
+        return None
+    ops = {w.split()[0].lower() for w in whats}
+    if all(_P2P.search(w) for w in whats):
+        kind, how = Kind.P2P_DEADLOCK, "each blocked in a send or receive to the next"
+    elif len(ops) == 1 and len(set(whats)) > 1:
+        kind, how = Kind.PG_ORDER_DEADLOCK, (
+            f"each in {whats[0].split()[0]} on a different group or communicator, so the ranks "
+            "reached those groups in different orders")
+    elif len(ops) > 1:
+        kind, how = Kind.COLLECTIVE_MISMATCH, "each in a different operation"
+    else:
+        return None
+    ranks = sorted({int(e.fields["waiter"]) for e in cycle})
+    chain = "; ".join(f"rank {e.fields['waiter']} waits on rank {e.fields['waited']} ({w})"
+                      for e, w in zip(cycle, whats))
+    summary = (f"the log writes out a wait cycle: {chain}; {ranks_phrase(ranks)} wait on each "
+               f"other, {how}, so none can move (no single rank is shown at fault: all are named)")
+    return Finding(kind=kind, culprit_ranks=ranks, waiting_ranks=[], confidence=0.6,
+                   summary=summary, evidence=[_item(e) for e in cycle[:6]],
+                   measures={"rule": "stated-wait-cycle"})
 
 
 def _item(event: LogEvent) -> EvidenceItem:

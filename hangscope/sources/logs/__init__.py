@@ -28,8 +28,16 @@ gloo_timeout                        timeout_ms, op, src
 gloo_connection_closed              peer, peer_port, reason, src
 gloo_enforce_fail                   check, src, size_mismatch
 elastic_child_failed                local_rank, pid, exitcode, signal, host, failure_time,
-                                    root_cause, error_file, traceback, binary
+                                    root_cause, error_file, traceback, binary (also MPI's and
+                                    srun's reports, ``mpi``: the global rank they name)
+nccl_device_mismatch                around_rank, host, pid (NCCL's "Mismatched collective
+                                    detected ... at and around rank N")
+stall_report                        tool, op, missing, ready, seq, pg, world_size, ops, op_names
+stated_wait                         waiter, waited, what ("rank 4 → waiting on rank 5 (...)")
+pp_actions                          actions (torch.distributed.pipelining schedule actions of a
+                                    rank: ``stage:TYPE:microbatch``, comma-separated)
 elastic_closing_signal              pid, signal
+elastic_agent_signalled             signal (a node's torchrun agent was signalled: no rank)
 traceback                           exc_type, exc_message, last_frame, last_function, frames,
                                     chained, first_exc_type
 cuda_oom                            tried_bytes, capacity_bytes, free_bytes, in_use_bytes,

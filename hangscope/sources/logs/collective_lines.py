@@ -11,7 +11,9 @@ count/numel/shape/dtype, a ``collective_line`` event: ``op`` (canonical: ``allre
 (opCount/SeqNum/seq, as written), ``count``, ``shape``, ``dtype``, ``template`` (the line with its
 numbers replaced: lines of one template are one print statement), ``rank_from`` (prefix | message |
 device | hint: how the rank is known; ``device``: the NCCL ``[cuda dev]`` of a log with one host,
-where local and global ranks coincide).
+where local and global ranks coincide). NCCL's point-to-point COLL lines (``Send: opCount ...
+root P comm C ... stream S``) give ``op`` send or recv, ``p2p`` 1, ``peer`` (the peer's rank in
+the communicator), ``comm`` and ``stream``.
 
 Low precision by construction: these are never read alone as a hang, only compared across ranks
 (``analysis/detectors/arg_skew.py``). Lines the family parsers read (watchdog ``WorkNCCL(...)``, DETAIL
@@ -29,7 +31,13 @@ from hangscope.sources.logs.progress import MAX_LINE, tail_lines
 
 MAX_EVENTS = 4096
 _OPS = re.compile(rb"(?i)all[_-]?reduce|all[_-]?gather|reduce[_-]?scatter|broadcast|all[_-]?to[_-]?all"
-                  rb"|\bbarrier\b|\breduce\b")
+                  rb"|\bbarrier\b|\breduce\b|(?-i:Send|Recv): opCount")
+# NCCL_DEBUG_SUBSYS=COLL's point-to-point calls (``enqueue.cc``, 2.7+; RCCL alike): ``Send: opCount 1
+# sendbuff ... count 1572864 datatype 7 op 0 root 1 comm 0x5574e8f68900 [nranks=2] stream 0x...``;
+# ``root`` is the peer
+_P2P = re.compile(r"\b(?P<op>Send|Recv): opCount (?P<seq>[0-9a-fx]+)\b.*?\bcount (?P<count>\d+)"
+                  r"(?:.*?\bdatatype (?P<dtype>\d+))?.*?\b(?:root|peer) (?P<peer>\d+)"
+                  r"(?:.*?\bcomm (?P<comm>0x[0-9a-fA-F]+))?(?:.*?\bstream (?P<stream>0x[0-9a-fA-F]+))?")
 _OP = re.compile(r"(?i)\b(?:nccl:|c10d::|Horovod)?(all[_-]?reduce|all[_-]?gather(?:_into_tensor)?"
                  r"|reduce[_-]?scatter(?:_tensor)?|broadcast|all[_-]?to[_-]?all(?:_single)?|barrier"
                  r"|reduce)(?=\b|_|\d|[A-Z(:])")
@@ -70,13 +78,23 @@ def scan_collective_lines(path: str, rank_hint: int | None = None) -> list[LogEv
         body = line.body
         if len(body) > 600 or any(mark in body for mark in _SKIP):
             continue
-        op = _OP.search(body)
-        if op is None:
+        p2p = _P2P.search(body)
+        op = None if p2p else _OP.search(body)
+        if p2p is not None:
+            fields: dict[str, str | int | float] = {
+                "op": p2p.group("op").lower(), "seq": p2p.group("seq"),
+                "count": p2p.group("count"), "peer": int(p2p.group("peer")), "p2p": 1}
+            for name in ("dtype", "comm", "stream"):
+                if p2p.group(name):
+                    fields[name] = p2p.group(name)
+            op = p2p
+        elif op is None:
             continue
-        fields: dict[str, str | int | float] = {"op": _canon(op.group(1))}
+        else:
+            fields = {"op": _canon(op.group(1))}
         for name, pattern in (("seq", _SEQ), ("count", _COUNT), ("shape", _SHAPE),
                               ("dtype", _DTYPE)):
-            m = pattern.search(body)
+            m = None if name in fields else pattern.search(body)
             if m:
                 fields[name] = m.group("v").replace(" ", "")
         if not any(k in fields for k in ("count", "shape", "dtype")):

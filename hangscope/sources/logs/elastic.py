@@ -31,7 +31,11 @@ api.py``, ``errors/__init__.py`` ``ChildFailedError.format_msg``; recorded with 
   "content"); fields: local_rank, pid, exitcode, signal, host, failure_time (epoch, local time),
   error_file, root_cause (1 for the "Root Cause" entry, 0 for the others), traceback (first line).
 
-``elastic_closing_signal`` -- ``Sending process 14929 closing signal SIGTERM`` (the agent stopping the
+A fork's agent (seen on Alibaba PAI-DLC pods) words the same line ``failed (exitcode: -9) for binary
+located at /usr/bin/python3.10 with local_rank: 0 (process ID: 71)``: the fields are read in either order.
+
+``elastic_closing_signal`` -- ``Sending process 14929 closing signal SIGTERM`` (or ``... the closing
+signal SIGTERM``, the same fork's wording) (the agent stopping the
 survivors after a failure: a CONSEQUENCE; fields pid, signal).
 """
 
@@ -44,10 +48,13 @@ from hangscope.model import LogEvent
 from hangscope.sources.logs.base import Follow, Handler
 from hangscope.sources.logs.common import SIGNALS, Context, Line, make_event
 
-_FAILED = re.compile(
-    r"failed \(exitcode: (?P<exit>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\) of binary: "
-    r"(?P<bin>.*)$")
-_CLOSING = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG\w+)")
+_FAILED = re.compile(r"failed \(exitcode: (?P<exit>-?\d+)\)")
+# the rest of the agent's line, in either order torch's versions and forks wrote it: ``local_rank: 1
+# (pid: 14930) of binary: X`` or ``for binary located at X with local_rank: 0 (process ID: 71)``
+_FAILED_LOCAL = re.compile(r"local_rank: (?P<lr>\d+)")
+_FAILED_PID = re.compile(r"\((?:pid|process ID): (?P<pid>\d+)\)")
+_FAILED_BIN = re.compile(r"(?:of binary:|for binary located at) (?P<bin>\S+)")
+_CLOSING = re.compile(r"Sending process (?P<pid>\d+) (?:the )?closing signal (?P<sig>SIG\w+)")
 _ENTRY = re.compile(r"^\[(\d+)\]:\s*$")
 _FIELD = re.compile(r"^  (\w+)\s*: ?(.*)$")
 _RANK = re.compile(r"(-?\d+)(?: \(local_rank: (\d+)\))?")
@@ -61,12 +68,18 @@ def _signal_of(exitcode: int) -> str:
 
 def failed(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     m = _FAILED.search(line.body)
-    if not m:
+    local = _FAILED_LOCAL.search(line.body, m.end()) if m else None
+    if not m or not local:
         return []
     code = int(m.group("exit"))
     fields: dict[str, str | int | float] = {
-        "local_rank": int(m.group("lr")), "pid": int(m.group("pid")), "exitcode": code,
-        "signal": _signal_of(code), "binary": m.group("bin").strip()[:200]}
+        "local_rank": int(local.group("lr")), "exitcode": code, "signal": _signal_of(code)}
+    pid = _FAILED_PID.search(line.body, m.end())
+    if pid:
+        fields["pid"] = int(pid.group("pid"))
+    binary = _FAILED_BIN.search(line.body, m.end())
+    if binary:
+        fields["binary"] = binary.group("bin")[:200]
     return [make_event("elastic_child_failed", line, ctx, "error", fields,
                        rank=line.rank, rank_source=line.rank_source or "")]
 
@@ -278,7 +291,26 @@ def caught_signal(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event("elastic_child_failed", line, ctx, "error", fields)]
 
 
+_AGENT_SIGNAL = re.compile(r"Received (?:Signals\.)?(?P<sig>SIG[A-Z]+|\d+) death signal, shutting down "
+                           r"workers")
+
+
+def agent_signalled(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``elastic_agent_signalled`` -- the torchrun agent of a node was itself signalled and stops
+    that node's workers (``agent/server/api.py``: ``Received 15 death signal, shutting down
+    workers``; torch >= 2.2 may print ``Received Signals.SIGTERM death signal``). Field signal. The
+    line names no rank: the agent is a node's launcher."""
+    m = _AGENT_SIGNAL.search(line.body)
+    if not m:
+        return []
+    sig = m.group("sig")
+    name = SIGNALS.get(int(sig), f"SIG{sig}") if sig.isdigit() else sig
+    return [make_event("elastic_agent_signalled", line, ctx, "warning", {"signal": name},
+                       rank=None, rank_source="")]
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
+    (b"death signal, shutting down", agent_signalled),
     (b"died unexpectedly", worker_died),
     (b"worker process has died", ray_worker_died),
     (b"A worker died or was killed", ray_worker_died),

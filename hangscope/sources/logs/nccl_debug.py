@@ -19,7 +19,10 @@ Events:
     node0:13571:13593 [0] transport/net_socket.cc:519 NCCL WARN NET/Socket : peer 10.0.0.2<45678> message truncated : receiving 1048576 bytes instead of 65536
 
   fields: host, pid, tid, cuda_dev, src, transport (NET/IB, NET/Socket, Net, socket), peer, peer_port,
-  error (IB work-completion status), vendor_err, direction (Send/Recv).
+  error (IB work-completion status), vendor_err, direction (Send/Recv); for ``message truncated :
+  receiving N bytes instead of M`` also truncated (1), got_bytes (N), want_bytes (M): NCCL goes on
+  "If you believe your socket network is in a healthy state, there may be a mismatch in collective
+  sizes or environment settings (e.g. NCCL_PROTO, NCCL_ALGO) between ranks".
 
 ``nccl_warn`` -- any other ``NCCL WARN`` line (same host/pid/tid/cuda_dev/src fields).
 
@@ -123,6 +126,10 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         d = _DIRECTION.search(msg)
         if d:
             fields["direction"] = d.group("dir")
+        cut = _TRUNCATED.search(msg)
+        if cut:  # NCCL: "... there may be a mismatch in collective sizes ... between ranks"
+            fields.update({"truncated": 1, "got_bytes": int(cut.group("got")),
+                           "want_bytes": int(cut.group("want"))})
     rank, source = None, ""
     if line.rank is not None:
         rank, source = line.rank, line.rank_source
@@ -135,10 +142,35 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event(kind, line, ctx, "warning", fields, rank=rank, rank_source=source)]
 
 
+_TRUNCATED = re.compile(r"message truncated : receiving (?P<got>\d+) bytes instead of (?P<want>\d+)")
 _CUDA_FAILURE = re.compile(r"Cuda failure (?:\d+ )?'(?P<error>[^']+)'")
+_MISMATCH = re.compile(r"Mismatched collective detected, please check your collective calls at "
+                       r"and around rank (?P<rank>\d+)")
+
+
+def device_mismatch(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``nccl_device_mismatch`` -- NCCL's kernel found that a peer's collective arguments differ
+    from its own (``ncclDevAssertedMismatch``, ``init.cc``/``enqueue.cc`` since 2.4)::
+
+        init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 39. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs
+
+    The rank printed is the reporting communicator's own (``comm->rank``): field ``around_rank``;
+    the host head (``host:pid:tid [dev]``) is often left out of a paste, so it is not required."""
+    m = _MISMATCH.search(line.body)
+    if not m:
+        return []
+    fields: dict[str, str | int | float] = {"around_rank": int(m.group("rank"))}
+    head = LINE.search(line.body)
+    if head:
+        fields.update({"host": head.group("host"), "pid": int(head.group("pid"))})
+    return [make_event("nccl_device_mismatch", line, ctx, "error", fields,
+                       rank=int(m.group("rank")), rank_source="content")]
+
+
 
 
 HANDLERS: list[tuple[bytes, Handler]] = [
+    (b"Mismatched collective detected", device_mismatch),
     (b" NCCL WARN ", warn),
     (b" NCCL ABORT ", warn),
     (b"Init COMPLETE", init_line),

@@ -30,9 +30,11 @@ from hangscope.sources.logs import (
     gloo,
     gpu,
     init,
+    mpi,
     nccl_debug,
     nccl_ras,
     oom,
+    pipeline,
     runtime_lines,
     stall_reports,
     torch_nccl,
@@ -49,8 +51,8 @@ MAX_FOLLOW_LINES = 4000
 MAX_JSON_BYTES = 64 << 20
 
 # Order matters only when one line holds triggers of several families: first match wins.
-_FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, oom, dataloader, gloo, init, traceback,
-             gpu, runtime_lines, stall_reports)
+_FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, mpi, oom, dataloader, gloo, init, traceback,
+             gpu, runtime_lines, stall_reports, pipeline)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
 for _module in _FAMILIES:
@@ -70,16 +72,18 @@ _TRIGGERS = re.compile(b"|".join(re.escape(t) for t in sorted(_HANDLERS, key=len
 # fixture, that this gives exactly the events a full trigger search gives.
 _ANCHORS = re.compile(
     rb"E(?:rror|xception \(either|xception in thread|RROR|nforceNotMet)"
-    rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog|een collectives)|v(?:ersion:? \d)|V(?:ersion \d)"
+    rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog|een collectives|aiting on [Rr]ank|aiting for [Rr]ank|aits on rank|aits for rank)|v(?:ersion:? \d)|V(?:ersion \d)"
     rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node )|H(?:eartbeat monitor)"
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
     rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: )|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks)"
-    rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d|ng ncclUniqueId)"
-    rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in|arrier, but)"
+    rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump|eceived \d+ death|eceived Signals\.)|i(?:ng to dump d|ng ncclUniqueId)"
+    rb"|M(?:ISMATCH|ismatched collective d|issing communicator|issing ranks:|EMBER: |PLETE)|B(?:arrier in|arrier, but)"
     rb"|U(?:DA out of memory|DA error|nexpected |sing |nable to determine)"
     rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal )"
     rb"|j(?:ob process|oining collective)|N(?:VRM: )|O(?:ut Of Memory|OM when alloc)|H(?:W Exception by GPU)"
-    rb"|x(?:pectedly)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')")
+    rb"|x(?:pectedly)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')"
+    rb"|\*(?:\*\* STEP |\*\* JOB )|(?:noticed that |srun: |The first process to do so was|RUNNING AT )"
+    rb"|S(?:endF|endB|END_F|END_B)|R(?:ecvF|ecvB|ECV_F|ECV_B)")
 _PREFILTER = _ANCHORS
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",

@@ -11,6 +11,9 @@ text torch's flight-recorder analyzer (``torch.distributed.flight_recorder``, ``
     Stalled ranks:
     6: [horovod_allreduce.0, horovod_allreduce.1, ...]
 
+  Horovod >= 0.21 heads the per-rank list ``Missing ranks:`` (``1!: [...]`` marks a rank past the
+  shutdown time).
+
   torch's FR analyzer::
 
     Not all ranks joining collective: sequence number: 31117
@@ -20,7 +23,12 @@ text torch's flight-recorder analyzer (``torch.distributed.flight_recorder``, ``
     world size: 8
 
   fields: tool (horovod | fr_analyzer), op, missing and/or ready (comma-separated ranks), seq, pg,
-  world_size.
+  world_size; from a per-rank list also ops (how many) and op_names (the first 16, comma-separated).
+
+``stated_wait`` -- a wait-for edge written out, by a person (an issue's or a PR's wait chain) or a
+tool: ``rank 4 → waiting on rank 5 (ncclCommFinalize for C_c_4567)``, ``Rank 1 is waiting for rank
+0 to finish preprocessing`` (fields waiter, waited, what). Apps print such lines in normal runs
+(rank 0 first, the others wait): only a cycle of them is read (``detectors/stall_reports.py``).
 
 ``fr_analyzer_error`` -- the analyzer's verdict on one collective: ``error msg: Culprit rank 22;
 Error type: SIZE_OR_SYNTAX_MISMATCH, Expected input sizes: '[[1025]]' does not match found input
@@ -36,7 +44,7 @@ from hangscope.sources.logs.base import Follow, Handler
 from hangscope.sources.logs.common import Context, Line, ints, join_ints, make_event
 
 _ENTRY = re.compile(r"(?P<op>[\w./-]*)\s*\[(?P<what>missing|ready) ranks: (?P<ranks>[\d, ]*)\]")
-_STALLED_RANK = re.compile(r"^\s*(?:\[\d+,\d+\]<std\w+>:)?\s*(?P<rank>\d+): \[(?P<ops>[^\]]*)")
+_STALLED_RANK = re.compile(r"^\s*(?:\[\d+,\d+\]<std\w+>:)?\s*(?P<rank>\d+)!?: \[(?P<ops>[^\]]*)")
 _FR_FIELD = re.compile(r"^\s*(?P<key>group info|collective|missing ranks|world size|sequence number"
                        r"|collective state): (?P<value>.*)$")
 _CULPRIT = re.compile(r"Culprit rank (?P<rank>\d+); Error type: (?P<type>\w+)"
@@ -56,7 +64,9 @@ def horovod_entries(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 
 def horovod_stalled_ranks(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
-    """``Stalled ranks:`` then one ``R: [op, op ...]`` line per rank that has NOT submitted those."""
+    """``Stalled ranks:`` (Horovod < 0.21) or ``Missing ranks:`` (``stall_inspector.cc`` since) then
+    one ``R: [op, op ...]`` line per rank that has NOT submitted those (``R!:`` marks a rank stalled
+    past ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``)."""
     out = []
     for nxt in follow.lines():
         m = _STALLED_RANK.match(nxt.raw) or _STALLED_RANK.match(nxt.body)
@@ -64,9 +74,13 @@ def horovod_stalled_ranks(line: Line, ctx: Context, follow: Follow) -> list[LogE
             break
         ops = [op.strip(" .") for op in m.group("ops").split(",") if op.strip(" .")]
         follow.consume(nxt.line_no)
+        # the listed rank is the content; the line's rank is the reporter's (the header's prefix:
+        # a bare "3: [" would otherwise read as an srun task label)
         out.append(make_event("stall_report", nxt, ctx, "warning",
                               {"tool": "horovod", "op": ops[0] if ops else "",
-                               "missing": m.group("rank"), "ops": len(ops)}))
+                               "missing": m.group("rank"), "ops": len(ops),
+                               "op_names": ",".join(ops[:16])},
+                              rank=line.rank, rank_source=line.rank_source or ""))
         if len(out) >= _MAX_OPS:
             break
     return out
@@ -113,10 +127,39 @@ def fr_culprits(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event("fr_analyzer_error", line, ctx, "error", fields)]
 
 
+# "rank 4 → waiting on rank 5 (ncclCommFinalize for C_c_4567)", "Rank 1 is waiting for rank 0",
+# "rank 2 -> waits on rank 3 (send)": a wait-for edge a person or a tool's dump wrote out
+_STATED_WAIT = re.compile(
+    r"\b[Rr]ank\s*(?P<a>\d+)\s*(?:→|->|=>|:)?\s*(?:is\s+)?(?:still\s+)?(?:blocked\s+)?"
+    r"(?:waiting|waits)\s+(?:on|for)\s+[Rr]ank\s*(?P<b>\d+)(?:'s)?(?:\s*\((?P<what>[^)]{1,200})\))?"
+    r"(?P<rest>.{0,120})")
+
+
+def stated_wait(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``stated_wait`` -- one wait-for edge as written out: fields waiter, waited, what (the
+    parenthesised object or the words after the edge: ``to finish preprocessing``)."""
+    out = []
+    for m in list(_STATED_WAIT.finditer(line.body))[:_MAX_OPS]:
+        a, b = int(m.group("a")), int(m.group("b"))
+        if a == b:
+            continue
+        what = (m.group("what") or m.group("rest") or "").strip(" .,;:")
+        out.append(make_event("stated_wait", line, ctx, "info",
+                              {"waiter": a, "waited": b, "what": what[:200]}))
+    return out
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"missing ranks: ", horovod_entries),
     (b"ready ranks: ", horovod_entries),
     (b"Stalled ranks:", horovod_stalled_ranks),
+    (b"Missing ranks:", horovod_stalled_ranks),  # Horovod >= 0.21's name for the same block
     (b"Not all ranks joining collective", fr_not_joining),
     (b"Culprit rank ", fr_culprits),
+    (b"waiting on rank", stated_wait),
+    (b"waiting for rank", stated_wait),
+    (b"waits on rank", stated_wait),
+    (b"waits for rank", stated_wait),
+    (b"waiting on Rank", stated_wait),
+    (b"waiting for Rank", stated_wait),
 ]
