@@ -45,6 +45,11 @@ def _main_activity(result: DumpResult) -> ThreadActivity | None:
     return classify_thread(thread) if thread is not None else None
 
 
+# the native op on an interpreter without symbols for its own C code (Debian's python3): py-spy
+# shows libc's recv straight under the job's frame, not the socket module's sock_recv
+_UNSYMBOLISED = {"sock_recv": "recv"}
+
+
 def _wait_for_kind(pid: int, kind: str, native: bool) -> ThreadActivity:
     """The handshake file is written just before the blocking call: dump until it is inside."""
     result = dump_until(pid, lambda r: getattr(_main_activity(r), "kind", None) == kind,
@@ -119,7 +124,7 @@ def test_blocked_main_thread(mode: str, native: bool, kind: str, op: str | None,
         # WHEN its stack is dumped and classified
         activity = _wait_for_kind(proc.pid, kind, native)
     # THEN
-    assert (activity.kind, activity.op) == (kind, op)
+    assert (activity.kind, activity.op) in {(kind, op), (kind, _UNSYMBOLISED.get(op))}
     assert activity.user_frame is not None and activity.user_frame.name == f"mode_{mode}"
     assert activity.thread_name == "MainThread"
 

@@ -17,6 +17,9 @@ job's code (``lock.acquire()``, ``time.sleep``, ``sock.recv``, ``work.wait()``) 
 that call unless the dump was taken with ``--native``; it then classifies as ``idle`` at the
 job's own frame. With ``--native`` the native frames (``lock_PyThread_acquire_lock``,
 ``time_sleep``, ``sock_recv``, ``c10d::Work::wait``, ``c10d::TCPStore::waitForWorkers``) decide.
+An interpreter built without symbols for its own C code (Debian's ``python3``) shows only the
+libc call under the job's frame: ``PyThread_acquire_lock_timed``, ``clock_nanosleep``
+(``time.sleep`` when a Python frame called it), ``recv``/``read``.
 Filenames may be full paths (JSON) or py-spy's shortened ones (``torch/distributed/...``,
 ``threading.py``); predicates match both. Stacks of native frames only (gdb) classify by name
 (``analysis.frames``): ``getNCCLComm``/``ncclCommInit*`` and ``TCPStore`` are init waits, a
@@ -221,6 +224,9 @@ _LOCK_NATIVE = frozenset({"lock_PyThread_acquire_lock", "rlock_acquire",
                           "PyThread_acquire_lock_timed", "_multiprocessing_SemLock_acquire_impl",
                           "semlock_acquire", "pthread_join"})
 _SLEEP_NATIVE = frozenset({"time_sleep", "pysleep"})
+# libc's sleep: on an interpreter whose own C code has no symbols (Debian's python3) py-spy shows
+# it straight under the Python frame that called time.sleep, with no time_sleep between
+_LIBC_SLEEP = frozenset({"clock_nanosleep", "__clock_nanosleep", "nanosleep", "__nanosleep"})
 _IO_FILES = frozenset({"socket.py", "ssl.py", "selectors.py", "subprocess.py", "http/client.py",
                        "urllib/request.py", "_pyio.py", "io.py"})
 _IO_NATIVE = re.compile(r"^(sock_\w+|_io_\w+|os_read\w*|select_\w+|read|readv|pread64|recv|"
@@ -349,9 +355,16 @@ def classify_thread(thread: ThreadStack) -> ThreadActivity:
         if found is not None:
             return make(*found)
     best: tuple[Kind, str, Frame] | None = None
-    for frame in frames:
+    for i, frame in enumerate(frames):
         if not is_library(frame):
             break
+        if frame.native and frame.name in _LIBC_SLEEP:
+            # time.sleep when a Python frame called it (no symbols for the interpreter's C
+            # code); from C or C++ (a torch thread's sleep_for) only the libc call is known
+            caller = frames[i + 1] if i + 1 < len(frames) else None
+            best = ("sleep", "time.sleep" if caller is not None and not caller.native
+                    else frame.name, frame)
+            continue
         for kind, wait_predicate in WAIT_PREDICATES:
             op = wait_predicate(frame)
             if op is not None:

@@ -32,9 +32,12 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Any
 
 from hangscope.probe import wire
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing (and collections under it) is not loaded in every process probed
+    from typing import Any
 
 ANSWER_TIMEOUT_S = 10.0
 MAX_WARNINGS = 5

@@ -51,7 +51,7 @@ def train(rank: int, world: int) -> None:
         epoch += 1
     digest = hashlib.sha256()
     for p in model.module.parameters():
-        digest.update(p.detach().numpy().tobytes())
+        digest.update(bytes(p.detach().contiguous().view(torch.uint8).flatten().tolist()))
     if rank == 0:
         print(f"param sha256 {digest.hexdigest()}", flush=True)
 
