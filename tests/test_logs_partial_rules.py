@@ -67,3 +67,69 @@ def test_nonfatal_nvlink_xid_then_training_goes_on_is_no_fault(tmp_path: Path) -
     verdict = _verdict(tmp_path, **{"train.log": "NVRM: Xid (PCI:0000:1b:00): 145, RLW_RXPIPE "
                                     "Nonfatal XC0 i0 Link 11 (0x0 0x0)\n" + steps})
     assert not any(f.kind.value == "network_fault" for f in verdict.findings), verdict.findings
+
+
+# --- dataloader-wait-frames -------------------------------------------------------------------
+
+def test_cut_traceback_in_the_dataloaders_wait_is_a_stall(tmp_path: Path) -> None:
+    # torch >= 1.7 with pin_memory: _next_data -> _get_data -> _try_get_data (torch's dataloader.py);
+    # a Windows path, and the paste cut inside the queue's frames
+    text = ("[rank2]: Traceback (most recent call last):\n"
+            '[rank2]:   File "C:\\envs\\t\\lib\\site-packages\\torch\\utils\\data\\dataloader.py", '
+            "line 1328, in _next_data\n"
+            "[rank2]:     idx, data = self._get_data()\n"
+            '[rank2]:   File "C:\\envs\\t\\lib\\site-packages\\torch\\utils\\data\\dataloader.py", '
+            "line 1284, in _get_data\n"
+            "[rank2]:     success, data = self._try_get_data()\n"
+            '[rank2]:   File "C:\\envs\\t\\lib\\queue.py", line 180, in get\n')
+    (event,) = [e for e in _events(text) if e.kind == "dataloader_wait"]
+    assert event.rank == 2 and event.line_no == 4 and event.fields["last_frame"].endswith(":1284")
+    verdict = _verdict(tmp_path, **{"rank2.log": text})
+    assert verdict.root is not None and verdict.root.kind.value == "dataloader_stall"
+    assert verdict.root.culprit_ranks == [2] and verdict.root.confidence < 0.8
+
+
+def test_cut_traceback_elsewhere_is_no_dataloader_evidence() -> None:
+    text = ("Traceback (most recent call last):\n"
+            '  File "/opt/conda/lib/python3.10/site-packages/torch/utils/data/dataloader.py", '
+            "line 1345, in _process_data\n"
+            "    data.reraise()\n"
+            '  File "/work/train.py", line 12, in load\n')
+    assert not [e for e in _events(text) if e.kind.startswith("dataloader")]
+
+
+def test_full_traceback_through_the_wait_keeps_its_exception() -> None:
+    # the DataLoader's own timeout, as torch raises it from _try_get_data: the timeout event,
+    # and the traceback with its exception; no extra wait event
+    text = ("Traceback (most recent call last):\n"
+            '  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 1133, '
+            "in _try_get_data\n"
+            "    data = self._data_queue.get(timeout=timeout)\n"
+            "RuntimeError: DataLoader timed out after 300 seconds\n")
+    assert [e.kind for e in _events(text)] == ["traceback", "dataloader_timeout"]
+
+
+# --- padded wraps (normalize) -----------------------------------------------------------------
+
+def test_screen_padded_wraps_are_joined() -> None:
+    from hangscope.sources.logs.normalize import normalize
+
+    # a 120-column window copied as 200-column rows: each cut piece, the rest of the row blank,
+    # then the continuation
+    lines = ["[rank1]:[E ProcessGroupNCCL.cpp:1316] [Rank 1] Watchdog caught collective operation "
+             "timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600012 "
+             "milliseconds before timing out.",
+             '  File "/opt/conda/lib/python3.10/site-packages/torch/distributed/distributed_c10d'
+             '.py", line 2050, in all_reduce_coalesced_with_a_long_name']
+    padded = [line[:120] + " " * 80 + line[120:] for line in lines]
+    fixed = normalize(("\n".join(padded) + "\n").encode())
+    assert fixed is not None and fixed.data.decode().splitlines() == lines
+
+
+def test_aligned_table_is_not_a_padded_wrap() -> None:
+    from hangscope.sources.logs.normalize import normalize
+
+    rows = [f"{name:<30}{value:>60}" for name, value in
+            (("nccl version", "2.21.5"), ("cuda", "12.4"), ("world size", "16"))]
+    fixed = normalize(("\n".join(rows) + "\n").encode())
+    assert fixed is None or fixed.data.decode().splitlines() == rows
