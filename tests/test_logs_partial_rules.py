@@ -133,3 +133,46 @@ def test_aligned_table_is_not_a_padded_wrap() -> None:
             (("nccl version", "2.21.5"), ("cuda", "12.4"), ("world size", "16"))]
     fixed = normalize(("\n".join(rows) + "\n").encode())
     assert fixed is None or fixed.data.decode().splitlines() == rows
+
+
+# --- before-without-after ---------------------------------------------------------------------
+
+def test_marks_wordings(tmp_path: Path) -> None:
+    text = ("[rank3]: rank 3 before barrier\n"
+            "Rank 2: after all_reduce\n"
+            "Before init_process_group rank=2\n"
+            "after barrier, rank: 0\n"
+            "[rank1]:[E ProcessGroupNCCL.cpp:1316] [Rank 1] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=3, OpType=BARRIER) ran for 600012 milliseconds before "
+            "timing out.\n"
+            "before 30 seconds pass, nothing\n")
+    from hangscope.sources.logs.marks import scan_marks
+    path = tmp_path / "pasted.log"
+    path.write_text(text)
+    got = [(e.rank, e.fields["mark"], e.fields["label"]) for e in scan_marks(str(path))]
+    assert got == [(3, "before", "barrier"), (2, "after", "all_reduce"),
+                   (2, "before", "init_process_group"), (0, "after", "barrier")]
+
+
+def test_rank_inside_a_barrier_the_others_left(tmp_path: Path) -> None:
+    # the debugging prints people add around a suspected collective, one log per rank
+    logs = {f"rank{r}.log": f"rank {r} before barrier\n" + (f"rank {r} after barrier\n"
+                                                          if r != 2 else "") for r in range(4)}
+    verdict = _verdict(tmp_path, **logs)
+    assert verdict.root is not None and verdict.root.kind.value == "missing_rank"
+    assert verdict.root.culprit_ranks == [2]
+    assert verdict.root.measures["rule"] == "before-without-after"
+
+
+def test_every_rank_got_past_its_marks(tmp_path: Path) -> None:
+    logs = {f"rank{r}.log": f"Before init_process_group rank={r}\nAfter init_process_group "
+            f"rank={r}\n" + "".join(f"step {n}/100\n" for n in range(5)) for r in range(2)}
+    verdict = _verdict(tmp_path, **logs)
+    assert not any(f.measures.get("rule") == "before-without-after" for f in verdict.findings)
+
+
+def test_a_rank_that_trained_on_after_its_before_is_not_stuck(tmp_path: Path) -> None:
+    logs = {"rank0.log": "before 0 - init\nafter 0\nstep 1/100\n",
+            "rank1.log": "before 1 - init\nstep 1/100\nstep 2/100\n"}  # its after was not printed
+    verdict = _verdict(tmp_path, **logs)
+    assert not any(f.measures.get("rule") == "before-without-after" for f in verdict.findings)

@@ -26,6 +26,7 @@ from hangscope.analysis.detectors import (
     stall_reports,
     straggler,
     straggler_logs,
+    stuck_between,
     symmetric,
 )
 
@@ -49,6 +50,7 @@ ALL: tuple[Detector, ...] = (
     os_wait.detect,
     python_deadlock.detect,
     init_hang.detect,
+    stuck_between.detect,
     lone_waits.detect,
     straggler.detect,
     busy_rank.detect,

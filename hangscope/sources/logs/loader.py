@@ -13,6 +13,7 @@ from __future__ import annotations
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, LogEvent
 from hangscope.sources.logs.collective_lines import scan_collective_lines
+from hangscope.sources.logs.marks import scan_marks
 from hangscope.sources.logs.progress import scan_progress
 from hangscope.sources.logs.scan import scan_log
 from hangscope.sources.logs.sizes import scan_sizes
@@ -44,4 +45,5 @@ def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: 
     events += scan_progress(path, rank_hint=rank)  # where each rank's log got to, and ends
     events += scan_sizes(path, rank_hint=rank)  # the sizes it says it built
     events += scan_collective_lines(path, rank_hint=rank)  # any line naming rank + collective
+    events += scan_marks(path, rank_hint=rank)  # a user's before/after prints around a call
     attribute(events, rank, evidence)
