@@ -176,3 +176,42 @@ def test_a_rank_that_trained_on_after_its_before_is_not_stuck(tmp_path: Path) ->
             "rank1.log": "before 1 - init\nstep 1/100\nstep 2/100\n"}  # its after was not printed
     verdict = _verdict(tmp_path, **logs)
     assert not any(f.measures.get("rule") == "before-without-after" for f in verdict.findings)
+
+
+# --- loopback-interface -----------------------------------------------------------------------
+
+# NCCL >= 2.4 wordings (net_socket.cc "NET/Socket : Using%s", bootstrap "Bootstrap : Using%s",
+# each interface as " [i]name:addr<0>"); the rule's case was NCCL 2.3's "NET : Using interface".
+TWO_HOSTS_LO = (
+    "nodeA:1001:1001 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0> [1]eth0:10.1.0.5<0>\n"
+    "nodeA:1001:1050 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0> [1]eth0:10.1.0.5<0>\n"
+    "nodeB:2002:2002 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0> [1]eth0:10.1.0.6<0>\n"
+    "nodeB:2002:2060 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0> [1]eth0:10.1.0.6<0>\n")
+
+
+def test_loopback_interface_wordings() -> None:
+    got = [(e.fields["host"], e.fields["iface"], e.fields["use"])
+           for e in _events(TWO_HOSTS_LO) if e.kind == "nccl_interface"]
+    assert got == [("nodeA", "lo", "bootstrap"), ("nodeA", "lo", "net"),
+                   ("nodeB", "lo", "bootstrap"), ("nodeB", "lo", "net")]
+    assert not [e for e in _events("n:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.1.0.5<0>\n")
+                if e.kind == "nccl_interface"]
+
+
+def test_loopback_on_a_job_across_hosts_is_a_network_fault(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"nccl.log": TWO_HOSTS_LO})
+    assert verdict.root is not None and verdict.root.kind.value == "network_fault"
+    assert verdict.root.measures["rule"] == "loopback-interface" and not verdict.root.culprit_ranks
+
+
+def test_loopback_on_one_host_is_fine(tmp_path: Path) -> None:
+    one = "".join(line for line in TWO_HOSTS_LO.splitlines(keepends=True)
+                  if line.startswith("nodeA"))
+    verdict = _verdict(tmp_path, **{"nccl.log": one})
+    assert not any(f.measures.get("rule") == "loopback-interface" for f in verdict.findings)
+
+
+def test_loopback_then_training_is_fine(tmp_path: Path) -> None:
+    steps = "".join(f"Epoch [1/10], Step [{n}/600], Loss: 2.1\n" for n in range(100, 104))
+    verdict = _verdict(tmp_path, **{"nccl.log": TWO_HOSTS_LO + steps})
+    assert not any(f.measures.get("rule") == "loopback-interface" for f in verdict.findings)
