@@ -215,3 +215,28 @@ def test_loopback_then_training_is_fine(tmp_path: Path) -> None:
     steps = "".join(f"Epoch [1/10], Step [{n}/600], Loss: 2.1\n" for n in range(100, 104))
     verdict = _verdict(tmp_path, **{"nccl.log": TWO_HOSTS_LO + steps})
     assert not any(f.measures.get("rule") == "loopback-interface" for f in verdict.findings)
+
+
+# --- mismatch-on-many-ranks -------------------------------------------------------------------
+
+def _mismatch(host: str, pid: int, dev: int, rank: int) -> str:
+    # NCCL 2.5 init.cu: WARN("Mismatched collective detected, please check your collective calls
+    # at and around rank %d. ...", comm->rank) -- the reporting rank's own number
+    return (f"{host}:{pid}:{pid} [{dev}] init.cu:1200 NCCL WARN Mismatched collective detected, "
+            f"please check your collective calls at and around rank {rank}. You can use "
+            "NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs\n")
+
+
+def test_mismatch_check_on_many_ranks_reads_as_transport(tmp_path: Path) -> None:
+    text = "".join(_mismatch(h, 500 + r, r % 4, r) for h, r in
+                   (("gpu-a", 0), ("gpu-a", 2), ("gpu-b", 5), ("gpu-b", 7)))
+    verdict = _verdict(tmp_path, **{"nccl.log": text})
+    assert verdict.root is not None and verdict.root.kind.value == "network_fault"
+    assert verdict.root.measures["rule"] == "mismatch-on-many-ranks"
+    assert "real mismatch" in verdict.root.summary
+
+
+def test_mismatch_check_on_one_or_two_ranks_is_not_transport(tmp_path: Path) -> None:
+    text = _mismatch("gpu-a", 501, 1, 1) + _mismatch("gpu-a", 502, 2, 2) * 3
+    verdict = _verdict(tmp_path, **{"nccl.log": text})
+    assert not any(f.measures.get("rule") == "mismatch-on-many-ranks" for f in verdict.findings)
