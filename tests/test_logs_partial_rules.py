@@ -240,3 +240,35 @@ def test_mismatch_check_on_one_or_two_ranks_is_not_transport(tmp_path: Path) -> 
     text = _mismatch("gpu-a", 501, 1, 1) + _mismatch("gpu-a", 502, 2, 2) * 3
     verdict = _verdict(tmp_path, **{"nccl.log": text})
     assert not any(f.measures.get("rule") == "mismatch-on-many-ranks" for f in verdict.findings)
+
+
+# --- step-time-jump ---------------------------------------------------------------------------
+
+def _keras(times_ms: list[int]) -> str:
+    # Keras' per-epoch summary line (tf.keras ProgbarLogger): "N/N [===] - Xs Yms/step - loss: ..."
+    return "".join(f"Epoch {i + 1}/{len(times_ms)}\n70/70 [==============================] - "
+                   f"{t * 70 // 1000}s {t}ms/step - loss: 0.1{i}\n" for i, t in enumerate(times_ms))
+
+
+def test_keras_step_times_that_jump_and_stay_are_a_straggler(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"worker.log": _keras([101, 99, 103, 98, 250, 260, 255, 262])})
+    assert verdict.root is not None and verdict.root.kind.value == "straggler"
+    assert verdict.root.measures["rule"] == "step-time-jump" and verdict.root.culprit_ranks == []
+    assert verdict.status.value == "slow"
+
+
+def test_tqdm_seconds_per_iteration_jump(tmp_path: Path) -> None:
+    # tqdm prints s/it once an iteration takes over a second
+    bars = "".join(f"{n}/500 [00:{n:02d}<10:00, {t}s/it]\n" for n, t in
+                   zip(range(10, 19), (1.2, 1.1, 1.2, 1.3, 1.2, 4.8, 5.1, 4.9, 5.0)))
+    verdict = _verdict(tmp_path, **{"train.log": bars})
+    assert verdict.root is not None and verdict.root.measures.get("rule") == "step-time-jump"
+
+
+def test_steady_or_spiky_or_warming_up_times_are_no_straggler(tmp_path: Path) -> None:
+    for name, times in (("steady", [100, 102, 99, 101, 98, 100, 103]),
+                        ("spike", [100, 102, 99, 400, 98, 100, 103]),
+                        ("warmup", [400, 380, 120, 101, 98, 100, 103])):
+        (tmp_path / name).mkdir()
+        verdict = _verdict(tmp_path / name, **{"worker.log": _keras(times)})
+        assert not any(f.measures.get("rule") == "step-time-jump" for f in verdict.findings), name

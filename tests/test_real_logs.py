@@ -27,7 +27,6 @@ CASES = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(REAL, "*
 KNOWN_MISSES = {
     "f_aware_of_the_history_2_mpirun_rank1_signal9": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_died [1]",
     "f_aws_ofi_rccl_16_libfabric_incompat_hang": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
-    "f_cbio_cluster_342_iteration_slowdown_shared_gpu": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says straggler []",
     "f_determined_8915_bad_gpu_pair_allgather_timeout": "batch 6, blind first look, no rule written yet: gives missing_rank [], the thread says network_fault []",
     "f_fastmoe_47_slow_startup_not_hang": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says healthy []",
     "f_horovod_2565_missing_ranks_cond_allreduce": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says missing_rank [1]",

@@ -17,6 +17,7 @@ from hangscope.sources.logs.marks import scan_marks
 from hangscope.sources.logs.progress import scan_progress
 from hangscope.sources.logs.scan import scan_log
 from hangscope.sources.logs.sizes import scan_sizes
+from hangscope.sources.logs.step_times import scan_step_times
 
 _CERTAIN = ("prefix", "pid", "content")
 
@@ -46,4 +47,5 @@ def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: 
     events += scan_sizes(path, rank_hint=rank)  # the sizes it says it built
     events += scan_collective_lines(path, rank_hint=rank)  # any line naming rank + collective
     events += scan_marks(path, rank_hint=rank)  # a user's before/after prints around a call
+    events += scan_step_times(path, rank_hint=rank)  # what each step took, in order
     attribute(events, rank, evidence)
