@@ -272,3 +272,37 @@ def test_steady_or_spiky_or_warming_up_times_are_no_straggler(tmp_path: Path) ->
         (tmp_path / name).mkdir()
         verdict = _verdict(tmp_path / name, **{"worker.log": _keras(times)})
         assert not any(f.measures.get("rule") == "step-time-jump" for f in verdict.findings), name
+
+
+# --- run-finished -----------------------------------------------------------------------------
+
+LIBIBVERBS = "node1:32:95 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n"
+
+
+def test_run_that_says_it_finished_is_healthy_past_an_earlier_warning(tmp_path: Path) -> None:
+    # HF Trainer's closing line (transformers trainer.py), after a WARN the job outlived
+    log = (LIBIBVERBS + "{'loss': 0.41, 'learning_rate': 1e-05, 'epoch': 2.99}\n"
+           "\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)"
+           "\n\n\n")
+    verdict = _verdict(tmp_path, **{"train.log": log})
+    assert verdict.status.value == "healthy", verdict.evidence_gaps
+    assert any("run-finished" in gap for gap in verdict.evidence_gaps)
+
+
+def test_lightning_max_epochs_reached_is_healthy(tmp_path: Path) -> None:
+    log = ("Epoch 9: 100%|##########| 200/200 [00:41<00:00,  4.85it/s, loss=0.0214]\n"
+           "`Trainer.fit` stopped: `max_epochs=10` reached.\n")
+    verdict = _verdict(tmp_path, **{"train.log": log})
+    assert verdict.status.value == "healthy", verdict.evidence_gaps
+
+
+def test_a_timeout_after_the_finish_line_is_not_healthy(tmp_path: Path) -> None:
+    log = ("[after training is done] datetime: 2024-05-01 10:00:00\n" + WATCHDOG)
+    verdict = _verdict(tmp_path, **{"rank1.log": log})
+    assert verdict.status.value != "healthy"
+
+
+def test_an_epoch_short_of_the_last_is_not_finished(tmp_path: Path) -> None:
+    log = "Epoch 5/10\n70/70 [==============================] - 7s 99ms/step - loss: 0.0863\n"
+    verdict = _verdict(tmp_path, **{"worker.log": log})
+    assert verdict.status.value != "healthy"

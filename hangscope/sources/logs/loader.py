@@ -13,6 +13,7 @@ from __future__ import annotations
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, LogEvent
 from hangscope.sources.logs.collective_lines import scan_collective_lines
+from hangscope.sources.logs.finish import scan_finish
 from hangscope.sources.logs.marks import scan_marks
 from hangscope.sources.logs.progress import scan_progress
 from hangscope.sources.logs.scan import scan_log
@@ -48,4 +49,5 @@ def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: 
     events += scan_collective_lines(path, rank_hint=rank)  # any line naming rank + collective
     events += scan_marks(path, rank_hint=rank)  # a user's before/after prints around a call
     events += scan_step_times(path, rank_hint=rank)  # what each step took, in order
+    events += scan_finish(path, rank_hint=rank)  # the run said it finished
     attribute(events, rank, evidence)
