@@ -306,3 +306,31 @@ def test_an_epoch_short_of_the_last_is_not_finished(tmp_path: Path) -> None:
     log = "Epoch 5/10\n70/70 [==============================] - 7s 99ms/step - loss: 0.0863\n"
     verdict = _verdict(tmp_path, **{"worker.log": log})
     assert verdict.status.value != "healthy"
+
+
+# --- ibv_get_async_event is an echo -----------------------------------------------------------
+
+def test_async_event_read_failure_alone_is_no_network_fault(tmp_path: Path) -> None:
+    # NCCL 2.4's misc/ibvwrap.cu:220 line number (NVIDIA/nccl#230), without the async event itself
+    text = "".join(f"node7:81{r}:90{r} [{r}] misc/ibvwrap.cu:220 NCCL WARN Call to "
+                   "ibv_get_async_event failed\n" for r in range(4))
+    assert {e.kind for e in _events(text)} == {"nccl_warn"}
+    verdict = _verdict(tmp_path, **{"nccl.log": text})
+    assert not any(f.kind.value == "network_fault" for f in verdict.findings)
+
+
+def test_the_async_event_it_follows_still_is(tmp_path: Path) -> None:
+    text = ("node7:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local "
+            "catastrophic error\n"
+            "node7:815:864 [0] misc/ibvwrap.cu:220 NCCL WARN Call to ibv_get_async_event failed\n")
+    verdict = _verdict(tmp_path, **{"nccl.log": text})
+    assert verdict.root is not None and verdict.root.kind.value == "network_fault"
+
+
+def test_an_elision_line_is_not_the_tail_of_a_wrap() -> None:
+    from hangscope.sources.logs.normalize import normalize
+
+    # lines that happen to be exactly 80 long, then the paster's own elision
+    rows = ["x" * 79 + "1", "y" * 79 + "2", "[... the same on every GPU ...]", "... (12 more)"]
+    fixed = normalize(("\n".join(rows) + "\n").encode())
+    assert fixed is None or fixed.data.decode().splitlines() == rows

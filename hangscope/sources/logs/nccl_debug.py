@@ -21,7 +21,12 @@ Events:
   fields: host, pid, tid, cuda_dev, src, transport (NET/IB, NET/Socket, Net, socket), peer, peer_port,
   error (IB work-completion status), vendor_err, direction (Send/Recv).
 
-``nccl_warn`` -- any other ``NCCL WARN`` line (same host/pid/tid/cuda_dev/src fields).
+``nccl_warn`` -- any other ``NCCL WARN`` line (same host/pid/tid/cuda_dev/src fields). Among them
+``ibvwrap.c:102 NCCL WARN Call to ibv_get_async_event failed``: NCCL's IB async-event thread could
+not read the device's event queue, which happens when the device context closes under it (at
+teardown, or after the device event that NCCL reports on its own line, ``NET/IB : Got async event
+: local catastrophic error``, NVIDIA/nccl#230). Alone it names no failed transfer: an echo, not a
+transport error.
 
 Not events but used for rank attribution: ``NCCL INFO comm 0x55df01b24dd0 rank 24 nranks 32 cudaDev 0
 nvmlDev 0 busId 7000 commId 0x2114bc51af4fb978 - Init COMPLETE`` (NCCL 2.19+; older ones lack
@@ -107,6 +112,8 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     if cuda:  # NCCL's own CUDA call failed on this rank's GPU: ``Cuda failure 'out of memory'``
         kind = "cuda_error"
         fields["error"] = cuda.group("error")
+    elif _ASYNC_READ.search(msg):
+        pass  # the async-event thread's read failed: an echo (module docstring)
     elif t or any(word in msg for word in _TRANSPORT_WORDS):
         kind = "nccl_transport_error"
         fields["transport"] = t.group("transport") if t else ""
@@ -135,6 +142,7 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event(kind, line, ctx, "warning", fields, rank=rank, rank_source=source)]
 
 
+_ASYNC_READ = re.compile(r"^Call to ibv_get_async_event failed\s*$")
 _CUDA_FAILURE = re.compile(r"Cuda failure (?:\d+ )?'(?P<error>[^']+)'")
 
 

@@ -79,6 +79,7 @@ _RECORD_START = re.compile(
     r"|\[\s*\d+\.\d+\] "
     r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d+ \d\d:\d\d:\d\d "
     r"|Traceback \(most"
+    r"|\[?(?:\.\.\.|\u2026)"  # a paster's elision ("[... similar lines ...]"): never a wrap's tail
     r"|[\w.\-]+:\d+:\d+ \[\d+\] NCCL "
     rf"|{SRUN_PATTERN}"
     r"|E {3}"
