@@ -331,6 +331,6 @@ def test_an_elision_line_is_not_the_tail_of_a_wrap() -> None:
     from hangscope.sources.logs.normalize import normalize
 
     # lines that happen to be exactly 80 long, then the paster's own elision
-    rows = ["x" * 79 + "1", "y" * 79 + "2", "[... the same on every GPU ...]", "... (12 more)"]
+    rows = ["host1:5561 " + "a" * 69, "host1:5562 " + "b" * 69, "[... the same on every GPU ...]"]
     fixed = normalize(("\n".join(rows) + "\n").encode())
     assert fixed is None or fixed.data.decode().splitlines() == rows
