@@ -334,3 +334,34 @@ def test_an_elision_line_is_not_the_tail_of_a_wrap() -> None:
     rows = ["host1:5561 " + "a" * 69, "host1:5562 " + "b" * 69, "[... the same on every GPU ...]"]
     fixed = normalize(("\n".join(rows) + "\n").encode())
     assert fixed is None or fixed.data.decode().splitlines() == rows
+
+
+# --- all-joined-none-finished -----------------------------------------------------------------
+
+def _desync(joined: str, extra: str = "") -> str:
+    # the report's shape as torch 2.x prints it (fixtures/logs/desync_report.log, TraceUtils.h)
+    return ("[rank0]:[E1121 11:43:46.127 ProcessGroupNCCL.cpp:1664] [PG ID 0 PG GUID 0(default_pg)"
+            " Rank 0] Timeout at NCCL work: 42, last enqueued NCCL work: 42, last completed NCCL "
+            "work: 41.\n"
+            "[rank0]:[E1121 11:43:46.131 ProcessGroupNCCL.cpp:1702] [PG ID 0 PG GUID 0(default_pg)"
+            " Rank 0] \n"
+            "[rank0]:\t - [0] Timeout at collective: ALLGATHER, #42\n"
+            "[rank0]:\t - To our best knowledge, the lagging/dead/mismatched ranks that caused "
+            "the desync are:\n"
+            f"[rank0]:\t   - [{joined}] joined but didn't finish collective #42 (count from 1)\n"
+            + extra)
+
+
+def test_every_rank_joined_and_none_finished_is_the_transport(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"rank0.log": _desync("0, 1, 2, 3")})
+    assert verdict.root is not None and verdict.root.kind.value == "network_fault"
+    assert verdict.root.measures["rule"] == "all-joined-none-finished"
+
+
+def test_some_ranks_finished_or_not_all_listed_is_not(tmp_path: Path) -> None:
+    moved = "[rank0]:\t     [2, 3] finished collective #42, but didn't join collective #43 (count from 1)\n"
+    for name, text in (("moved", _desync("0, 1", moved)), ("partial", _desync("1, 2"))):
+        (tmp_path / name).mkdir()
+        verdict = _verdict(tmp_path / name, **{"rank0.log": text})
+        assert not any(f.measures.get("rule") == "all-joined-none-finished"
+                       for f in verdict.findings), name

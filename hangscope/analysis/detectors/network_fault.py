@@ -15,6 +15,13 @@ another collective on one rank is seen by that rank's neighbours, one or two rep
 three or more ranks failing the check at once, spread over the job, is what data corrupted in
 transit does (GPUDirect RDMA, PCIe ACS or relaxed ordering, a bad NIC). 0.55; the other reading
 (a real mismatch) is named in the finding.
+
+Rule ``all-joined-none-finished``: torch's desync report (``TORCH_NCCL_DESYNC_DEBUG``) says
+every rank it lists joined the collective and none finished it, naming no rank that lagged,
+never joined or moved on (the list runs 0..N-1). Basis: no rank is missing from the collective,
+so what did not complete is the collective itself: the transport between the ranks (or a GPU
+that hangs inside the kernel) stalled. 0.55; py-spy and nvidia-smi of the ranks tell the two
+apart (a GPU at 0% with flat power while the others spin is the odd one).
 """
 
 from __future__ import annotations
@@ -33,7 +40,36 @@ _AROUND = re.compile(r"Mismatched collective detected.*?around rank (?P<rank>\d+
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return _transport(ctx) or _mismatch_on_many_ranks(ctx)
+    return _transport(ctx) or _mismatch_on_many_ranks(ctx) or _all_joined(ctx)
+
+
+def _all_joined(ctx: Context) -> list[Finding]:
+    """Rule ``all-joined-none-finished`` (module docstring)."""
+    every = [e for r in ctx.evidence.ranks.values() for e in r.logs] + \
+        ctx.evidence.unattributed_logs
+    for event in every:
+        fields = event.fields
+        if event.kind != "nccl_desync" or fields.get("never_joined") \
+                or fields.get("finished_not_joined_next"):
+            continue
+        joined = [int(r) for r in str(fields.get("joined_not_finished", "")).split(",") if r]
+        lagging = [int(r) for r in str(fields.get("lagging_ranks", "")).split(",") if r]
+        if len(joined) < 2 or sorted(joined) != list(range(len(joined))) \
+                or set(lagging) - set(joined):
+            continue
+        where = f"{fields.get('op', 'the collective')} #{fields.get('seq', '?')}"
+        summary = (f"rule all-joined-none-finished: torch's desync report says all "
+                   f"{len(joined)} ranks joined {where} and none finished it, and names no rank "
+                   "that lagged or never joined: no rank is missing, the collective itself did not "
+                   "complete, so the transport between the ranks (or a GPU hung inside the kernel) "
+                   "stalled. Check the NCCL WARN lines and the links; py-spy and nvidia-smi of "
+                   "every rank tell a stuck GPU (0% with flat power) from a stuck network")
+        return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=sorted(joined),
+                        confidence=0.55, summary=summary,
+                        evidence=[EvidenceItem("log", event.rank, " ".join(
+                            event.message.split())[:300], event.where())],
+                        measures={"rule": "all-joined-none-finished"})]
+    return []
 
 
 def _mismatch_on_many_ranks(ctx: Context) -> list[Finding]:
