@@ -365,3 +365,30 @@ def test_some_ranks_finished_or_not_all_listed_is_not(tmp_path: Path) -> None:
         verdict = _verdict(tmp_path / name, **{"rank0.log": text})
         assert not any(f.measures.get("rule") == "all-joined-none-finished"
                        for f in verdict.findings), name
+
+
+# --- nccl-init-never-completed ----------------------------------------------------------------
+
+# NCCL 2.1x INFO wordings (net_ib.cc "NET/IB : Using%s ; OOB %s", init.cc "Using network %s")
+SETUP = "".join(f"gpu-{h}:{p}:{p} [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; "
+                f"OOB eth0:10.0.0.{h}<0>\ngpu-{h}:{p}:{p} [0] NCCL INFO Using network IB\n"
+                for h, p in ((1, 4100), (2, 5200)))
+
+
+def test_setup_lines_without_init_complete_are_an_init_hang(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"nccl.log": SETUP})
+    assert verdict.root is not None and verdict.root.kind.value == "init_hang"
+    assert verdict.root.measures["rule"] == "nccl-init-never-completed"
+
+
+def test_setup_that_completed_is_not(tmp_path: Path) -> None:
+    done = {"new": "gpu-1:4100:4150 [0] NCCL INFO comm 0x55d rank 0 nranks 2 cudaDev 0 nvmlDev 0 "
+                   "busId 1000 commId 0x1 - Init COMPLETE\n",
+            # NCCL 2.4-2.18: no busId on the line
+            "old": "gpu-1:4100:4150 [0] NCCL INFO comm 0x7f1b44002360 rank 0 nranks 2 cudaDev 0 "
+                   "nvmlDev 0 - Init COMPLETE\n"}
+    for name, line in done.items():
+        (tmp_path / name).mkdir()
+        verdict = _verdict(tmp_path / name, **{"nccl.log": SETUP + line})
+        assert not any(f.measures.get("rule") == "nccl-init-never-completed"
+                       for f in verdict.findings), name

@@ -62,7 +62,6 @@ KNOWN_MISSES = {
     "e_nccl_1610_two_thread_alltoall_same_comm": "two threads sharing one communicator: watchdog timeouts on two groups; no rule yet for concurrent use of one comm",
     "e_nccl_1634_net_plugin_on_some_nodes": "config_skew: the NCCL INFO lines show the net plugin (libnccl-net.so) loaded on some nodes only; no rule compares NCCL's INFO lines across nodes yet",
     "e_nccl_1911_ras_allgather_count_mismatch": "this ncclras text variant ('Communicator ranks have different AllGather operation counts') is not parsed",
-    "e_nccl_526_efa_init_hang_16_nodes": "only NCCL INFO init lines, no error and no timeout: an init hang is an absence of 'Init COMPLETE', not read yet",
     "e_openrlhf_970_host_oom_killer_ray": "the Ray death and a rank's watchdog timeout share one pasted line, and the scanner gives a line to one family; Ray's OOM wording is its generic list of possible causes",
     "e_pytorch_130102_new_group_different_ranks": "only the users' prints ('0 before barrier: [0, 3]', '1 before barrier: [1, 2]'): no error, no timeout; no rule reads group membership from prints",
     "e_pytorch_172668_pp_send_send_deadlock": "per-rank pipeline action logs (0SendF1, 2RecvF0): no parser for torch.distributed.pipelining's action schedule prints",

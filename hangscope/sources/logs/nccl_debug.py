@@ -28,9 +28,10 @@ teardown, or after the device event that NCCL reports on its own line, ``NET/IB 
 : local catastrophic error``, NVIDIA/nccl#230). Alone it names no failed transfer: an echo, not a
 transport error.
 
-Not events but used for rank attribution: ``NCCL INFO comm 0x55df01b24dd0 rank 24 nranks 32 cudaDev 0
-nvmlDev 0 busId 7000 commId 0x2114bc51af4fb978 - Init COMPLETE`` (NCCL 2.19+; older ones lack
-nvmlDev/commId) maps ``host:pid`` to the rank in the LARGEST communicator that process joined (the
+``nccl_device`` (or, for a line without a busId, ``nccl_init_done``: host, pid) -- the first
+``Init COMPLETE`` line of each process: its communicator is ready. The same line serves rank
+attribution: ``NCCL INFO comm 0x55df01b24dd0 rank 24 nranks 32 cudaDev 0 nvmlDev 0 busId 7000
+commId 0x2114bc51af4fb978 - Init COMPLETE`` (NCCL 2.19+; older ones lack nvmlDev/commId) maps ``host:pid`` to the rank in the LARGEST communicator that process joined (the
 world communicator for torch's default process group).
 """
 
@@ -86,8 +87,13 @@ def init_line(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     note_init(line, ctx)
     after = ctx.pid_rank.get(key) if key else None
     b = _BUS.search(line.body)
-    if m is None or key is None or after is None or after == before or b is None:
+    if m is None or key is None or after is None or after == before:
         return []
+    if b is None:  # NCCL < 2.19 names no busId: only that this process's communicator is ready
+        rank, source = (line.rank, line.rank_source) if line.rank is not None else \
+            (after[1], "pid")
+        return [make_event("nccl_init_done", line, ctx, "info",
+                           {"host": key[0], "pid": key[1]}, rank=rank, rank_source=source)]
     bus = int(b.group("bus"), 16)
     pci = f"{bus >> 20:04x}:{(bus >> 12) & 0xff:02x}:{(bus >> 4) & 0xff:02x}"
     fields: dict[str, str | int | float] = {
