@@ -26,9 +26,9 @@ CASES = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(REAL, "*
 # Pastes hangscope does not yet get right, and why (the README lists them too).
 KNOWN_MISSES = {
     "f_aware_of_the_history_2_mpirun_rank1_signal9": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_died [1]",
-    "f_aws_ofi_rccl_16_libfabric_incompat_hang": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
-    "f_determined_8915_bad_gpu_pair_allgather_timeout": "batch 6, blind first look, no rule written yet: gives missing_rank [], the thread says network_fault []",
-    "f_fastmoe_47_slow_startup_not_hang": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says healthy []",
+    "f_aws_ofi_rccl_16_libfabric_incompat_hang": "a [rank14]: traceback cut inside DDP's first collective (_verify_param_shape_across_processes) before its exception: one rank's wait, no word of the network; that the libfabric plugin is incompatible is the thread's finding",
+    "f_determined_8915_bad_gpu_pair_allgather_timeout": "gives missing_rank []: ranks 1 and 4 time out in ALLGATHER SeqNum=1 and rank 2's traceback ends in wrap_model, the same lines as a rank that never arrived (a_deepep_411 is labelled missing_rank on them); that two GPUs cannot talk over P2P is the thread's finding",
+    "f_fastmoe_47_slow_startup_not_hang": "Megatron start-up lines ending at '[before the start of training step]', no error: a slow start-up and a hang at the first step read the same; that it was only slow is the reporter's later word",
     "f_horovod_2565_missing_ranks_cond_allreduce": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says missing_rank [1]",
     "f_megatron_bridge_1477_validation_no_samples_ibv_warn": "only 'Call to ibv_get_async_event failed' WARNs (NCCL's async-event reader, an echo: now read as no fault, inconclusive); that ranks without validation data never reached the collectives is the thread's word, no line shows it",
     "f_memoryvla_20_pod_prefixed_exitcode_minus9": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_oom [0]",
@@ -36,7 +36,7 @@ KNOWN_MISSES = {
     "f_nccl_783_send_recv_two_streams_deadlock": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says p2p_deadlock []",
     "f_pytorch_150916_elastic_killed_agent": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says rank_died []",
     "f_pytorch_pr190431_destroy_pg_circular_finalize": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says pg_order_deadlock []",
-    "f_ray_52641_torch_dataloader_deadlock_timeout": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says dataloader_stall []",
+    "f_ray_52641_torch_dataloader_deadlock_timeout": "three frames of a Ray worker's traceback (train_fn_per_worker, run, train_epoch) cut before any DataLoader frame: only the working directory's name says 'torch_dataloader'",
     "f_torchtune_pr2266_test_deadlock_seq_mismatch": "batch 6, blind first look, no rule written yet: gives missing_rank [0], the thread says collective_mismatch []",
     "b_pytorch_78514_gloo_closed_by_peer": "the one error line names the peer as an IP:port "
                                            "(18.25.6.30:30872), not a rank; rank 0 appears only "
