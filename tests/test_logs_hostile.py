@@ -178,7 +178,7 @@ def test_bundle_loader_registered(tmp_path: Path) -> None:
     FILE_LOADERS["log"](str(path), 3, evidence, problems)
     FILE_LOADERS["log"](str(tmp_path / "nope.log"), 3, evidence, problems)
     kinds = [e.kind for e in evidence.rank(3).logs]
-    assert [k for k in kinds if k not in ("progress", "log_end", "size_line")] == [
+    assert [k for k in kinds if k not in ("progress", "log_end", "size_line", "cue")] == [
         "nccl_watchdog_timeout"]
     assert kinds.count("log_end") == 1  # where the log ends (sources/logs/progress.py)
     assert len(problems) == 1 and "nope.log" in problems[0]

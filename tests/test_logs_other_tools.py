@@ -42,6 +42,20 @@ HOROVOD_STALLED_RANKS = """\
 [1,0]<stderr>:6: [horovod_allreduce.0, horovod_allreduce.1, horovod_allreduce.10 ...]
 """
 
+# Horovod >= 0.21 (horovod/common/stall_inspector.cc) heads the per-rank block "Missing ranks:"
+HOROVOD_MISSING_BLOCK = """\
+[2021-03-02 10:00:00.000000: W horovod/common/stall_inspector.cc:107] One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more than 60 seconds. This may indicate that different ranks are trying to submit different tensors or that only subset of ranks is submitting tensors, which will cause deadlock.
+Missing ranks:
+2: [allreduce.fc1.weight, allreduce.fc1.bias]
+"""
+
+# two ranks, each lacking what the other submitted: different collectives
+HOROVOD_CROSSED = """\
+[1,0]<stderr>:Stalled ranks:
+[1,0]<stderr>:0: [HorovodBroadcast_w_0, HorovodBroadcast_b_0]
+[1,0]<stderr>:1: [HorovodAllreduce_grad_w_0, HorovodAllreduce_grad_b_0]
+"""
+
 FR_TRACE = """\
 Not all ranks joining collective: sequence number: 31117
 internal record id: 31116
@@ -71,6 +85,17 @@ def test_horovod_missing_ranks_are_read_per_op() -> None:
 def test_horovod_stall_names_the_absent_rank(tmp_path: Path) -> None:
     assert _verdict(tmp_path, HOROVOD_MISSING) == ("missing_rank", [1])
     assert _verdict(tmp_path, HOROVOD_STALLED_RANKS) == ("missing_rank", [6])
+
+
+def test_newer_horovods_missing_ranks_block(tmp_path: Path) -> None:
+    assert _verdict(tmp_path, HOROVOD_MISSING_BLOCK) == ("missing_rank", [2])
+
+
+def test_crossed_submissions_are_a_mismatch(tmp_path: Path) -> None:
+    assert _verdict(tmp_path, HOROVOD_CROSSED) == ("collective_mismatch", [])
+    # a third rank with rank 1: rank 0 alone is in the other collective, the odd one out
+    three = HOROVOD_CROSSED + "[1,0]<stderr>:2: [HorovodAllreduce_grad_w_0]\n"
+    assert _verdict(tmp_path, three) == ("collective_mismatch", [0])
 
 
 def test_disjoint_ready_lists_are_a_mismatch(tmp_path: Path) -> None:
@@ -119,5 +144,7 @@ def test_heads_before_the_process_prefix() -> None:
     assert (line.rank, line.body) == (2, "boom")
     line = parse_line("E       RuntimeError: boom", 1, ctx)
     assert line.body == "RuntimeError: boom"
+    line = parse_line("[] [rank=3] || RuntimeError: boom", 1, ctx)  # Determined's head
+    assert (line.rank, line.body) == (3, "RuntimeError: boom")
     line = parse_line("loss | 0.5", 1, ctx)  # a plain word before a pipe is not a head
     assert line.body == "loss | 0.5"

@@ -225,9 +225,14 @@ class TestSniff:
         assert sniff_pyspy((REC / name).read_bytes()[:4096]) == kind
 
     @pytest.mark.parametrize("head", [b"", b"\x80\x04\x95 pickle", b'{"version": "2.10"}',
-                                      b"[rank0]: hello\n", b"[1, 2]", b"Thread safety notes\n"])
+                                      b"[rank0]: hello\n", b"[1, 2]", b"Thread safety notes\n",
+                                      # an empty list tag before a log line (Determined's logs)
+                                      b"[] [rank=0] RuntimeError: CUDA out of memory.\n"])
     def test_not_pyspy(self, head: bytes) -> None:
         assert sniff_pyspy(head) is None
+
+    def test_an_empty_dump_is_pyspy(self) -> None:
+        assert sniff_pyspy(b"[]\n") == "pyspy-json"
 
     def test_bundle_record(self) -> None:
         record = bundle_record(_result(), worker=False, rank=0)

@@ -8,6 +8,7 @@ from hangscope import __version__
 from hangscope.analysis import config_skew, detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import GLOO_P2P_NOTE, GroupView, build_picture, finished
+from hangscope.analysis.detectors.weak_cues import weigh as weigh_cues
 from hangscope.analysis.gap_lines import group_rank_gaps
 from hangscope.analysis.gpu_ranks import cite_gpus, rank_gpus
 from hangscope.analysis.log_progress import log_states, logs_advance, logs_finished
@@ -47,7 +48,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     findings = []
     for detect in detectors.ALL:
         findings.extend(detect(ctx))
-    findings = order_findings(_ras_second(_drop_generic(_moving_not_hung(findings))))
+    findings = order_findings(_ras_second(_drop_generic(_moving_not_hung(weigh_cues(findings)))))
     cite_dead_threads(ctx, findings)
     world = ctx.picture.world_size or None
     seen = sorted(evidence.ranks)

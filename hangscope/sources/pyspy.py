@@ -291,7 +291,8 @@ def sniff_pyspy(head: bytes) -> str | None:
     match = _PREFIX.match(text)
     if match:
         text = text[match.end():].lstrip()
-    if text.startswith("[") and re.match(r'\[\s*(\]|\{\s*"(pid|thread_id|thread_name|'
+    # an empty dump is "[]" and nothing else: "[] [rank=0] RuntimeError: ..." is a log line
+    if text.startswith("[") and re.match(r'\[\s*(\]\s*$|\{\s*"(pid|thread_id|thread_name|'
                                         r'os_thread_id|frames|active|owns_gil)")', text):
         return "pyspy-json"
     if text.startswith("{") and re.search(r'"dump"\s*:\s*(\[|null)', text) and '"pid"' in text:

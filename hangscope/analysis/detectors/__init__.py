@@ -29,6 +29,7 @@ from hangscope.analysis.detectors import (
     straggler_logs,
     stuck_between,
     symmetric,
+    weak_cues,
 )
 
 ALL: tuple[Detector, ...] = (
@@ -57,4 +58,5 @@ ALL: tuple[Detector, ...] = (
     straggler.detect,
     busy_rank.detect,
     straggler_logs.detect,
+    weak_cues.detect,
 )

@@ -72,7 +72,8 @@ def _reports(ctx: Context) -> list[Finding]:
         return [split]
     absent = set.intersection(*missing.values()) if missing else set()
     if not absent:
-        return []
+        crossed = _crossed(missing, first, tool, world)
+        return [crossed] if crossed is not None else []
     only_ready = all("missing" not in first[op].fields for op in missing)
     ops = sorted(missing, key=lambda op: first[op].line_no)
     waiting = sorted(set(range(world)) - absent) if world else []
@@ -114,6 +115,33 @@ def _split(ctx: Context, ready: dict[str, set[int]], first: dict[str, LogEvent],
                    confidence=0.7, summary=summary,
                    evidence=[_item(first[op_small]), _item(first[op_large])],
                    collective=_ref(first[op_large]), measures={"rule": "split-submissions"})
+
+
+def _crossed(missing: dict[str, set[int]], first: dict[str, LogEvent], tool: str,
+             world: int) -> Finding | None:
+    """Rule ``crossed-submissions``: each listed rank lacks ops the others submitted, and no rank
+    lacks them all (the missing sets are disjoint): every rank waits in an op another has not
+    reached, so they are in different collectives. The smaller side is the odd one out where the
+    sides differ in size."""
+    sides = [(op, ranks) for op, ranks in missing.items() if ranks]
+    if len(sides) < 2 or any(a & b for i, (_, a) in enumerate(sides) for _, b in sides[i + 1:]):
+        return None
+    covered = set().union(*(ranks for _, ranks in sides))
+    if world and len(covered) < world:
+        return None  # some ranks lack nothing: they are the ones the others wait for elsewhere
+    sizes = sorted({len(ranks) for _, ranks in sides})
+    small = [ranks for _, ranks in sides if len(ranks) == sizes[0]]
+    culprits = sorted(small[0]) if len(small) == 1 and len(sides) == 2 and sizes[0] < sizes[-1] \
+        else []
+    parts = "; ".join(f"{ranks_phrase(sorted(ranks))} lack{'s' if len(ranks) == 1 else ''} "
+                      f"{op or 'an op'}" for op, ranks in sides[:4])
+    summary = (f"{tool}: {parts}, each submitted by the others: no rank lacks them all, so the "
+               "ranks wait in different collectives (rule `crossed-submissions`)")
+    ops = sorted((op for op, _ in sides), key=lambda op: first[op].line_no)
+    return Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=culprits,
+                   waiting_ranks=sorted(covered - set(culprits)), confidence=0.65,
+                   summary=summary, evidence=[_item(first[op]) for op in ops[:4]],
+                   collective=_ref(first[ops[0]]), measures={"rule": "crossed-submissions"})
 
 
 def _fr_culprits(ctx: Context) -> list[Finding]:

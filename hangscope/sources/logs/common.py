@@ -8,7 +8,8 @@ prefixes, peeled in any order and repeated:
 * ``[rank3]:`` (then one optional space) -- torch >= 2.2 prefixes every line of a worker's stderr,
   Python tracebacks included, with its global rank (``torch/distributed/elastic``'s
   ``log_line_prefix``); accelerate launches through torchrun and gets the same prefix.
-* ``[rank: 3]`` -- Lightning's ``rank_prefixed_message``; ``[RANK 3]`` -- a common user pattern.
+* ``[rank: 3]`` -- Lightning's ``rank_prefixed_message``; ``[rank=3] || `` -- Determined's;
+  ``[RANK 3]`` -- a common user pattern; ``[] `` -- an empty tag, peeled.
 * ``[1,3]<stderr>:`` -- Open MPI ``--tag-output`` (job, rank); ``[3] `` -- a bare rank tag.
 * ``48: `` -- ``srun -l``/``--label``: the task id, right-aligned to the widest one (`` 3: `` among
   16 tasks), only at the very start of a line.
@@ -46,7 +47,9 @@ _ANSI = re.compile(ANSI_PATTERN)
 
 # process prefixes (peeled repeatedly)
 _P_RANK = re.compile(r"\[rank(\d+)\]: ?")
-_P_RANK_LIGHTNING = re.compile(r"\[rank: ?(\d+)\] ?")
+# Lightning's [rank: 3]; Determined's [rank=3] (then its "|| " separator)
+_P_RANK_LIGHTNING = re.compile(r"\[rank ?[:=] ?(\d+)\] ?(?:\|\| )?")
+_P_EMPTY = re.compile(r"\[\] ")  # an empty tag (a wrapper's container or task id, unset)
 _P_RANK_UPPER = re.compile(r"\[RANK (\d+)\]:? ?")
 _P_MPI = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr)>: ?")
 _P_ROLE = re.compile(r"\[([A-Za-z_][A-Za-z_\-]*?)(\d+)\]:")
@@ -57,7 +60,7 @@ _P_BARE = re.compile(r"\[(\d{1,6})\] (?=\S)")
 # ``[pod/name/container] ``, pytest's failure marker ``E   ``.
 _P_PIPE = re.compile(r"(?:[\w][\w.\-/]*[.\-/][\w.\-/]*|[\w.\-/]+(?= {2})) *\| ")
 _P_KUBE = re.compile(r"\[pod/[^\]\s]+\] ")
-_P_INDENTED = re.compile(r"\[(?:rank:? ?\d+|RANK \d+|\d+,\d+\]<std|[A-Za-z_]+\d+\]:|[IWEF]\d{4} )")
+_P_INDENTED = re.compile(r"\[(?:rank ?[:=]? ?\d+|RANK \d+|\d+,\d+\]<std|[A-Za-z_]+\d+\]:|[IWEF]\d{4} )")
 _P_PYTEST = re.compile(r"E {2,8}(?=\S)")
 # Ray's worker prefix: ``(RayWorkerWrapper pid=4009) `` or ``(RayTrainWorker pid=9, ip=10.0.0.1) ``
 _P_RAY = re.compile(r"\((?:[\w.\-]+ )?pid=\d+(?:, ip=[^)]*)?\) ")
@@ -185,6 +188,10 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
         m = _P_RANK.match(text, pos)
         if m:
             rank, source, pos = int(m.group(1)), "prefix", m.end()
+            continue
+        m = _P_EMPTY.match(text, pos)
+        if m:
+            pos = m.end()
             continue
         m = _P_RANK_LIGHTNING.match(text, pos) or _P_RANK_UPPER.match(text, pos) \
             or _P_MPI.match(text, pos)

@@ -75,7 +75,7 @@ _ANCHORS = re.compile(
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
     rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: )|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks)"
     rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump)|i(?:ng to dump d|ng ncclUniqueId)"
-    rb"|M(?:ISMATCH|issing communicator|EMBER: |PLETE)|B(?:arrier in|arrier, but)"
+    rb"|M(?:ISMATCH|issing communicator|issing ranks:|EMBER: |PLETE)|B(?:arrier in|arrier, but)"
     rb"|U(?:DA out of memory|DA error|nexpected |sing |nable to determine)"
     rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal )"
     rb"|j(?:ob process|oining collective)|N(?:VRM: )|O(?:ut Of Memory|OM when alloc)|H(?:W Exception by GPU)"

@@ -11,6 +11,8 @@ text torch's flight-recorder analyzer (``torch.distributed.flight_recorder``, ``
     Stalled ranks:
     6: [horovod_allreduce.0, horovod_allreduce.1, ...]
 
+  (newer Horovod heads the same block ``Missing ranks:``)
+
   torch's FR analyzer::
 
     Not all ranks joining collective: sequence number: 31117
@@ -117,6 +119,7 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"missing ranks: ", horovod_entries),
     (b"ready ranks: ", horovod_entries),
     (b"Stalled ranks:", horovod_stalled_ranks),
+    (b"Missing ranks:", horovod_stalled_ranks),  # Horovod >= 0.21's name for the same block
     (b"Not all ranks joining collective", fr_not_joining),
     (b"Culprit rank ", fr_culprits),
 ]

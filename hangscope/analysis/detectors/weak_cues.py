@@ -1,0 +1,142 @@
+"""Rule ``cue-words``: where nothing else was read, the words of the log still point somewhere.
+
+A verdict of "no usable evidence" on a paste that says ``Segmentation fault`` or ``transport retry
+counter exceeded`` helps nobody. Where no detector found anything, the cue lines of
+``sources/logs/cues.py`` are weighed: the strongest class of cue names the kind (an out-of-memory
+line outweighs the exits it causes, a crash outweighs the timeouts of those who waited for it), at
+low confidence, quoting the lines. A cue the job went on after (a later progress line of the same
+rank in the same file) is a warning it survived, not its fault, and does not count.
+
+Culprits only where the lines say whose fault it is: the ranks the cause lines name, where they
+are fewer than the ranks the log shows (a log of one rank names none: its prefix may be
+the launcher's); and rule ``sole-peer``: in a job of two ranks, a rank that
+reports its peer gone names the other one.
+
+The engine keeps this finding only when it is the only one (``engine._weak_alone``).
+"""
+
+from __future__ import annotations
+
+from hangscope.analysis.context import Context
+from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
+from hangscope.model import LogEvent
+from hangscope.ranges import ranks_phrase
+from hangscope.sources.logs.common import one_line
+
+RULE = "cue-words"
+RULES = (RULE, "sole-peer", "cause-over-symptom")  # measures["rule"] of this detector's findings
+CONFIDENCE = 0.3
+# How strongly each class of words points at its kind, over the others in the same log: a cause
+# outweighs the exits and timeouts it brings; a named place (a DataLoader, init) outweighs a
+# generic exit.
+STRENGTH = {
+    "out-of-memory": 10, "gpu-fault": 9, "fabric-fault": 8, "signal-death": 7, "abort": 6.5,
+    "data-loading": 6,
+    "init": 5.5, "p2p-words": 5, "thread-deadlock": 5, "mismatch-words": 4, "version-skew": 4,
+    "network-words": 4, "peer-gone": 3, "slow-words": 3, "exit-nonzero": 2.5, "wait-timeout": 1,
+}
+BASIS = {
+    "out-of-memory": "a process ran out of memory",
+    "gpu-fault": "a GPU or CUDA fault stopped a process",
+    "fabric-fault": "the interconnect failed (NVLink, InfiniBand or the network)",
+    "signal-death": "a process died on a signal or crashed",
+    "abort": "a process aborted",
+    "data-loading": "the data loading stopped or failed",
+    "init": "process-group set-up (rendezvous, store, init) did not complete",
+    "p2p-words": "point-to-point sends and receives hang",
+    "thread-deadlock": "threads deadlock on a lock",
+    "mismatch-words": "ranks disagree on what they run (a mismatch)",
+    "version-skew": "versions differ between processes",
+    "network-words": "a network operation failed",
+    "peer-gone": "a peer's connection closed under a rank (the peer went away)",
+    "slow-words": "some ranks are slower than the others",
+    "exit-nonzero": "a process exited with an error",
+    "wait-timeout": "ranks timed out waiting in a collective",
+}
+_NAMES_CULPRIT = {"out-of-memory", "gpu-fault", "signal-death", "abort", "data-loading",
+                  "exit-nonzero", "slow-words", "fabric-fault"}
+# Causes that explain why ranks wait for a rank no record names: the wait is their symptom
+EXPLAINS_WAIT = {"out-of-memory", "gpu-fault", "fabric-fault", "signal-death", "data-loading"}
+
+
+def detect(ctx: Context) -> list[Finding]:
+    events = _events(ctx)
+    progress = [e for e in events if e.kind == "progress"]
+    cues = [e for e in events if e.kind == "cue" and not _survived(e, progress)]
+    if not cues:
+        return []
+    best = max(cues, key=lambda e: STRENGTH.get(str(e.fields["cue"]), 0))
+    name = str(best.fields["cue"])
+    kind = Kind(str(best.fields["suggests"]))
+    lines = [e for e in cues if e.fields["cue"] == name]
+    seen = _ranks_seen(ctx)
+    culprits, rule = _culprits(name, lines, seen)
+    waiting = sorted(seen - set(culprits)) if culprits else []
+    agree = len({(e.path, e.line_no) for e in cues if e.fields["suggests"] == kind.value})
+    quote = one_line(best.message, 160)
+    said = f"{len(lines)} line{'s say' if len(lines) > 1 else ' says'}"
+    summary = (f"weak evidence only (rule `{RULE}`): no record here was read in full, but {said} "
+               f"{BASIS[name]}: \u201c{quote}\u201d ({best.path}:{best.line_no})")
+    if culprits:
+        summary += f"; {ranks_phrase(culprits)} " + (
+            "is the other rank of two (rule `sole-peer`)" if rule == "sole-peer"
+            else f"{'is' if len(culprits) == 1 else 'are'} named on those lines")
+    summary += (f". Read as {kind.value.replace('_', ' ')}, not proven: confirm with the ranks' "
+                "stacks (py-spy) or a flight-recorder dump")
+    evidence = [EvidenceItem(source="log", rank=e.rank, detail=one_line(e.message, 200),
+                             where=f"{e.path}:{e.line_no}") for e in lines[:4]]
+    return [Finding(kind=kind, culprit_ranks=culprits, waiting_ranks=waiting,
+                    confidence=CONFIDENCE + (0.05 if agree > 1 else 0.0), summary=summary,
+                    evidence=evidence, measures={"rule": rule or RULE, "cue": name})]
+
+
+def weigh(findings: list[Finding]) -> list[Finding]:
+    """A cue finding stands alone where nothing else was found. Beside findings that only say
+    ranks wait for a rank no record names (missing_rank without culprits), a cause that explains
+    such a wait comes first at their confidence (rule ``cause-over-symptom``); beside anything
+    else it goes."""
+    weak = [f for f in findings if f.measures.get("rule") in RULES]
+    strong = [f for f in findings if f.measures.get("rule") not in RULES]
+    if not strong or not weak:
+        return findings
+    cause = weak[0]
+    if cause.measures.get("cue") in EXPLAINS_WAIT and all(
+            f.kind is Kind.MISSING_RANK and not f.culprit_ranks for f in strong):
+        cause.confidence = max(f.confidence for f in strong)
+        cause.measures["rule"] = "cause-over-symptom"
+        cause.summary += (" (rule `cause-over-symptom`: it explains why the other ranks wait for a "
+                          "rank no record names)")
+        return [cause, *strong]
+    return strong
+
+
+def _events(ctx: Context) -> list[LogEvent]:
+    out = list(ctx.evidence.unattributed_logs)
+    for rank_ev in ctx.evidence.ranks.values():
+        out.extend(rank_ev.logs)
+    return out
+
+
+def _survived(cue: LogEvent, progress: list[LogEvent]) -> bool:
+    """A progress line of the same rank, later in the same file: the job went on past it."""
+    return any(e.path == cue.path and e.line_no > cue.line_no
+               and (cue.rank is None or e.rank in (None, cue.rank)) for e in progress)
+
+
+def _ranks_seen(ctx: Context) -> set[int]:
+    ranks = set(ctx.evidence.ranks)
+    ranks.update(e.rank for e in ctx.evidence.unattributed_logs if e.rank is not None)
+    if ctx.picture.world_size:
+        ranks.update(range(ctx.picture.world_size))
+    return ranks
+
+
+def _culprits(name: str, lines: list[LogEvent], seen: set[int]) -> tuple[list[int], str | None]:
+    named = sorted({e.rank for e in lines if e.rank is not None})
+    if name == "peer-gone":
+        if len(seen) == 2 and len(named) == 1:
+            return sorted(seen - set(named)), "sole-peer"
+        return [], None
+    if name in _NAMES_CULPRIT and named and len(seen) > 1 and len(named) < len(seen):
+        return named, None
+    return [], None

@@ -1,0 +1,173 @@
+# ruff: noqa: E501  (the patterns quote the words real software writes)
+"""The last tier: words that point at a kind of failure, where no record was read in full.
+
+A paste a person skims at 3 a.m. still says what happened in words: ``Segmentation fault``,
+``transport retry counter exceeded``, ``DataLoader worker ... exited unexpectedly``, ``Timed out
+initializing process group``, ``size mismatch``. The family parsers read whole records; a line they
+do not know (another launcher, a wrapper's wording, a record cut by a terminal) is lost to them. This
+scan reads the log's tail once and turns each line that carries such words into a ``cue`` event:
+``suggests`` (a kind), ``cue`` (the name of the word class), ``role`` (``cause``: the line says
+what failed on its own rank; ``echo``: it reports a peer's failure, so its own rank is no culprit;
+``symptom``: a wait or a timeout, which any cause produces).
+
+Cues are weak by construction: ``analysis/detectors/weak_cues.py`` reads them only where no
+detector found anything, at low confidence, and quotes the lines. Network words count only beside
+failure words (every healthy NCCL log says ``NET/IB : Using [0]mlx5_0:1/IB``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hangscope.model import LogEvent
+from hangscope.sources.logs.common import decode, make_event, parse_line
+from hangscope.sources.logs.normalize import normalize
+from hangscope.sources.logs.progress import MAX_LINE, tail_lines
+
+MAX_CUES = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Cue:
+    name: str
+    suggests: str  # a Kind value
+    role: str  # cause | echo | symptom
+    pattern: re.Pattern[str]
+    needs: re.Pattern[str] | None = None  # a second pattern the line must also match
+    unless: re.Pattern[str] | None = None  # and one it must not
+
+
+_FAIL = re.compile(r"(?i)\b(?:warn(?:ing)?|error|errno|fail(?:ed|ure|s)?|refused|unreachable|timed out|abort(?:ed|ing)?|"
+                   r"retr(?:y|ies)|exceeded|(?:is |went |link )down|lost|reset|unable|cannot|could not|fatal|degraded)\b")
+_INFO = re.compile(r"\bN?CCL INFO\b")  # NCCL reports a failure as WARN; INFO lines describe set-up
+# torch aborts a rank whose collective timed out (SIGABRT on the watchdog's line): the abort is
+# the timeout's consequence, read as the timeout
+_AFTER_TIMEOUT = re.compile(r"(?i)Watchdog caught|timed[ -]out|timing out|Timeout at NCCL|collective operation timeout")
+_DIST = re.compile(r"(?i)all[_-]?reduce|all[_-]?gather|reduce[_-]?scatter|broadcast|barrier|all[_-]?to[_-]?all|"
+                   r"collective|\bnccl|\bgloo|\brccl|\bhccl|\brank|process[_ ]group|c10d|distributed|\bddp\b|fsdp|deepspeed|megatron")
+
+# Order matters only for the name a line is filed under: one line gives one cue, the first that
+# matches. Kinds are weighed in analysis/detectors/weak_cues.py.
+CUES: tuple[Cue, ...] = (
+    Cue("out-of-memory", "rank_oom", "cause", re.compile(
+        r"(?i)out of memory|OutOfMemoryError|\bOOM[- ]?kill|OOMKilled|\boom_kill|Out of memory: Kill(?:ed)? process|"
+        r"memory cgroup out of memory|std::bad_alloc|Cannot allocate memory|CUBLAS_STATUS_ALLOC_FAILED|"
+        r"\bOOM\b(?! score)|exceeded (?:its |the )?memory limit|Memory limit exceeded")),
+    Cue("gpu-fault", "rank_died", "cause", re.compile(
+        r"(?i)illegal memory access|device-side assert|unspecified launch failure|uncorrectable ECC|"
+        r"GPU (?:has )?fallen off the bus|\bXid\b(?: \(PCI:[0-9a-fA-F:.]+\))?[^0-9]{0,8}(?:13|31|43|48|62|63|64|79|92|94|95|119|120)\b|"
+        r"CUDA error: (?!out of memory)|cudaError\w*|ncclUnhandledCudaError|CUDA driver error")),
+    # (not ibv_get_async_event: NCCL's async-event reader failing is an echo, see nccl_debug.py)
+    Cue("fabric-fault", "network_fault", "cause", re.compile(
+        r"(?i)\bXid\b(?: \(PCI:[0-9a-fA-F:.]+\))?[^0-9]{0,8}(?:74|144|145|146|147|148|149|150|154)\b|NVLink (?:error|fault|down|inactive)|"
+        r"transport retry counter exceeded|IBV_WC_\w+(?<!SUCCESS)|\bibv_(?!get_async_event)\w+ (?:failed|error)|"
+        r"RDMA (?:error|failure)|port \d+ (?:is )?down|link (?:is )?down|NIC (?:error|failure|down)|"
+        r"ncclSystemError|unhandled system error|fi_\w+ (?:failed|error)|libfabric.*(?:error|fail)|"
+        r"No route to host|Network is unreachable|EHOSTUNREACH|ENETUNREACH|"
+        r"socket (?:connect|poll|recv|send)\w* (?:to .* )?(?:failed|error|timed out)")),
+    Cue("network-words", "network_fault", "cause", re.compile(
+        r"(?i)\bNET/(?:IB|OFI|Socket|Plugin)\b|\bib(?:v|verbs)\b|\bmlx5|\bRoCE\b|\bEFA\b|\binfiniband\b|\bGDR\b|"
+        r"gdrcopy|\bsocket\b|\bNCCL_SOCKET_IFNAME|\bNCCL_IB_\w+|\binterface\b|\bnetwork\b"), _FAIL, _INFO),
+    Cue("peer-gone", "rank_died", "echo", re.compile(
+        r"(?i)Connection (?:closed|reset) by (?:remote )?peer|ncclRemoteError|remote process exited|"
+        r"peer (?:process )?(?:\w+ )?(?:closed|died|exited|hung up|disconnected)|Broken pipe|EPIPE|"
+        r"ECONNRESET|lost connection to|other side closed|worker \w+ (?:has )?(?:died|disconnected|exited)")),
+    Cue("data-loading", "dataloader_stall", "cause", re.compile(
+        r"(?i)DataLoader worker|DataLoader timed out|dataloader.{0,40}(?:timeout|timed out|hang|stuck|slow|deadlock)|"
+        r"_try_get_data|pin_memory_thread|_MultiProcessingDataLoaderIter|worker_loop|data ?loader.{0,20}exited")),
+    # SIGABRT is also how torch ends a rank whose collective timed out (and how a launcher
+    # reports it: exitcode -6): a death, but one a wait may have caused
+    Cue("abort", "rank_died", "cause", re.compile(
+        r"(?i)SIGABRT|Signal 6\b|\bAborted\b|exit ?code\s*[:=]?\s*-6\b|exited with (?:exit )?(?:code|status)\s*[:=]?\s*-6\b|"
+        r"(?:exit|return) (?:code|status)\s*[:=]?\s*134\b|terminate called (?:after throwing|without an active exception)"),
+        unless=_AFTER_TIMEOUT),
+    Cue("signal-death", "rank_died", "cause", re.compile(
+        r"(?i)Segmentation fault|SIGSEGV|SIGABRT|SIGBUS|SIGILL|SIGFPE|SIGKILL|\bcore dumped\b|Fatal Python error|"
+        r"terminate called (?:after throwing|without an active exception)|\bAborted\b|"
+        r"(?:killed|terminated) by signal|exited on signal|received signal|Signal \d+ \(SIG\w+\)|"
+        r"exit ?code\s*[:=]?\s*-\d+|exited with (?:exit )?(?:code|status)\s*[:=]?\s*-\d+|"
+        r"(?:exit|return) (?:code|status)\s*[:=]?\s*(?:13[4-9]|-\d+)\b|"
+        r"process \d+ (?:died|was killed)|(?:rank|worker|process|node) \d+ (?:died|crashed|was killed|is dead)"),
+        unless=_AFTER_TIMEOUT),
+    Cue("exit-nonzero", "rank_died", "cause", re.compile(
+        r"(?i)exited with (?:exit )?(?:code|status)\s*[:=]?\s*[1-9]\d*|(?:exit|return) (?:code|status)\s*[:=]?\s*[1-9]\d*\b|"
+        r"exitcode\s*:\s*[1-9]\d*|ChildFailedError|Killing subprocess|exited unexpectedly|"
+        r"Unhandled exception|Traceback \(most recent call last\)")),
+    Cue("init", "init_hang", "cause", re.compile(
+        r"(?i)Timed out initializing process group|store[_ ]based[_ ]barrier|Waiting in store based barrier|"
+        r"Rendezvous(?:Timeout|Closed|Connection)Error|DistNetworkError|DistStoreError|TCPStore|"
+        r"rendezvous.{0,60}(?:timeout|timed out|fail|waiting|hang|stuck)|"
+        r"init_process_group.{0,80}(?:hang|stuck|timed out|never|blocks)|"
+        r"(?:hang|stuck|blocks|waiting)\w*.{0,40}init_process_group|"
+        r"client socket has timed out|Socket Timeout|ncclCommInitRank.{0,40}(?:fail|hang|stuck|timeout)|"
+        r"waiting for (?:all |the other |other )?(?:ranks|workers|nodes|processes) to (?:join|connect|start)")),
+    Cue("mismatch-words", "collective_mismatch", "cause", re.compile(
+        r"(?i)\bmismatch(?:ed)?\b|do(?:es)?(?: not|n't) match|different (?:shape|size|dtype|number of|order|sequence)|"
+        r"inconsistent|unequal|uneven|sizes? differ|expected .{0,40} but (?:got|received)|"
+        r"wrong (?:size|shape|number)"), _DIST),
+    Cue("p2p-words", "p2p_deadlock", "cause", re.compile(
+        r"(?i)\b(?:isend|irecv|send|recv|batch_isend_irecv|p2p|point-to-point|send/recv|SendRecv)\b.{0,80}"
+        r"(?:deadlock|hang|hangs|stuck|blocks forever|never (?:returns|completes))|"
+        r"(?:deadlock|hang|hangs|stuck).{0,80}\b(?:isend|irecv|send|recv|batch_isend_irecv|p2p|point-to-point)\b")),
+    Cue("thread-deadlock", "python_deadlock", "cause", re.compile(
+        r"(?i)\bdeadlock\w*.{0,60}\b(?:thread|lock|mutex|GIL|threading)\b|"
+        r"\b(?:thread|lock|mutex|GIL)\b.{0,60}\bdeadlock")),
+    Cue("slow-words", "straggler", "cause", re.compile(
+        r"(?i)\bstraggl\w*|slow(?:er|ness|down)? (?:rank|node|gpu|worker|host|iteration|step|training)|"
+        r"(?:throughput|speed|performance|TFLOPS|MFU) (?:drop|degrad|decreas)\w*|much slower|"
+        r"(?:iteration|step) time (?:increas|grow|jump)\w*")),
+    Cue("version-skew", "config_skew", "cause", re.compile(
+        r"(?i)version mismatch|mismatched versions?|different versions? of|versions? (?:differ|do not match)|"
+        r"incompatible (?:version|NCCL|driver|CUDA)")),
+    Cue("wait-timeout", "missing_rank", "symptom", re.compile(
+        r"(?i)Watchdog caught collective operation timeout|\btimed[ -]out\b|Timeout(?:Error|Exception)|"
+        r"\btime ?outs?\b(?= (?:at|after|while|waiting|error|exceeded|expired|reached|occurred|happened)\b)|no progress|heartbeat (?:lost|timeout|missed)"), _DIST),
+)
+_PREFILTER = re.compile("|".join(f"(?:{cue.pattern.pattern.removeprefix('(?i)')})" for cue in CUES),
+                        re.IGNORECASE)
+_MSG_RANK = re.compile(r"(?i)\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\]?")
+
+
+def classify(body: str) -> Cue | None:
+    """The first cue ``body`` carries, or None."""
+    for cue in CUES:
+        if cue.pattern.search(body) and (cue.needs is None or cue.needs.search(body)) \
+                and (cue.unless is None or not cue.unless.search(body)):
+            return cue
+    return None
+
+
+def scan_cues(path: str, rank_hint: int | None = None) -> list[LogEvent]:
+    read = tail_lines(path, rank_hint)
+    if read is None:
+        return []
+    ctx, first_line, lines, skip = read
+    fixed = normalize(b"\n".join(lines))  # a cue cut by a terminal's wrap is rebuilt first
+    if fixed is not None:
+        lines, skip = fixed.data.split(b"\n"), set()
+    out: list[LogEvent] = []
+    for index, raw in enumerate(lines):
+        if index in skip:
+            continue
+        text = decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE)
+        if not _PREFILTER.search(text):
+            continue
+        number = first_line + (fixed.original_line(index + 1) - 1 if fixed else index)
+        line = parse_line(text, number, ctx)
+        cue = classify(line.body[:2000])
+        if cue is None:
+            continue
+        rank, source = line.rank, line.rank_source and "prefix"
+        if rank is None and (m := _MSG_RANK.search(line.body)):
+            rank, source = int(m.group("r")), "content"
+        fields: dict[str, str | int | float] = {"suggests": cue.suggests, "cue": cue.name,
+                                                "role": cue.role}
+        if rank is not None:
+            event = make_event("cue", line, ctx, "info", fields, rank=rank, rank_source=source)
+        else:
+            event = make_event("cue", line, ctx, "info", fields)
+        out.append(event)
+        if len(out) >= MAX_CUES:
+            break
+    return out

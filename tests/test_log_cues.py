@@ -1,0 +1,144 @@
+"""The last tier (rule ``cue-words``): words that point at a kind where no record was read whole.
+
+Each wording below is one that real software writes (the source is named beside it), not a line of
+a corpus log; the negatives are lines every healthy job prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hangscope.analysis.detectors.weak_cues import _culprits
+from hangscope.analysis.engine import analyze
+from hangscope.model import LogEvent
+from hangscope.options import LoadOptions
+from hangscope.sources.load import load_paths
+from hangscope.sources.logs.cues import classify
+
+
+@pytest.mark.parametrize(("line", "kind"), [
+    # Linux kernel OOM killer (mm/oom_kill.c)
+    ("Out of memory: Killed process 4121 (python) total-vm:98765kB, anon-rss:8765kB", "rank_oom"),
+    # Kubernetes pod status
+    ("Last State: Terminated  Reason: OOMKilled  Exit Code: 137", "rank_oom"),
+    # glog's failure signal handler (used by torch's c10 and many C++ extensions)
+    ("*** SIGSEGV (@0x0) received by PID 7 (TID 0x7f2b) from PID 0; stack trace: ***", "rank_died"),
+    # Open MPI's launcher
+    ("mpirun noticed that process rank 3 with PID 0 on node n1 exited on signal 9 (Killed).",
+     "rank_died"),
+    # torch elastic's ChildFailedError table
+    ("  exitcode  : -11 (pid: 4242)", "rank_died"),
+    # the CUDA runtime through torch
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", "rank_died"),
+    # NVRM kernel log: NVLink errors are the fabric's
+    ("NVRM: Xid (PCI:0000:18:00): 74, pid=1234, NVLink: fatal error detected on link 3",
+     "network_fault"),
+    # NCCL's IB transport (net_ib.cc)
+    ("host:1:2 [3] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1234> with status="
+     "IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0 vendor err 129 localGid ::ffff:10.0.0.1", "network_fault"),
+    # torch's DataLoader (torch/utils/data/dataloader.py)
+    ("RuntimeError: DataLoader timed out after 600 seconds", "dataloader_stall"),
+    ("RuntimeError: DataLoader worker (pid(s) 4512) exited unexpectedly", "dataloader_stall"),
+    # c10d's store and rendezvous
+    ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 "
+     "clients joined.", "init_hang"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", "init_hang"),
+    # gloo's transport when the other side went away (the peer died, not this rank)
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by "
+     "peer [10.1.1.1]:5050", "rank_died"),
+    # a watchdog line cut short by a paste, with the abort that follows it: read as the timeout
+    ("[rank2]:[E] Watchdog caught collective operation timeout: WorkNCCL(...) ran for 600005 "
+     "milliseconds before timing out. -> Signal 6 (SIGABRT)", "missing_rank"),
+])
+def test_a_wording_points_at_its_kind(line: str, kind: str) -> None:
+    cue = classify(line)
+    assert cue is not None and cue.suggests == kind, cue
+
+
+@pytest.mark.parametrize("line", [
+    "host:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.1<0>",
+    "host:1:1 [0] NCCL INFO NET/Plugin: Failed to find ncclCollNetPlugin_v4 symbol.",
+    "init_process_group(backend='nccl', timeout=timedelta(seconds=1800))",
+    "epoch 3 step 120/500 loss 0.412 lr 3e-4",
+    "NCCL_IB_TIMEOUT set by environment to 22.",
+])
+def test_lines_every_healthy_job_prints_are_no_cue(line: str) -> None:
+    assert classify(line) is None
+
+
+def _verdict(tmp_path: Path, text: str):
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    verdict, _ = analyze(load_paths([str(log)], LoadOptions())[0])
+    return verdict
+
+
+def test_the_strongest_cue_names_the_kind_and_the_rank(tmp_path: Path) -> None:
+    # GIVEN a launcher's wording no family parser reads: rank 2 killed by the OOM killer, the
+    # other ranks exiting after it
+    verdict = _verdict(tmp_path, "\n".join([
+        "[rank0]: step 10 loss 1.0", "[rank1]: step 10 loss 1.0", "[rank2]: step 10 loss 1.0",
+        "[rank2]: launcher: worker ran out of memory, exit code 137",
+        "[rank0]: exited with code 1", "[rank1]: exited with code 1", ""]))
+    root = verdict.root
+    assert root is not None and root.kind.value == "rank_oom"
+    assert root.culprit_ranks == [2]
+    assert root.confidence < 0.5 and "cue-words" in root.summary
+    assert root.evidence and root.evidence[0].where.endswith(":4")
+
+
+def test_a_warning_the_job_went_on_after_is_no_fault(tmp_path: Path) -> None:
+    # GIVEN a network warning, then steps that go on
+    verdict = _verdict(tmp_path, "\n".join([
+        "WARNING: socket send to 10.0.0.2:29500 failed (errno 104), retrying",
+        "step 1 loss 0.9", "step 2 loss 0.8", "step 3 loss 0.7", ""]))
+    assert verdict.root is None
+
+
+def test_sole_peer_names_the_other_rank_of_two() -> None:
+    # rank 1 of two says its peer went away: the culprit is rank 0, never rank 1 itself
+    line = LogEvent(kind="cue", message="Connection closed by peer", path="x.log", line_no=3,
+                    rank=1, fields={"cue": "peer-gone"})
+    assert _culprits("peer-gone", [line], {0, 1}) == ([0], "sole-peer")
+    assert _culprits("peer-gone", [line], {0, 1, 2}) == ([], None)  # which peer, it does not say
+
+
+def test_a_cue_never_outranks_a_finding_read_in_full(tmp_path: Path) -> None:
+    # GIVEN a watchdog timeout torch writes whole, and a Traceback line beside it
+    verdict = _verdict(tmp_path, "\n".join([
+        "[rank1]:[E ProcessGroupNCCL.cpp:1575] [PG 0 (default_pg) Rank 1] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.",
+        "[rank1]: Traceback (most recent call last):", ""]))
+    assert all("cue-words" not in f.summary for f in verdict.findings)
+
+
+def test_a_cause_comes_before_a_wait_no_record_names(tmp_path: Path) -> None:
+    # GIVEN watchdog timeouts that name no culprit, and a pod OOM-killed that no rank claims
+    verdict = _verdict(tmp_path, "\n".join([
+        "[rank0]:[E ProcessGroupNCCL.cpp:1575] [PG 0 (default_pg) Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.",
+        "[rank1]:[E ProcessGroupNCCL.cpp:1575] [PG 0 (default_pg) Rank 1] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.",
+        "pod trainer-worker-3 terminated: Reason: OOMKilled", ""]))
+    kinds = [f.kind.value for f in verdict.findings]
+    # THEN the OOM is the root: it explains the wait
+    assert kinds[:1] == ["rank_oom"], kinds
+    assert "cause-over-symptom" in verdict.findings[0].summary
+
+
+def test_an_abort_does_not_explain_a_wait(tmp_path: Path) -> None:
+    # GIVEN the same timeouts and torchrun's report that a worker ended on SIGABRT (what torch
+    # does to a rank whose collective timed out)
+    verdict = _verdict(tmp_path, "\n".join([
+        "[rank0]:[E ProcessGroupNCCL.cpp:1575] [PG 0 (default_pg) Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.",
+        "[rank1]:[E ProcessGroupNCCL.cpp:1575] [PG 0 (default_pg) Rank 1] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.",
+        "launcher: worker process exited with exitcode -6", ""]))
+    assert verdict.findings and verdict.findings[0].kind.value != "rank_died"
