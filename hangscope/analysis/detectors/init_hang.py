@@ -87,8 +87,9 @@ def _never_completed(ctx: Context) -> list[Finding]:
                f"(bootstrap, network selection) on {len(hosts)} host(s) ({', '.join(hosts[:3])}"
                f"{', ...' if len(hosts) > 3 else ''}) and no process ever logged 'Init COMPLETE', "
                "an error or a step: setup never finished, waiting on a rank or a link these lines "
-               "do not name (or the paste was cut before the COMPLETE lines). Next: NCCL_DEBUG=INFO "
-               "NCCL_DEBUG_SUBSYS=INIT,NET on every node, and py-spy dump of a rank")
+               "do not name (or the paste was cut before the COMPLETE lines). Next: "
+               "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET on every node, and py-spy dump of a "
+               "rank")
     evidence = [EvidenceItem("log", e.rank, e.message.strip()[:300], e.where())
                 for e in setup[:3]]
     return [Finding(kind=Kind.INIT_HANG, culprit_ranks=[], waiting_ranks=[], confidence=0.4,

@@ -35,7 +35,6 @@ from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import ranks_phrase
 
-
 _AROUND = re.compile(r"Mismatched collective detected.*?around rank (?P<rank>\d+)")
 
 

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the docstring quotes raw log lines verbatim)
 """Lines that say a training run finished: the loop's own words, or its last epoch completed.
 
 Read from the log's tail (``progress.TAIL_BYTES``). ``run_finished`` events (fields ``how``: the
@@ -22,8 +23,8 @@ from __future__ import annotations
 import re
 
 from hangscope.model import LogEvent
-from hangscope.sources.logs.common import decode, make_event, parse_line
-from hangscope.sources.logs.progress import MAX_LINE, tail_lines
+from hangscope.sources.logs.common import make_event
+from hangscope.sources.logs.progress import tail_candidates
 
 _CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|successfully finished|epoch|\[=")
 _SAID = (
@@ -37,17 +38,13 @@ _FULL_BAR = re.compile(r"^(?P<n>\d+)/(?P=n) \[=+\]")
 
 
 def scan_finish(path: str, rank_hint: int | None = None) -> list[LogEvent]:
-    read = tail_lines(path, rank_hint)
+    read = tail_candidates(path, rank_hint, _CANDIDATE)
     if read is None:
         return []
-    ctx, first_line, lines, _ = read
+    ctx, lines = read
     events = []
     last_epoch = False
-    for index, raw in enumerate(lines):
-        if not _CANDIDATE.search(raw[:MAX_LINE]):
-            continue
-        text = raw.rstrip(b"\r").split(b"\r")[-1]
-        line = parse_line(decode(text, MAX_LINE), first_line + index, ctx)
+    for line in lines:
         body = line.body.strip()
         how = next((name for name, pattern in _SAID if pattern.search(body)), None)
         if how is None and _LAST_EPOCH.match(body):

@@ -13,9 +13,9 @@ from __future__ import annotations
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, LogEvent
 from hangscope.sources.logs.collective_lines import scan_collective_lines
+from hangscope.sources.logs.cues import scan_cues
 from hangscope.sources.logs.finish import scan_finish
 from hangscope.sources.logs.marks import scan_marks
-from hangscope.sources.logs.cues import scan_cues
 from hangscope.sources.logs.progress import scan_progress
 from hangscope.sources.logs.scan import scan_log
 from hangscope.sources.logs.sizes import scan_sizes

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the docstring quotes raw log lines verbatim)
 """Marks: a user's own prints on either side of a call, naming the rank that printed them.
 
 People who debug a hang bracket the call they suspect with prints (``before 1 - {...}`` /
@@ -26,8 +27,8 @@ from __future__ import annotations
 import re
 
 from hangscope.model import LogEvent
-from hangscope.sources.logs.common import decode, make_event, parse_line
-from hangscope.sources.logs.progress import MAX_LINE, tail_lines
+from hangscope.sources.logs.common import make_event
+from hangscope.sources.logs.progress import tail_candidates
 
 _CANDIDATE = re.compile(rb"(?i)before|after")
 _RANK = r"(?:rank|RANK|Rank)\s*[=:#]?\s*(?P<r{n}>\d{{1,5}})\b"
@@ -45,16 +46,12 @@ _WORDS = re.compile(r"[A-Za-z_][A-Za-z_.]*")
 
 
 def scan_marks(path: str, rank_hint: int | None = None) -> list[LogEvent]:
-    read = tail_lines(path, rank_hint)
+    read = tail_candidates(path, rank_hint, _CANDIDATE)
     if read is None:
         return []
-    ctx, first_line, lines, _ = read
+    ctx, lines = read
     events = []
-    for index, raw in enumerate(lines):
-        if not _CANDIDATE.search(raw[:200]):
-            continue
-        line = parse_line(decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE), first_line + index,
-                          ctx)
+    for line in lines:
         body = line.body.strip()
         for pattern in _MARKS:
             m = pattern.match(body)

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 
 from hangscope.model import LogEvent
-from hangscope.sources.logs.common import Line, decode, make_event, parse_line
-from hangscope.sources.logs.progress import MAX_LINE, tail_lines
+from hangscope.sources.logs.common import Line, make_event
+from hangscope.sources.logs.progress import tail_candidates
 
 MAX_VALUES = 64
 _CANDIDATE = re.compile(rb"(?i)took|/step|s/it")
@@ -36,16 +36,12 @@ _WORDINGS = (
 
 
 def scan_step_times(path: str, rank_hint: int | None = None) -> list[LogEvent]:
-    read = tail_lines(path, rank_hint)
+    read = tail_candidates(path, rank_hint, _CANDIDATE)
     if read is None:
         return []
-    ctx, first_line, lines, skip = read
+    ctx, lines = read
     series: dict[tuple[object, object, str], tuple[Line, list[float], int]] = {}
-    for index, raw in enumerate(lines):
-        if index in skip or not _CANDIDATE.search(raw[:MAX_LINE]):
-            continue
-        text = raw.rstrip(b"\r").split(b"\r")[-1]
-        line = parse_line(decode(text, MAX_LINE), first_line + index, ctx)
+    for line in lines:
         for key, pattern in _WORDINGS:
             m = pattern.search(line.body)
             if m is None:
