@@ -54,6 +54,7 @@ COMMON_WIDTHS = frozenset((72, 76, 78, 79, 80, 100, 110, 119, 120, 128, 132, 140
 
 _ANSI = re.compile(ANSI_PATTERN.encode())
 _PADDING = re.compile(r"(?<=\S) {8,}(?=\S)")
+_PADDING_BYTES = re.compile(rb"(?<=\S) {8,}(?=\S)")
 PAD_RUN = b" " * 8
 
 # Heads a tool puts before every line of what it relays, naming no rank: pytest's failure output
@@ -130,7 +131,7 @@ def normalize(raw: bytes) -> Normalized | None:
     physical = data.split(b"\n")
     text = [p.decode("utf-8", errors="replace") for p in physical[:HEAD_SAMPLE * 4]]
     head = _head_of(text)
-    if PAD_RUN in data and (unpadded := _unpad(physical, head)) is not None:
+    if PAD_RUN in data and (unpadded := _unpad(physical, data, head)) is not None:
         physical = unpadded
         data = b"\n".join(physical)
     ascii_only = data.isascii()
@@ -206,15 +207,21 @@ def _continues(before: str, after: str) -> bool:
     return head < 4 or before[:head] != after[:head]
 
 
-def _unpad(physical: list[bytes], head: tuple[str, re.Pattern[str]] | None) -> list[bytes] | None:
+def _unpad(physical: list[bytes], data: bytes,
+           head: tuple[str, re.Pattern[str]] | None) -> list[bytes] | None:
     """The lines with screen-row padding taken out of wrapped lines, or None when no line has it
     (see the module docstring). Columns count from after the paste's head (pytest's ``E   ``...),
-    which the tool that relayed the lines added after the screen was copied."""
+    which the tool that relayed the lines added after the screen was copied. The runs are found
+    by one regex over the whole text (C speed); only lines holding one are looked at."""
     runs: dict[int, list[tuple[int, int, re.Match[str]]]] = {}
-    for index, raw in enumerate(physical):
-        if PAD_RUN not in raw:
-            continue
-        line = raw.decode("utf-8", errors="replace")
+    index, at, looked = 0, 0, -1
+    for hit in _PADDING_BYTES.finditer(data):
+        index += data.count(b"\n", at, hit.start())
+        at = hit.start()
+        if index == looked:
+            continue  # one run per line: its first
+        looked = index
+        line = physical[index].decode("utf-8", errors="replace")
         lead = m.end() if head is not None and (m := head[1].match(line)) is not None else 0
         pad = _PADDING.search(line, lead)
         if pad is not None:
