@@ -18,6 +18,9 @@ from hangscope.sources.logs.cues import classify
 
 
 @pytest.mark.parametrize(("line", "kind"), [
+    # NCCL init.cc's ncclInvalidUsage check
+    ("host:2987:3398 [0] init.cc:497 NCCL WARN Duplicate GPU detected : rank 2 and rank 0 both "
+     "on CUDA device 1000", "config_skew"),
     # Linux kernel OOM killer (mm/oom_kill.c)
     ("Out of memory: Killed process 4121 (python) total-vm:98765kB, anon-rss:8765kB", "rank_oom"),
     # Kubernetes pod status
@@ -37,6 +40,12 @@ from hangscope.sources.logs.cues import classify
     # NCCL's IB transport (net_ib.cc)
     ("host:1:2 [3] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1234> with status="
      "IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0 vendor err 129 localGid ::ffff:10.0.0.1", "network_fault"),
+    # NCCL's IB transport of 2.19+ (net_ib.cc), any plugin that copies its wording
+    ("NET/IB : Got completion from peer 10.0.0.2<5000> with status=12 opcode=0 len=0 vendor err "
+     "129 (Send)", "network_fault"),
+    # torch's heartbeat monitor (ProcessGroupNCCL.cpp)
+    ("[PG ID 0 PG GUID 0(default_pg) Rank 0] ProcessGroupNCCL's watchdog got stuck for 480 "
+     "seconds without making progress in monitoring enqueued collectives.", "python_deadlock"),
     # torch's DataLoader (torch/utils/data/dataloader.py)
     ("RuntimeError: DataLoader timed out after 600 seconds", "dataloader_stall"),
     ("RuntimeError: DataLoader worker (pid(s) 4512) exited unexpectedly", "dataloader_stall"),

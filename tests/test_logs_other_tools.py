@@ -148,3 +148,37 @@ def test_heads_before_the_process_prefix() -> None:
     assert (line.rank, line.body) == (3, "RuntimeError: boom")
     line = parse_line("loss | 0.5", 1, ctx)  # a plain word before a pipe is not a head
     assert line.body == "loss | 0.5"
+
+
+def _timeouts(ranks: list[int], op: str = "ALLREDUCE", seq: int = 4178) -> str:
+    """torch <= 2.3's watchdog line (ProcessGroupNCCL.cpp) for each of ``ranks``."""
+    return "".join(f"[E ProcessGroupNCCL.cpp:821] [Rank {r}] Watchdog caught collective operation "
+                   f"timeout: WorkNCCL(SeqNum={seq}, OpType={op}, Timeout(ms)=1800000) ran for "
+                   f"18033{r}0 milliseconds before timing out.\n" for r in ranks)
+
+
+def test_rank0_silent_names_rank_0(tmp_path: Path) -> None:
+    # GIVEN every rank but 0 timing out in one all_reduce, and rank 0 saying nothing
+    assert _verdict(tmp_path, "Evaluating the results...\n" + _timeouts([3, 1, 2])) == \
+        ("missing_rank", [0])
+    # one rank's paste names nobody: it is the commonest paste there is
+    assert _verdict(tmp_path, _timeouts([1])) == ("missing_rank", [])
+    # rank 0 timed out too: it was in the collective
+    assert _verdict(tmp_path, _timeouts([0, 1, 2]))[1] != [0]
+    # a gap in the waiting ranks (rank 2 said nothing either): not rank 0 alone
+    assert _verdict(tmp_path, _timeouts([1, 3]))[1] != [0]
+    # two different collectives: not one the others wait in
+    two = _timeouts([1]) + _timeouts([2], op="BROADCAST", seq=4179)
+    assert _verdict(tmp_path, two)[1] != [0]
+
+
+def test_the_peer_side_of_a_monitored_barrier(tmp_path: Path) -> None:
+    # ProcessGroupGloo.cpp's message on a non-zero rank whose barrier recv from rank 0 failed
+    peer = ("RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors "
+            "while waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n")
+    (found,) = _events(peer, "monitored_barrier_failure")
+    assert (found["rank"], found["failed_ranks"], found["peer_side"]) == (1, "0", 1)
+    assert _verdict(tmp_path, peer) == ("missing_rank", [0])
+    # beside rank 0's own report, which names who failed, the echo names nobody
+    own = "[E ProcessGroupGloo.cpp:138] [Rank 0]: Rank 2 failed to pass monitoredBarrier in 30000 ms\n"
+    assert _verdict(tmp_path, peer + own) == ("missing_rank", [2])

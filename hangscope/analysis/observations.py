@@ -99,6 +99,11 @@ def _pg_of(event: LogEvent, status_pg: dict[tuple[int | None, int | None], str])
     return status_pg.get((event.rank, seq), "") if seq is not None else ""
 
 
+# a non-zero rank's report that rank 0's monitored barrier failed ("received errors while waiting
+# for send/recv from rank 0"): it names rank 0, which only relayed who failed
+PEER_SIDE = "peer side of a monitored barrier"
+
+
 def log_observations(evidence: JobEvidence) -> list[Observation]:
     """Every collective observation the job's logs hold, duplicates (tee'd copies, repeats of
     one timeout inside the exception text) collapsed to their first line."""
@@ -110,7 +115,12 @@ def log_observations(evidence: JobEvidence) -> list[Observation]:
         for obs in _from_event(rank, event, status_pg):
             key = (obs.rank, obs.state, obs.numbering, obs.pg, obs.seq, obs.op, obs.reporter)
             found.setdefault(key, obs)
-    return list(found.values())
+    out = list(found.values())
+    if any(o.numbering == "barrier" and o.state == "never_joined" and o.detail != PEER_SIDE
+           for o in out):
+        # rank 0 names who failed its barrier; the others' "errors from rank 0" echo its report
+        out = [o for o in out if o.detail != PEER_SIDE]
+    return out
 
 
 def _from_event(rank: int | None, event: LogEvent,
@@ -141,7 +151,8 @@ def _from_event(rank: int | None, event: LogEvent,
         failed = _ranks(fields.get("failed_ranks"))
         out = [Observation(r, "never_joined", "barrier", str(fields.get("pg", "")), None,
                            "monitored_barrier", where, reporter=rank, time=event.time,
-                           timeout_ms=_int(fields.get("timeout_ms"))) for r in failed]
+                           timeout_ms=_int(fields.get("timeout_ms")),
+                           detail=PEER_SIDE if fields.get("peer_side") else "") for r in failed]
         if rank is not None and rank not in failed:
             out.append(Observation(rank, "timed_out", "barrier", str(fields.get("pg", "")), None,
                                    "monitored_barrier", where, time=event.time,

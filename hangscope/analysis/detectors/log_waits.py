@@ -38,7 +38,7 @@ def detect(ctx: Context) -> list[Finding]:
                    and o.numbering != "store" and o.rank not in waiting_named]
     if unexplained and not findings:
         findings.append(_silent(ctx, unexplained) or _root_absent(ctx, unexplained)
-                        or _unknown(ctx, unexplained))
+                        or _rank0_silent(ctx, unexplained) or _unknown(ctx, unexplained))
     return findings
 
 
@@ -92,6 +92,38 @@ def _root_absent(ctx: Context, seen: list[Observation]) -> Finding | None:
                    collective=CollectiveRef(pg=first.pg or None, seq=first.seq, op=first.op,
                                             numbering=first.numbering),
                    measures={"rule": "broadcast-root-absent"})
+
+
+def _rank0_silent(ctx: Context, seen: list[Observation]) -> Finding | None:
+    """Rule ``rank0-silent``: every rank from 1 up to the highest that logged anything timed out
+    in one collective of the default group (or of none named), and rank 0 logged no wait: ranks
+    count from 0, so rank 0 exists and was not in that collective (a rank-0-only phase:
+    evaluation, a checkpoint, dataset preparation, logging). 0.4: rank 0's lines may just be
+    missing from the paste; two waiting ranks at least, since one rank's paste is the commonest
+    paste of all."""
+    waiting = sorted({o.rank for o in seen})
+    if 0 in waiting or ctx.picture.observed(0) or len(waiting) < 2 \
+            or waiting != list(range(1, max(_ranks_logged(ctx) | set(waiting)) + 1)):
+        return None
+    spots = {(o.op.lower(), o.seq) for o in seen}
+    if len(spots) != 1 or not all(o.pg in ("", "0", "0:default_pg") for o in seen):
+        return None
+    first = min(seen, key=lambda o: o.where)
+    summary = (f"rule rank0-silent: {ranks_phrase(waiting)} {first.describe()}, every rank but "
+               "rank 0 timed out in it, and rank 0 logged no wait of its own: rank 0 was likely "
+               "elsewhere (a rank-0-only phase such as evaluation, a checkpoint save or dataset "
+               "preparation) while the others waited for it")
+    return Finding(kind=Kind.MISSING_RANK, culprit_ranks=[0], waiting_ranks=waiting,
+                   confidence=0.4, summary=summary,
+                   evidence=[_item(o) for o in _one_per_rank(seen)[:4]],
+                   collective=CollectiveRef(pg=first.pg or None, seq=first.seq, op=first.op,
+                                            numbering=first.numbering),
+                   measures={"rule": "rank0-silent"})
+
+
+def _ranks_logged(ctx: Context) -> set[int]:
+    ranks = {r for r, ev in ctx.evidence.ranks.items() if ev.logs}
+    return ranks | {e.rank for e in ctx.evidence.unattributed_logs if e.rank is not None}
 
 
 def _named(ctx: Context) -> list[Finding]:

@@ -30,12 +30,15 @@ CONFIDENCE = 0.3
 # outweighs the exits and timeouts it brings; a named place (a DataLoader, init) outweighs a
 # generic exit.
 STRENGTH = {
+    "duplicate-gpu": 11,
     "out-of-memory": 10, "gpu-fault": 9, "fabric-fault": 8, "signal-death": 7, "abort": 6.5,
     "data-loading": 6,
-    "init": 5.5, "p2p-words": 5, "thread-deadlock": 5, "mismatch-words": 4, "version-skew": 4,
+    "init": 5.5, "p2p-words": 5, "thread-deadlock": 5, "watchdog-stuck": 5, "mismatch-words": 4,
+    "version-skew": 4,
     "network-words": 4, "peer-gone": 3, "slow-words": 3, "exit-nonzero": 2.5, "wait-timeout": 1,
 }
 BASIS = {
+    "duplicate-gpu": "two ranks were placed on one GPU (a launch setting wrong on some processes)",
     "out-of-memory": "a process ran out of memory",
     "gpu-fault": "a GPU or CUDA fault stopped a process",
     "fabric-fault": "the interconnect failed (NVLink, InfiniBand or the network)",
@@ -45,6 +48,8 @@ BASIS = {
     "init": "process-group set-up (rendezvous, store, init) did not complete",
     "p2p-words": "point-to-point sends and receives hang",
     "thread-deadlock": "threads deadlock on a lock",
+    "watchdog-stuck": ("torch's watchdog thread itself is blocked (another thread holding the GIL "
+                       "or a CUDA call that hangs)"),
     "mismatch-words": "ranks disagree on what they run (a mismatch)",
     "version-skew": "versions differ between processes",
     "network-words": "a network operation failed",

@@ -54,6 +54,10 @@ CUES: tuple[Cue, ...] = (
         r"(?i)out of memory|OutOfMemoryError|\bOOM[- ]?kill|OOMKilled|\boom_kill|Out of memory: Kill(?:ed)? process|"
         r"memory cgroup out of memory|std::bad_alloc|Cannot allocate memory|CUBLAS_STATUS_ALLOC_FAILED|"
         r"\bOOM\b(?! score)|exceeded (?:its |the )?memory limit|Memory limit exceeded")),
+    # NCCL's init.cc (ncclInvalidUsage): two ranks were given one GPU, a launch setting (device
+    # index hard-coded, CUDA_VISIBLE_DEVICES, local rank) wrong on some processes
+    Cue("duplicate-gpu", "config_skew", "cause", re.compile(
+        r"(?i)Duplicate GPU detected|both on CUDA device|same (?:GPU|CUDA device) (?:for|by) (?:two|multiple|several) (?:ranks|processes)")),
     Cue("gpu-fault", "rank_died", "cause", re.compile(
         r"(?i)illegal memory access|device-side assert|unspecified launch failure|uncorrectable ECC|"
         r"GPU (?:has )?fallen off the bus|\bXid\b(?: \(PCI:[0-9a-fA-F:.]+\))?[^0-9]{0,8}(?:13|31|43|48|62|63|64|79|92|94|95|119|120)\b|"
@@ -62,6 +66,7 @@ CUES: tuple[Cue, ...] = (
     Cue("fabric-fault", "network_fault", "cause", re.compile(
         r"(?i)\bXid\b(?: \(PCI:[0-9a-fA-F:.]+\))?[^0-9]{0,8}(?:74|144|145|146|147|148|149|150|154)\b|NVLink (?:error|fault|down|inactive)|"
         r"transport retry counter exceeded|IBV_WC_\w+(?<!SUCCESS)|\bibv_(?!get_async_event)\w+ (?:failed|error)|"
+        r"Got completion (?:from peer \S+ )?with (?:status|error)\s*[=:]?\s*(?!0\b)\d+|"
         r"RDMA (?:error|failure)|port \d+ (?:is )?down|link (?:is )?down|NIC (?:error|failure|down)|"
         r"ncclSystemError|unhandled system error|fi_\w+ (?:failed|error)|libfabric.*(?:error|fail)|"
         r"No route to host|Network is unreachable|EHOSTUNREACH|ENETUNREACH|"
@@ -110,6 +115,11 @@ CUES: tuple[Cue, ...] = (
         r"(?i)\b(?:isend|irecv|send|recv|batch_isend_irecv|p2p|point-to-point|send/recv|SendRecv)\b.{0,80}"
         r"(?:deadlock|hang|hangs|stuck|blocks forever|never (?:returns|completes))|"
         r"(?:deadlock|hang|hangs|stuck).{0,80}\b(?:isend|irecv|send|recv|batch_isend_irecv|p2p|point-to-point)\b")),
+    # torch's heartbeat monitor: the watchdog thread itself is blocked, "could be triggered by
+    # another thread holding the GIL inside a CUDA api ... or other deadlock-prone behaviors"
+    Cue("watchdog-stuck", "python_deadlock", "cause", re.compile(
+        r"(?i)watchdog (?:thread )?got stuck for|Heartbeat monitor timed out|"
+        r"watchdog (?:thread )?(?:is |was )?(?:hung|stuck|blocked)")),
     Cue("thread-deadlock", "python_deadlock", "cause", re.compile(
         r"(?i)\bdeadlock\w*.{0,60}\b(?:thread|lock|mutex|GIL|threading)\b|"
         r"\b(?:thread|lock|mutex|GIL)\b.{0,60}\bdeadlock")),

@@ -236,7 +236,8 @@ _BARRIER = re.compile(
 
 
 # A non-zero rank's side of the same barrier: it passed, and rank 0's send/recv failed.
-_BARRIER_PEER = re.compile(r"successfully reached monitoredBarrier, but received errors while "
+_BARRIER_PEER = re.compile(r"(?:Rank (?P<me>\d+) )?successfully reached monitoredBarrier, but "
+                           r"received errors while "
                            r"waiting for send/recv from rank (?P<ranks>\d+)")
 _BARRIER_MS = re.compile(r"Timed out waiting (\d+)ms")
 
@@ -257,6 +258,10 @@ def monitored_barrier(line: Line, ctx: Context, follow: Follow) -> list[LogEvent
                     fields["timeout_ms"] = int(ms.group(1))
                 break
     rank, source = _pg_fields(line, ctx, fields)
+    if m.re is _BARRIER_PEER:
+        fields["peer_side"] = 1  # a non-zero rank echoing that rank 0's barrier failed
+        if rank is None and m.group("me"):  # "Rank 1 successfully reached ...": its own rank
+            rank, source = int(m.group("me")), "content"
     return [make_event("monitored_barrier_failure", line, ctx, "error", fields, rank=rank,
                        rank_source=source)]
 
