@@ -392,3 +392,12 @@ def test_setup_that_completed_is_not(tmp_path: Path) -> None:
         verdict = _verdict(tmp_path / name, **{"nccl.log": SETUP + line})
         assert not any(f.measures.get("rule") == "nccl-init-never-completed"
                        for f in verdict.findings), name
+
+
+def test_one_process_setup_cut_short_is_not_an_init_hang(tmp_path: Path) -> None:
+    # a single-rank communicator's setup (socket transport, its ring only rank 0), pasted cut
+    one = ("71f4:6101:6101 [0] NCCL INFO NET/Socket : Using [0]eth0:172.17.0.2<0>\n"
+           "71f4:6101:6101 [0] NCCL INFO Using network Socket\n"
+           + "".join(f"71f4:6101:6320 [0] NCCL INFO Channel {c:02d}/32 :    0\n" for c in range(4)))
+    verdict = _verdict(tmp_path, **{"nccl.log": one})
+    assert not any(f.measures.get("rule") == "nccl-init-never-completed" for f in verdict.findings)

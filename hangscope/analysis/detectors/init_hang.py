@@ -28,8 +28,10 @@ Rule ``nccl-init-never-completed``: the logs show NCCL setting a communicator up
 bootstrap interface, network, plugin) and no process's ``Init COMPLETE``, no error, no timeout
 and no training step after. Basis: NCCL prints ``Init COMPLETE`` for every rank whose communicator
 is ready, and a job that hangs in communicator setup prints nothing more; no line says which rank
-or link it waits for, so no culprit (0.4). False positive: a paste cut before its COMPLETE lines
-(the finding says so).
+or link it waits for, so no culprit (0.4). Only where the lines show more than one process (two
+pids, or a process on GPU N > 0: one process per GPU means N + 1 local ranks): one process's
+setup has no peer to wait for, and is likelier an excerpt cut short. False positive: a paste cut
+before its COMPLETE lines (the finding says so).
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ def _never_completed(ctx: Context) -> list[Finding]:
             or e.severity in ("error", "fatal") or e.kind.startswith(("nccl_w", "nccl_t"))
             for e in every):
         return []
+    processes = {(e.fields.get("host"), e.fields.get("pid")) for e in setup}
+    if len(processes) < 2 and not any(int(e.fields.get("cuda_dev", 0)) > 0 for e in setup):
+        return []  # one process on GPU 0: no peer to wait for in its setup
     hosts = sorted({str(e.fields["host"]) for e in setup})
     summary = ("rule nccl-init-never-completed: NCCL's INFO lines show communicator setup "
                f"(bootstrap, network selection) on {len(hosts)} host(s) ({', '.join(hosts[:3])}"

@@ -74,7 +74,8 @@ def nccl_info(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         if m.group("level") != "INFO":
             return []
         body = m.group("msg").strip()
-        host_pid = {"host": m.group("host"), "pid": int(m.group("pid"))}
+        host_pid = {"host": m.group("host"), "pid": int(m.group("pid")),
+                    "cuda_dev": int(m.group("dev"))}
     pairs = _nccl_pairs(body)
     return [make_event(KIND, line, ctx, "info", {"key": key, "value": value, **host_pid})
             for key, value in pairs] + _loopback(line, ctx, body, host_pid)
