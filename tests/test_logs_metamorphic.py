@@ -131,6 +131,12 @@ DIFFERS: dict[tuple[str, str], str] = {
         "rank_died [] instead of missing_rank []: the posted line holds a Ray death and a watchdog record, one family per line; wrapped, the two land on separate lines and both are read",
     ("e_openrlhf_970_host_oom_killer_ray", "wrap200"):
         "missing_rank [0] instead of missing_rank []: wrapped, the status line naming PG 1 no longer sits beside the watchdog record, and broadcast-root-absent reads group rank 1 as global",
+    ("f_pytorch_33296_dataloader_timeout_azure_wrapped", "wrap80"):
+        "inconclusive instead of dataloader_stall []: the posted lines are a screen copy, each wrapped frame padded with blanks to 237 columns; re-wrapped, the padding becomes lines of blanks between the pieces and the frame 'dataloader.py ... in _try_get_data' is not rebuilt",
+    ("f_pytorch_33296_dataloader_timeout_azure_wrapped", "wrap120"):
+        "inconclusive instead of dataloader_stall []: as wrap80",
+    ("f_pytorch_33296_dataloader_timeout_azure_wrapped", "wrap200"):
+        "inconclusive instead of dataloader_stall []: as wrap80",
 }
 
 

@@ -44,7 +44,7 @@ class Failure:
     event: LogEvent
     # "oom" | "signal" | "exit" | "exception" | "thread_exception" | "transport" | "dataloader" |
     # "collective_error" | "dead" | "gpu" (a fault of the rank's GPU or of its GPU program: an
-    # NVRM Xid, a CUDA error)
+    # NVRM Xid, a CUDA error) | "nvlink" (an NVLink Xid: the link between GPUs failed)
     what: str
     detail: str = ""  # what the event says about this rank, where the event names several
 
@@ -70,7 +70,10 @@ def classify(event: LogEvent) -> str | None:
     if kind == "cuda_error":
         return "oom" if "out of memory" in str(event.fields.get("error", "")) else "gpu"
     if kind == "gpu_xid":
-        return "gpu" if event.fields.get("xid") != 45 else None
+        if event.fields.get("xid") == 45:
+            return None  # the driver's clean-up after a process ended: an echo
+        # rule nvlink-xid: an NVLink error is a fault of the fabric between GPUs, not of one rank
+        return "nvlink" if event.fields.get("nvlink") else "gpu"
     if kind == "gpu_fault":
         return "gpu"
     if kind == "traceback":

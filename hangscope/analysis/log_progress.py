@@ -160,6 +160,35 @@ def logs_advance(evidence: JobEvidence) -> str | None:
             "and stacks, to tell them apart")
 
 
+def logs_finished(evidence: JobEvidence) -> str | None:
+    """Rule ``run-finished``: where the logs are all there is, a note when one says the run
+    finished (``sources/logs/finish.py``: the trainer's own words, or the declared last epoch's
+    bar full) and nothing after it failed or timed out; else None. Basis: a loop that reached its
+    own end did not hang in training; a warning or error before that line is one the job
+    outlived, and a hang at teardown would show in a line after it (or in a log whose order
+    against it is unknown: that also keeps it from healthy)."""
+    every = [e for ev in evidence.ranks.values() for e in ev.logs] + evidence.unattributed_logs
+    done = [e for e in every if e.kind == "run_finished"]
+    if not done:
+        return None
+    finish = max(done, key=lambda e: (e.time or 0.0, e.line_no))
+    bad = [f.event for items in failures(evidence).values() for f in items]
+    bad += [e for e in every if e.kind in ECHO_KINDS or (e.kind == "traceback"
+                                                          and classify(e) is None)]
+    if any(not _before(e, finish) for e in bad):
+        return None
+    return (f"rule run-finished: the log says the run finished ({finish.message.strip()[:120]}, "
+            f"{finish.where()}) and nothing after it failed or timed out: the training loop "
+            "reached its end" + (f" ({len(bad)} earlier warning(s) or error(s) it outlived)"
+                                 if bad else ""))
+
+
+def _before(event: LogEvent, finish: LogEvent) -> bool:
+    if event.time is not None and finish.time is not None:
+        return event.time < finish.time
+    return event.path == finish.path and event.line_no < finish.line_no
+
+
 def describe_progress(event: LogEvent | None) -> str:
     """``step 41/600 (epoch 3)`` for a progress event."""
     if event is None:

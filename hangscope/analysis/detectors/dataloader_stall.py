@@ -63,6 +63,15 @@ def _from_logs(ctx: Context) -> list[Finding]:
         describe(e, 160) for e in events[:3])))
     evidence = [EvidenceItem("log", e.rank, describe(e), e.where()) for e in events[:6]]
     others = sorted(set(ctx.evidence.ranks) - set(culprits))
+    if all(e.kind == "dataloader_wait" for e in events):
+        # rule dataloader-wait-frames (sources/logs/traceback.py): the wait is seen, not its end
+        summary = (f"rule dataloader-wait-frames: {who} main process was waiting for a batch from "
+                   "its DataLoader workers when its traceback was printed (the paste ends before "
+                   "the exception): the input pipeline, not a collective, is where it stood; "
+                   "check the workers (py-spy dump of their pids, /dev/shm, the data source)")
+        return [Finding(kind=Kind.DATALOADER_STALL, culprit_ranks=culprits, waiting_ranks=others,
+                        confidence=0.55, summary=summary, evidence=evidence,
+                        measures={"rule": "dataloader-wait-frames"})]
     return [Finding(kind=Kind.DATALOADER_STALL, culprit_ranks=culprits, waiting_ranks=others,
                     confidence=0.8, summary=summary, evidence=evidence)]
 

@@ -23,6 +23,15 @@ Stacks of waiting ranks only (a gdb or py-spy paste of one process in ``TCPStore
 communicator creation, in DDP's constructor), with nobody else in the evidence: ``init_hang`` with
 no culprit (0.4), what the wait needs from the others, and which ranks' stacks to fetch. False
 positive: a store wait of a rank that was sampled while init was merely slow.
+
+Rule ``nccl-init-never-completed``: the logs show NCCL setting a communicator up (its INFO lines:
+bootstrap interface, network, plugin) and no process's ``Init COMPLETE``, no error, no timeout
+and no training step after. Basis: NCCL prints ``Init COMPLETE`` for every rank whose communicator
+is ready, and a job that hangs in communicator setup prints nothing more; no line says which rank
+or link it waits for, so no culprit (0.4). Only where the lines show more than one process (two
+pids, or a process on GPU N > 0: one process per GPU means N + 1 local ranks): one process's
+setup has no peer to wait for, and is likelier an excerpt cut short. False positive: a paste cut
+before its COMPLETE lines (the finding says so).
 """
 
 from __future__ import annotations
@@ -57,7 +66,40 @@ def detect(ctx: Context) -> list[Finding]:
                                 waiting_ranks=sorted(waiting), confidence=0.85,
                                 summary=summary, evidence=evidence,
                                 collective=CollectiveRef(pg=None, seq=None, op=reason.op)))
-    return findings or _group_creation(ctx) or _from_logs(ctx) or _lone(ctx)
+    return findings or _group_creation(ctx) or _from_logs(ctx) or _lone(ctx) \
+        or _never_completed(ctx)
+
+
+_SETUP_KEYS = ("nccl_bootstrap_if", "nccl_network", "nccl_net_devices")
+
+
+def _never_completed(ctx: Context) -> list[Finding]:
+    """Rule ``nccl-init-never-completed`` (module docstring)."""
+    every = [e for ev in ctx.evidence.ranks.values() for e in ev.logs]
+    every += ctx.evidence.unattributed_logs
+    setup = [e for e in every if e.kind == "runtime_config" and e.fields.get("host")
+             and e.fields.get("key") in _SETUP_KEYS]
+    if not setup or ctx.stacks or ctx.picture.dumps or any(
+            e.kind in ("nccl_device", "nccl_init_done", "progress", "run_finished")
+            or e.severity in ("error", "fatal") or e.kind.startswith(("nccl_w", "nccl_t"))
+            for e in every):
+        return []
+    processes = {(e.fields.get("host"), e.fields.get("pid")) for e in setup}
+    if len(processes) < 2 and not any(int(e.fields.get("cuda_dev", 0)) > 0 for e in setup):
+        return []  # one process on GPU 0: no peer to wait for in its setup
+    hosts = sorted({str(e.fields["host"]) for e in setup})
+    summary = ("rule nccl-init-never-completed: NCCL's INFO lines show communicator setup "
+               f"(bootstrap, network selection) on {len(hosts)} host(s) ({', '.join(hosts[:3])}"
+               f"{', ...' if len(hosts) > 3 else ''}) and no process ever logged 'Init COMPLETE', "
+               "an error or a step: setup never finished, waiting on a rank or a link these lines "
+               "do not name (or the paste was cut before the COMPLETE lines). Next: "
+               "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET on every node, and py-spy dump of a "
+               "rank")
+    evidence = [EvidenceItem("log", e.rank, e.message.strip()[:300], e.where())
+                for e in setup[:3]]
+    return [Finding(kind=Kind.INIT_HANG, culprit_ranks=[], waiting_ranks=[], confidence=0.4,
+                    summary=summary, evidence=evidence,
+                    measures={"rule": "nccl-init-never-completed"})]
 
 
 # process-group creation every rank of the job calls, in the same order (new_group and its

@@ -14,6 +14,15 @@ it is a finding of its own (``CONFIDENCE``) beside whatever the dumps and stacks
 moment, and it never clears a hang. Cites each compared rank's latest timing line.
 False positives: a rank that legitimately does more per step (rank 0 evaluating or logging) and
 times that extra work in the same field.
+
+Rule ``step-time-jump``: one stream's own series of step times (``sources/logs/step_times.py``:
+``Iteration took 32.7 s``, Keras' ``99ms/step``, tqdm's ``3.52s/it``) jumps and stays up: the
+median of its last third is at least ``SLOWDOWN`` times the median of its first third, and each of
+its last ``MIN_SAMPLES`` times is at least ``SEPARATION`` times that first median. Basis: a
+synchronous job runs at the pace of its slowest worker, so the whole job slowing down for good
+while it still moves is a straggler appearing (contention on a GPU, a throttled or shared device,
+a slower link); which worker, one stream's times cannot tell, so no culprit. 0.5. False positive:
+a loop that moved to costlier steps by design (a longer sequence length, an added eval).
 """
 
 from __future__ import annotations
@@ -34,6 +43,44 @@ MAX_CITED = 16
 
 
 def detect(ctx: Context) -> list[Finding]:
+    return _across_ranks(ctx) or _jump(ctx)
+
+
+def _jump(ctx: Context) -> list[Finding]:
+    """Rule ``step-time-jump`` (module docstring)."""
+    every = [e for r in ctx.evidence.ranks.values() for e in r.logs] + \
+        ctx.evidence.unattributed_logs
+    for event in every:
+        if event.kind != "step_times":
+            continue
+        values = [float(v) for v in str(event.fields.get("values", "")).split(",") if v]
+        if len(values) < 2 * MIN_SAMPLES:
+            continue
+        third = max(MIN_SAMPLES, len(values) // 3)
+        before, after = median(values[:third]), median(values[-third:])
+        if after < SLOWDOWN * before or min(values[-MIN_SAMPLES:]) < SEPARATION * before:
+            continue
+        start = next(i for i in range(len(values))
+                     if all(v >= SEPARATION * before for v in values[i:]))
+        factor = after / max(1e-9, before)
+        summary = (f"rule step-time-jump: the log's step times went from about "
+                   f"{_fmt(before / 1000, 's')} to {_fmt(after / 1000, 's')} per step "
+                   f"({factor:.1f}x) from its {start + 1}th timed line on, and stayed there while "
+                   "steps went on: a synchronous job runs at its slowest worker's pace, so a "
+                   "straggler appeared (a GPU shared with another job, throttling, a slower "
+                   "link); these times do not say which worker: compare the ranks' own compute "
+                   "times or `hangscope attach` the live job")
+        cited = EvidenceItem(source="log", rank=event.rank, where=event.where(),
+                             detail=f"last of {len(values)} step times (from line "
+                                    f"{event.fields.get('first_line')}): "
+                                    f"{_fmt(values[-1] / 1000, 's')}")
+        return [Finding(kind=Kind.STRAGGLER, culprit_ranks=[], waiting_ranks=[],
+                        confidence=0.5, summary=summary + ".", evidence=[cited],
+                        measures={"slowdown": round(factor, 2), "rule": "step-time-jump"})]
+    return []
+
+
+def _across_ranks(ctx: Context) -> list[Finding]:
     timed = _timed(ctx)
     if len(timed) < 2:
         return []

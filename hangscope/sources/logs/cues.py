@@ -62,9 +62,10 @@ CUES: tuple[Cue, ...] = (
         r"(?i)illegal memory access|device-side assert|unspecified launch failure|uncorrectable ECC|"
         r"GPU (?:has )?fallen off the bus|\bXid\b(?: \(PCI:[0-9a-fA-F:.]+\))?[^0-9]{0,8}(?:13|31|43|48|62|63|64|79|92|94|95|119|120)\b|"
         r"CUDA error: (?!out of memory)|cudaError\w*|ncclUnhandledCudaError|CUDA driver error")),
+    # (not ibv_get_async_event: NCCL's async-event reader failing is an echo, see nccl_debug.py)
     Cue("fabric-fault", "network_fault", "cause", re.compile(
         r"(?i)\bXid\b(?: \(PCI:[0-9a-fA-F:.]+\))?[^0-9]{0,8}(?:74|144|145|146|147|148|149|150|154)\b|NVLink (?:error|fault|down|inactive)|"
-        r"transport retry counter exceeded|IBV_WC_\w+(?<!SUCCESS)|\bibv_\w+ (?:failed|error)|"
+        r"transport retry counter exceeded|IBV_WC_\w+(?<!SUCCESS)|\bibv_(?!get_async_event)\w+ (?:failed|error)|"
         r"Got completion (?:from peer \S+ )?with (?:status|error)\s*[=:]?\s*(?!0\b)\d+|"
         r"RDMA (?:error|failure)|port \d+ (?:is )?down|link (?:is )?down|NIC (?:error|failure|down)|"
         r"ncclSystemError|unhandled system error|fi_\w+ (?:failed|error)|libfabric.*(?:error|fail)|"

@@ -18,7 +18,17 @@ Xid catalog describe them.
   fields: xid (79 for the fallen-off-the-bus texts that carry none), pci (``0000:3b:00``, lower
   case, no function), pid (when the driver names one), process, text (what follows), fatal (1 for
   the codes in :data:`FATAL`: the GPU or its memory is broken, the process on it cannot go on;
-  0 for :data:`APP` codes, the process's own fault such as an illegal address, and the rest).
+  0 for :data:`APP` codes, the process's own fault such as an illegal address, and the rest),
+  nvlink (1 for the NVLink codes in :data:`NVLINK`, and for an Xid 45 whose text says it was
+  ``caused by previous Xid N`` with N one of them), cause_xid (that N). The bus id may be elided
+  as posted (``Xid (PCI:...): 145, ...``): the line is read, without a pci.
+
+NVLink Xids (Blackwell's NVLink5 codes and the older 74), from the driver's ``nverror.h`` names;
+the shapes as NVIDIA's NVSentinel syslog monitor parses them::
+
+    NVRM: Xid (PCI:0003:00:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on link 14(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)
+    NVRM: Xid (PCI:0008:01:00): 149, <SUBCODE> Fatal XC0 i0 Link 07 (0x... 0x...)              # NVL5: subcode, severity, link, intrinfo
+    NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149
 
 ``nvidia-smi`` on a lost GPU (same kind, xid 79)::
 
@@ -52,10 +62,15 @@ FATAL = frozenset({48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140, 154})
 # Xids of the process's own GPU program (13 SM exception, 31 MMU fault / illegal address, 43 the
 # channel it ran on stopped): that process failed first, on a healthy GPU.
 APP = frozenset({13, 31, 43})
+# NVLink, the GPU-to-GPU fabric (nverror.h): 74 NVLINK_ERROR, 136 ALI_TRAINING_FAIL (link training),
+# 137 NVLINK_FLA_PRIV_ERR, 144-150 NVLINK_SAW/RLW/TLW/TREX/NVLPW_CTRL/NETIR/MSE_ERROR. A fault of
+# the link between GPUs, not of one process's program.
+NVLINK = frozenset({74, 136, 137, 144, 145, 146, 147, 148, 149, 150})
 # 45: the driver cleaned up after a process that was killed or exited -- an echo, never a cause.
 
 PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"  # domain:bus:device, as NVRM and nvidia-smi
-_XID = re.compile(rf"NVRM: Xid \((?:PCI:)?(?P<pci>{PCI})(?:\.\d)?\): (?P<xid>\d+), (?P<rest>.*)$")
+_XID = re.compile(rf"NVRM: Xid \((?:PCI:)?(?:(?P<pci>{PCI})(?:\.\d)?|[^)]*)\): (?P<xid>\d+), (?P<rest>.*)$")
+_CAUSED_BY = re.compile(r"caused by previous Xid (?P<xid>\d+)", re.I)
 _PID = re.compile(r"^pid=(?P<pid>'?<?[\w]+>?'?), (?:name=(?P<name>[^,]*), )?")
 _GPU_AT = re.compile(rf"NVRM: GPU at (?:PCI:)?(?P<pci>{PCI})(?:\.\d)?: (?P<uuid>GPU-[0-9a-fA-F-]+)")
 _OFF_BUS = re.compile(rf"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?(?P<pci>{PCI})(?:\.\d)?")
@@ -86,7 +101,14 @@ def xid(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         return []
     code = int(m.group("xid"))
     rest = m.group("rest")
-    fields: dict[str, str | int | float] = {"xid": code, "pci": norm_pci(m.group("pci"))}
+    fields: dict[str, str | int | float] = {"xid": code}
+    if m.group("pci"):
+        fields["pci"] = norm_pci(m.group("pci"))
+    cause = _CAUSED_BY.search(rest)
+    if cause is not None:
+        fields["cause_xid"] = int(cause.group("xid"))
+    if code in NVLINK or fields.get("cause_xid") in NVLINK:
+        fields["nvlink"] = 1
     p = _PID.match(rest)
     if p is not None:
         pid = p.group("pid").strip("'")

@@ -24,11 +24,17 @@ Events:
   "If you believe your socket network is in a healthy state, there may be a mismatch in collective
   sizes or environment settings (e.g. NCCL_PROTO, NCCL_ALGO) between ranks".
 
-``nccl_warn`` -- any other ``NCCL WARN`` line (same host/pid/tid/cuda_dev/src fields).
+``nccl_warn`` -- any other ``NCCL WARN`` line (same host/pid/tid/cuda_dev/src fields). Among them
+``ibvwrap.c:102 NCCL WARN Call to ibv_get_async_event failed``: NCCL's IB async-event thread could
+not read the device's event queue, which happens when the device context closes under it (at
+teardown, or after the device event that NCCL reports on its own line, ``NET/IB : Got async event
+: local catastrophic error``, NVIDIA/nccl#230). Alone it names no failed transfer: an echo, not a
+transport error.
 
-Not events but used for rank attribution: ``NCCL INFO comm 0x55df01b24dd0 rank 24 nranks 32 cudaDev 0
-nvmlDev 0 busId 7000 commId 0x2114bc51af4fb978 - Init COMPLETE`` (NCCL 2.19+; older ones lack
-nvmlDev/commId) maps ``host:pid`` to the rank in the LARGEST communicator that process joined (the
+``nccl_device`` (or, for a line without a busId, ``nccl_init_done``: host, pid) -- the first
+``Init COMPLETE`` line of each process: its communicator is ready. The same line serves rank
+attribution: ``NCCL INFO comm 0x55df01b24dd0 rank 24 nranks 32 cudaDev 0 nvmlDev 0 busId 7000
+commId 0x2114bc51af4fb978 - Init COMPLETE`` (NCCL 2.19+; older ones lack nvmlDev/commId) maps ``host:pid`` to the rank in the LARGEST communicator that process joined (the
 world communicator for torch's default process group).
 """
 
@@ -84,8 +90,13 @@ def init_line(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     note_init(line, ctx)
     after = ctx.pid_rank.get(key) if key else None
     b = _BUS.search(line.body)
-    if m is None or key is None or after is None or after == before or b is None:
+    if m is None or key is None or after is None or after == before:
         return []
+    if b is None:  # NCCL < 2.19 names no busId: only that this process's communicator is ready
+        rank, source = (line.rank, line.rank_source) if line.rank is not None else \
+            (after[1], "pid")
+        return [make_event("nccl_init_done", line, ctx, "info",
+                           {"host": key[0], "pid": key[1]}, rank=rank, rank_source=source)]
     bus = int(b.group("bus"), 16)
     pci = f"{bus >> 20:04x}:{(bus >> 12) & 0xff:02x}:{(bus >> 4) & 0xff:02x}"
     fields: dict[str, str | int | float] = {
@@ -110,6 +121,8 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     if cuda:  # NCCL's own CUDA call failed on this rank's GPU: ``Cuda failure 'out of memory'``
         kind = "cuda_error"
         fields["error"] = cuda.group("error")
+    elif _ASYNC_READ.search(msg):
+        pass  # the async-event thread's read failed: an echo (module docstring)
     elif t or any(word in msg for word in _TRANSPORT_WORDS):
         kind = "nccl_transport_error"
         fields["transport"] = t.group("transport") if t else ""
@@ -143,6 +156,7 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 
 _TRUNCATED = re.compile(r"message truncated : receiving (?P<got>\d+) bytes instead of (?P<want>\d+)")
+_ASYNC_READ = re.compile(r"^Call to ibv_get_async_event failed\s*$")
 _CUDA_FAILURE = re.compile(r"Cuda failure (?:\d+ )?'(?P<error>[^']+)'")
 _MISMATCH = re.compile(r"Mismatched collective detected, please check your collective calls at "
                        r"and around rank (?P<rank>\d+)")

@@ -15,6 +15,13 @@ wrapped record is invisible to all of them. This pass undoes the damage once, fo
   ``WorkNCCL(`` ... ``before timing out``, a DETAIL ``CollectiveFingerPrint(`` ... ``)``) is joined
   with the lines that complete it (at most ``MAX_JOIN``), as long as they do not start a record of
   their own: this catches wraps at word boundaries and at widths the spike test cannot see.
+* **Wraps padded to a screen's width.** Text copied out of a terminal window or a web page that
+  wrapped a line keeps the cut and the continuation on one line, with the blank rest of the screen
+  row between them: ``File ".../data/dataload<150 blanks>er.py", line 761``. Where at least two
+  lines have a run of blanks that ends at the same column, and the text before each run is at most
+  ``W`` long with ``W`` one of ``COMMON_WIDTHS`` (and some line exactly ``W``), the runs are the
+  padding: the pieces are joined (with the one blank the cut ate, where the first piece is shorter
+  than ``W``).
 * CR, ANSI colours: removed (the scanner does this per line too; here it must happen before the
   widths are measured).
 
@@ -46,6 +53,9 @@ COMMON_WIDTHS = frozenset((72, 76, 78, 79, 80, 100, 110, 119, 120, 128, 132, 140
                            200, 220, 240, 250, 256))
 
 _ANSI = re.compile(ANSI_PATTERN.encode())
+_PADDING = re.compile(r"(?<=\S) {8,}(?=\S)")
+_PADDING_BYTES = re.compile(rb"(?<=\S) {8,}(?=\S)")
+PAD_RUN = b" " * 8
 
 # Heads a tool puts before every line of what it relays, naming no rank: pytest's failure output
 # (``E   ``), ``kubectl logs --prefix`` (``[pod/NAME/CONTAINER] ``), docker compose (``NAME  | ``).
@@ -70,6 +80,7 @@ _RECORD_START = re.compile(
     r"|\[\s*\d+\.\d+\] "
     r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d+ \d\d:\d\d:\d\d "
     r"|Traceback \(most"
+    r"|\[?(?:\.\.\.|\u2026)"  # a paster's elision ("[... similar lines ...]"): never a wrap's tail
     r"|[\w.\-]+:\d+:\d+ \[\d+\] NCCL "
     rf"|{SRUN_PATTERN}"
     r"|E {3}"
@@ -118,13 +129,16 @@ def normalize(raw: bytes) -> Normalized | None:
     if data.endswith(b"\n"):
         data = data[:-1]
     physical = data.split(b"\n")
+    text = [p.decode("utf-8", errors="replace") for p in physical[:HEAD_SAMPLE * 4]]
+    head = _head_of(text)
+    if PAD_RUN in data and (unpadded := _unpad(physical, data, head)) is not None:
+        physical = unpadded
+        data = b"\n".join(physical)
     ascii_only = data.isascii()
     lengths = list(map(len, physical)) if ascii_only else \
         [len(p.decode("utf-8", errors="replace")) for p in physical]
     width = wrap_width(lengths)
     has_open = _OPEN_TRIGGER.search(data) is not None
-    text = [p.decode("utf-8", errors="replace") for p in physical[:HEAD_SAMPLE * 4]]
-    head = _head_of(text)
     if width is None and not has_open and head is None:
         return None if data is raw or data + b"\n" == raw else _identity(data, len(physical))
     text = [p.decode("utf-8", errors="replace") for p in physical]
@@ -191,6 +205,38 @@ def _continues(before: str, after: str) -> bool:
         return False
     head = min(HEAD, len(before))
     return head < 4 or before[:head] != after[:head]
+
+
+def _unpad(physical: list[bytes], data: bytes,
+           head: tuple[str, re.Pattern[str]] | None) -> list[bytes] | None:
+    """The lines with screen-row padding taken out of wrapped lines, or None when no line has it
+    (see the module docstring). Columns count from after the paste's head (pytest's ``E   ``...),
+    which the tool that relayed the lines added after the screen was copied. The runs are found
+    by one regex over the whole text (C speed); only lines holding one are looked at."""
+    runs: dict[int, list[tuple[int, int, re.Match[str]]]] = {}
+    index, at, looked = 0, 0, -1
+    for hit in _PADDING_BYTES.finditer(data):
+        index += data.count(b"\n", at, hit.start())
+        at = hit.start()
+        if index == looked:
+            continue  # one run per line: its first
+        looked = index
+        line = physical[index].decode("utf-8", errors="replace")
+        lead = m.end() if head is not None and (m := head[1].match(line)) is not None else 0
+        pad = _PADDING.search(line, lead)
+        if pad is not None:
+            runs.setdefault(pad.end() - lead, []).append((index, lead, pad))
+    for found in runs.values():
+        width = max(pad.start() - lead for _, lead, pad in found)
+        if len(found) < 2 or width not in COMMON_WIDTHS:
+            continue
+        out = list(physical)
+        for index, lead, pad in found:
+            line = pad.string
+            gap = "" if pad.start() - lead == width else " "  # the blank the cut ate
+            out[index] = (line[:pad.start()] + gap + line[pad.end():]).encode("utf-8")
+        return out
+    return None
 
 
 def _identity(data: bytes, count: int) -> Normalized:

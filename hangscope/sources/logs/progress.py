@@ -225,6 +225,20 @@ def tail_lines(path: str, rank_hint: int | None = None
     return ctx, first_line, lines, _continuations(lines)
 
 
+def tail_candidates(path: str, rank_hint: int | None, candidate: re.Pattern[bytes]
+                    ) -> tuple[Context, list[Line]] | None:
+    """The log tail's lines that ``candidate`` finds a word in, prefix-parsed (a line redrawn
+    with carriage returns: its last drawing), with the log's context; None when unreadable."""
+    read = tail_lines(path, rank_hint)
+    if read is None:
+        return None
+    ctx, first_line, lines, skip = read
+    return ctx, [parse_line(decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE),
+                            first_line + index, ctx)
+                 for index, raw in enumerate(lines)
+                 if index not in skip and candidate.search(raw, 0, MAX_LINE)]
+
+
 @dataclass(slots=True)
 class _Times:
     """One stream's per-step times under one key and unit, newest first."""

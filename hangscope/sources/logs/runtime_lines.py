@@ -19,6 +19,14 @@ prefix is ``src/debug.cc``'s ``<host>:<pid>:<tid> [<cudaDev>] NCCL INFO``)::
            differ per node by design)
     node1:1234:1234 [0] NCCL INFO Using network IB                             -> nccl_network IB
 
+``nccl_interface`` -- a loopback interface (``lo``, an address in 127.0.0.0/8 or ``::1``) that
+NCCL's socket code picked, in any of its wordings: NCCL 2.3's ``NET : Using interface lo:127.0.0.1<0>``
+(one line per interface), later ``NET/Socket : Using [0]lo:127.0.0.1<0> [1]eth0:...`` and
+``Bootstrap : Using lo:127.0.0.1<0>`` / ``Bootstrap : Using [0]lo:127.0.0.1<0>``. fields: host,
+pid, iface, addr, use (``net`` | ``bootstrap``). Only loopback ones are events: a peer on another
+host cannot reach an address on it (``analysis/detectors/net_config.py``, rule
+``loopback-interface``).
+
 torch (``ProcessGroupNCCL.cpp``, ``LOG(INFO) << logPrefix() << "ProcessGroupNCCL environments: "``,
 torch 2.2+; every rank prints it for its first process group)::
 
@@ -47,6 +55,8 @@ _SET_BY_ENV = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]+) set by environment to (?P<
 _NETWORK = re.compile(r"^Using network (?P<v>\S+)\s*$")
 _BOOTSTRAP = re.compile(r"^Bootstrap ?: Using (?P<v>[\w.\-]+):")
 _NET_USING = re.compile(r"^NET/(?P<t>\w+) ?: Using (?P<rest>.*)$")
+_IFACES = re.compile(r"(?<![\w.\-])(?P<if>[\w.\-]+):(?P<addr>[0-9a-fA-F.:%\w]+?)<\d+>")
+_USING = re.compile(r"^(?P<use>NET|NET/Socket|Bootstrap) ?: Using (?:interface )?")
 _DEVICE = re.compile(r"\[\d+\](?P<dev>[\w.\-]+(?::\d+/\w+)?)")
 _OOB = re.compile(r"OOB (?P<if>[\w.\-]+):")
 _TORCH_ENV = re.compile(
@@ -64,10 +74,25 @@ def nccl_info(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         if m.group("level") != "INFO":
             return []
         body = m.group("msg").strip()
-        host_pid = {"host": m.group("host"), "pid": int(m.group("pid"))}
+        host_pid = {"host": m.group("host"), "pid": int(m.group("pid")),
+                    "cuda_dev": int(m.group("dev"))}
     pairs = _nccl_pairs(body)
     return [make_event(KIND, line, ctx, "info", {"key": key, "value": value, **host_pid})
-            for key, value in pairs]
+            for key, value in pairs] + _loopback(line, ctx, body, host_pid)
+
+
+def _loopback(line: Line, ctx: Context, body: str,
+              host_pid: dict[str, str | int | float]) -> list[LogEvent]:
+    """``nccl_interface`` events for the loopback interfaces a ``Using`` line names."""
+    using = _USING.match(body)
+    if using is None:
+        return []
+    use = "bootstrap" if using.group("use") == "Bootstrap" else "net"
+    return [make_event("nccl_interface", line, ctx, "info",
+                       {"iface": m.group("if"), "addr": m.group("addr"), "use": use, **host_pid})
+            for m in _IFACES.finditer(body, using.end())
+            if m.group("if") == "lo" or m.group("addr").startswith("127.")
+            or m.group("addr") == "::1"]
 
 
 def _nccl_pairs(body: str) -> list[tuple[str, str]]:
@@ -116,5 +141,6 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Bootstrap : Using ", nccl_info),
     (b"Bootstrap: Using ", nccl_info),
     (b" : Using [", nccl_info),
+    (b"NET : Using interface ", nccl_info),  # NCCL 2.3
     (b"ProcessGroupNCCL environments: ", torch_environments),
 ]

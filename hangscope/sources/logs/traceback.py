@@ -17,6 +17,19 @@ reports the LAST exception (the one that killed the process) and ``chained`` cou
 
 fields: exc_type, exc_message (first line, clipped), last_frame ("file:line"), last_function,
 frames (count), chained, first_exc_type (when chained).
+
+A block cut before its exception line (the paste ends, or the next record starts) gives no
+``traceback`` event: what killed the process is not there. One such block is still evidence
+(rule ``dataloader-wait-frames``): frames through the DataLoader's wait for its workers
+(``torch/utils/data/dataloader.py``, ``_try_get_data`` / ``_get_data``, which block in
+``self._data_queue.get(timeout=...)``) say the process was stopped while it waited for a batch.
+It gives a ``dataloader_wait`` event at that frame's line (fields last_frame, last_function,
+frames)::
+
+    Traceback (most recent call last):
+      File ".../site-packages/torch/utils/data/dataloader.py", line 761, in _try_get_data
+        data = self._data_queue.get(timeout=timeout)
+      File ".../multiprocessing/queues.py", line 108, in get
 """
 
 from __future__ import annotations
@@ -34,6 +47,9 @@ _FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<
 # (``zlib.error``, ``struct.error``, ``socket.error``).
 _EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning|"
                   r"Timeout|Fault|Signal|Abort|Iteration|[A-Z]\w*|\.error))(?::\s?(?P<msg>.*))?$")
+# the DataLoader's wait for a batch from its workers' queue
+_LOADER_FILE = "torch/utils/data/dataloader.py"
+_LOADER_WAITS = frozenset({"_try_get_data", "_get_data"})
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 
 
@@ -49,6 +65,7 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     seen = 0
     chained_starts: list[int] = []
     state = "frames"
+    waits_at: tuple[Line, str] | None = None
     for nxt in follow.lines():
         seen += 1
         if seen > MAX_BLOCK_LINES:
@@ -78,6 +95,9 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
             frames += 1
             last_file, last_line = fm.group("file"), int(fm.group("line"))
             last_func = (fm.group("func") or "").strip()
+            if waits_at is None and last_func in _LOADER_WAITS \
+                    and last_file.replace("\\", "/").endswith(_LOADER_FILE):
+                waits_at = (nxt, f"{last_file}:{last_line}")
             continue
         if text.startswith((" ", "\t")) or not text.strip():
             continue  # source line, caret line, "..." or a blank
@@ -90,7 +110,7 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
             continue
         break
     if not exc_type:
-        return []
+        return [] if waits_at is None else _loader_wait(*waits_at, ctx, frames)
     for number in chained_starts:  # one event per block; exception lines keep their own triggers
         follow.consume(number)
     fields: dict[str, str | int | float] = {
@@ -101,6 +121,16 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     if first_exc:
         fields["first_exc_type"] = first_exc
     return [make_event("traceback", line, ctx, "error", fields)]
+
+
+def _loader_wait(frame: Line, where: str, ctx: Context, frames: int) -> list[LogEvent]:
+    """Rule ``dataloader-wait-frames`` (module docstring): a cut traceback through the DataLoader's
+    wait for its workers."""
+    fields: dict[str, str | int | float] = {"frames": frames, "last_frame": where,
+                                            "rule": "dataloader-wait-frames"}
+    message = (f"a traceback, cut before its exception, runs through the DataLoader's wait for "
+               f"a batch from its workers ({where})")
+    return [make_event("dataloader_wait", frame, ctx, "warning", fields, message=message)]
 
 
 _THREAD = re.compile(r"Exception in thread (?P<name>.+?)(?: \(\d+\))?:\s*$")

@@ -1,0 +1,57 @@
+# ruff: noqa: E501  (the docstring quotes raw log lines verbatim)
+"""Lines that say a training run finished: the loop's own words, or its last epoch completed.
+
+Read from the log's tail (``progress.TAIL_BYTES``). ``run_finished`` events (fields ``how``: the
+wording matched) for::
+
+    Training completed. Do not forget to share your model on huggingface.co/models =)   # HF Trainer
+    `Trainer.fit` stopped: `max_epochs=10` reached.                                   # Lightning
+    [after training is done] datetime: 2024-01-02 10:00:00                            # Megatron-LM
+    [default] worker group successfully finished. Waiting 300 seconds for other agents to finish.
+                                                                                      # torchelastic
+    Epoch 10/10                                                                       # Keras, and the
+    70/70 [==============================] - 7s 99ms/step - loss: 0.0863              # like: the last
+                                                                                      # epoch's bar full
+
+The last form needs both: an ``Epoch N/N`` line (the declared last epoch) and, after it, a bar
+at its total (``M/M [``). ``analysis/log_progress.py`` (rule ``run-finished``) reads the event as
+a healthy run where no rank logged a failure.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hangscope.model import LogEvent
+from hangscope.sources.logs.common import make_event
+from hangscope.sources.logs.progress import tail_candidates
+
+_CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|successfully finished|epoch|\[=")
+_SAID = (
+    ("hf_trainer", re.compile(r"\bTraining completed\. Do not forget to share your model")),
+    ("lightning", re.compile(r"`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached")),
+    ("megatron", re.compile(r"\[after training is done\]")),
+    ("elastic", re.compile(r"worker group successfully finished")),
+)
+_LAST_EPOCH = re.compile(r"^Epoch (?P<n>\d+)/(?P=n)\s*$")
+_FULL_BAR = re.compile(r"^(?P<n>\d+)/(?P=n) \[=+\]")
+
+
+def scan_finish(path: str, rank_hint: int | None = None) -> list[LogEvent]:
+    read = tail_candidates(path, rank_hint, _CANDIDATE)
+    if read is None:
+        return []
+    ctx, lines = read
+    events = []
+    last_epoch = False
+    for line in lines:
+        body = line.body.strip()
+        how = next((name for name, pattern in _SAID if pattern.search(body)), None)
+        if how is None and _LAST_EPOCH.match(body):
+            last_epoch = True
+            continue
+        if how is None and last_epoch and _FULL_BAR.match(body):
+            how, last_epoch = "last_epoch", False
+        if how is not None:
+            events.append(make_event("run_finished", line, ctx, "info", {"how": how}))
+    return events[-1:]

@@ -1,0 +1,403 @@
+"""Named rules that read partial evidence in pasted logs (issue 18): each on wordings other than
+the corpus case it was written for, and each with a healthy log that must not trip it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hangscope.analysis.engine import analyze
+from hangscope.model import LogEvent
+from hangscope.options import LoadOptions
+from hangscope.sources.load import load_paths
+from hangscope.sources.logs import scan_log
+
+
+def _verdict(tmp_path: Path, **files: str):  # type: ignore[no-untyped-def]
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return analyze(load_paths([str(tmp_path)], LoadOptions())[0])[0]
+
+
+def _events(text: str) -> list[LogEvent]:
+    return scan_log("pasted.log", data=text.encode())
+
+
+# --- nvlink-xid -------------------------------------------------------------------------------
+
+# Xid 74 as NVIDIA's NVSentinel docs quote it (syslog-health-monitor, "Message Format").
+XID74 = ("[449410.332316] NVRM: Xid (PCI:0003:00:00): 74, pid='<unknown>', name=<unknown>, "
+         "NVLink: fatal error detected on link 14(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)\n")
+# An NVLink5 Xid in the shape NVSentinel's reXidNVL5Pattern parses (subcode, severity, link).
+XID149 = ("kernel: NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 07 "
+          "(0x004ba5c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)\n")
+WATCHDOG = ("[rank1]:[E1124 10:32:41.7 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) "
+            "Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+            "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600001 "
+            "milliseconds before timing out.\n")
+
+
+def test_nvlink_xid_fields() -> None:
+    got = [(e.fields.get("xid"), e.fields.get("nvlink"), e.fields.get("cause_xid"),
+            e.fields.get("pci")) for e in _events(
+        XID74 + XID149 + "NVRM: Xid (PCI:...): 146, TLW Nonfatal XC0 i0 Link 03 (...)\n"
+        "NVRM: Xid (PCI:0000:ca:00): 45, pid=3210, name=python, Ch 00000008\n"
+        "NVRM: Xid (PCI:0000:ca:00): 45, pid=3210, name=python, Ch 00000008 caused by previous "
+        "Xid 74\n")]
+    assert got == [(74, 1, None, "0003:00:00"), (149, 1, None, "0008:01:00"),
+                   (146, 1, None, None),  # bus id elided as posted: still read
+                   (45, None, None, "0000:ca:00"),  # a plain teardown: an echo
+                   (45, 1, 74, "0000:ca:00")]
+
+
+def test_nvlink_xid_is_a_fabric_fault_not_a_rank_death(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"dmesg.log": XID74, "rank1.log": WATCHDOG})
+    assert verdict.root is not None and verdict.root.kind.value == "network_fault"
+    assert verdict.root.measures["rule"] == "nvlink-xid"
+    assert "NVLink" in verdict.root.summary and "74" in verdict.root.summary
+
+
+def test_nvl5_xid_alone_is_a_fabric_fault(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"dmesg.log": XID149})
+    assert verdict.root is not None and verdict.root.kind.value == "network_fault"
+    assert verdict.root.culprit_ranks == []
+
+
+def test_nonfatal_nvlink_xid_then_training_goes_on_is_no_fault(tmp_path: Path) -> None:
+    steps = "".join(f"step {n}/1000 loss 2.{n}\n" for n in range(40, 44))
+    verdict = _verdict(tmp_path, **{"train.log": "NVRM: Xid (PCI:0000:1b:00): 145, RLW_RXPIPE "
+                                    "Nonfatal XC0 i0 Link 11 (0x0 0x0)\n" + steps})
+    assert not any(f.kind.value == "network_fault" for f in verdict.findings), verdict.findings
+
+
+# --- dataloader-wait-frames -------------------------------------------------------------------
+
+def test_cut_traceback_in_the_dataloaders_wait_is_a_stall(tmp_path: Path) -> None:
+    # torch >= 1.7 with pin_memory: _next_data -> _get_data -> _try_get_data (torch's dataloader.py);
+    # a Windows path, and the paste cut inside the queue's frames
+    text = ("[rank2]: Traceback (most recent call last):\n"
+            '[rank2]:   File "C:\\envs\\t\\lib\\site-packages\\torch\\utils\\data\\dataloader.py", '
+            "line 1328, in _next_data\n"
+            "[rank2]:     idx, data = self._get_data()\n"
+            '[rank2]:   File "C:\\envs\\t\\lib\\site-packages\\torch\\utils\\data\\dataloader.py", '
+            "line 1284, in _get_data\n"
+            "[rank2]:     success, data = self._try_get_data()\n"
+            '[rank2]:   File "C:\\envs\\t\\lib\\queue.py", line 180, in get\n')
+    (event,) = [e for e in _events(text) if e.kind == "dataloader_wait"]
+    assert event.rank == 2 and event.line_no == 4 and event.fields["last_frame"].endswith(":1284")
+    verdict = _verdict(tmp_path, **{"rank2.log": text})
+    assert verdict.root is not None and verdict.root.kind.value == "dataloader_stall"
+    assert verdict.root.culprit_ranks == [2] and verdict.root.confidence < 0.8
+
+
+def test_cut_traceback_elsewhere_is_no_dataloader_evidence() -> None:
+    text = ("Traceback (most recent call last):\n"
+            '  File "/opt/conda/lib/python3.10/site-packages/torch/utils/data/dataloader.py", '
+            "line 1345, in _process_data\n"
+            "    data.reraise()\n"
+            '  File "/work/train.py", line 12, in load\n')
+    assert not [e for e in _events(text) if e.kind.startswith("dataloader")]
+
+
+def test_full_traceback_through_the_wait_keeps_its_exception() -> None:
+    # the DataLoader's own timeout, as torch raises it from _try_get_data: the timeout event,
+    # and the traceback with its exception; no extra wait event
+    text = ("Traceback (most recent call last):\n"
+            '  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 1133, '
+            "in _try_get_data\n"
+            "    data = self._data_queue.get(timeout=timeout)\n"
+            "RuntimeError: DataLoader timed out after 300 seconds\n")
+    assert [e.kind for e in _events(text)] == ["traceback", "dataloader_timeout"]
+
+
+# --- padded wraps (normalize) -----------------------------------------------------------------
+
+def test_screen_padded_wraps_are_joined() -> None:
+    from hangscope.sources.logs.normalize import normalize
+
+    # a 120-column window copied as 200-column rows: each cut piece, the rest of the row blank,
+    # then the continuation
+    lines = ["[rank1]:[E ProcessGroupNCCL.cpp:1316] [Rank 1] Watchdog caught collective operation "
+             "timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600012 "
+             "milliseconds before timing out.",
+             '  File "/opt/conda/lib/python3.10/site-packages/torch/distributed/distributed_c10d'
+             '.py", line 2050, in all_reduce_coalesced_with_a_long_name']
+    padded = [line[:120] + " " * 80 + line[120:] for line in lines]
+    fixed = normalize(("\n".join(padded) + "\n").encode())
+    assert fixed is not None and fixed.data.decode().splitlines() == lines
+
+
+def test_aligned_table_is_not_a_padded_wrap() -> None:
+    from hangscope.sources.logs.normalize import normalize
+
+    rows = [f"{name:<30}{value:>60}" for name, value in
+            (("nccl version", "2.21.5"), ("cuda", "12.4"), ("world size", "16"))]
+    fixed = normalize(("\n".join(rows) + "\n").encode())
+    assert fixed is None or fixed.data.decode().splitlines() == rows
+
+
+# --- before-without-after ---------------------------------------------------------------------
+
+def test_marks_wordings(tmp_path: Path) -> None:
+    text = ("[rank3]: rank 3 before barrier\n"
+            "Rank 2: after all_reduce\n"
+            "Before init_process_group rank=2\n"
+            "after barrier, rank: 0\n"
+            "[rank1]:[E ProcessGroupNCCL.cpp:1316] [Rank 1] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=3, OpType=BARRIER) ran for 600012 milliseconds before "
+            "timing out.\n"
+            "before 30 seconds pass, nothing\n")
+    from hangscope.sources.logs.marks import scan_marks
+    path = tmp_path / "pasted.log"
+    path.write_text(text)
+    got = [(e.rank, e.fields["mark"], e.fields["label"]) for e in scan_marks(str(path))]
+    assert got == [(3, "before", "barrier"), (2, "after", "all_reduce"),
+                   (2, "before", "init_process_group"), (0, "after", "barrier")]
+
+
+def test_rank_inside_a_barrier_the_others_left(tmp_path: Path) -> None:
+    # the debugging prints people add around a suspected collective, one log per rank
+    logs = {f"rank{r}.log": f"rank {r} before barrier\n" + (f"rank {r} after barrier\n"
+                                                          if r != 2 else "") for r in range(4)}
+    verdict = _verdict(tmp_path, **logs)
+    assert verdict.root is not None and verdict.root.kind.value == "missing_rank"
+    assert verdict.root.culprit_ranks == [2]
+    assert verdict.root.measures["rule"] == "before-without-after"
+
+
+def test_every_rank_got_past_its_marks(tmp_path: Path) -> None:
+    logs = {f"rank{r}.log": f"Before init_process_group rank={r}\nAfter init_process_group "
+            f"rank={r}\n" + "".join(f"step {n}/100\n" for n in range(5)) for r in range(2)}
+    verdict = _verdict(tmp_path, **logs)
+    assert not any(f.measures.get("rule") == "before-without-after" for f in verdict.findings)
+
+
+def test_a_rank_that_trained_on_after_its_before_is_not_stuck(tmp_path: Path) -> None:
+    logs = {"rank0.log": "before 0 - init\nafter 0\nstep 1/100\n",
+            "rank1.log": "before 1 - init\nstep 1/100\nstep 2/100\n"}  # its after was not printed
+    verdict = _verdict(tmp_path, **logs)
+    assert not any(f.measures.get("rule") == "before-without-after" for f in verdict.findings)
+
+
+# --- loopback-interface -----------------------------------------------------------------------
+
+# NCCL >= 2.4 wordings (net_socket.cc "NET/Socket : Using%s", bootstrap "Bootstrap : Using%s",
+# each interface as " [i]name:addr<0>"); the rule's case was NCCL 2.3's "NET : Using interface".
+TWO_HOSTS_LO = (
+    "nodeA:1001:1001 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0> [1]eth0:10.1.0.5<0>\n"
+    "nodeA:1001:1050 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0> [1]eth0:10.1.0.5<0>\n"
+    "nodeB:2002:2002 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0> [1]eth0:10.1.0.6<0>\n"
+    "nodeB:2002:2060 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0> [1]eth0:10.1.0.6<0>\n")
+
+
+def test_loopback_interface_wordings() -> None:
+    got = [(e.fields["host"], e.fields["iface"], e.fields["use"])
+           for e in _events(TWO_HOSTS_LO) if e.kind == "nccl_interface"]
+    assert got == [("nodeA", "lo", "bootstrap"), ("nodeA", "lo", "net"),
+                   ("nodeB", "lo", "bootstrap"), ("nodeB", "lo", "net")]
+    assert not [e for e in _events("n:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.1.0.5<0>\n")
+                if e.kind == "nccl_interface"]
+
+
+def test_loopback_on_a_job_across_hosts_is_a_network_fault(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"nccl.log": TWO_HOSTS_LO})
+    assert verdict.root is not None and verdict.root.kind.value == "network_fault"
+    assert verdict.root.measures["rule"] == "loopback-interface" and not verdict.root.culprit_ranks
+
+
+def test_loopback_on_one_host_is_fine(tmp_path: Path) -> None:
+    one = "".join(line for line in TWO_HOSTS_LO.splitlines(keepends=True)
+                  if line.startswith("nodeA"))
+    verdict = _verdict(tmp_path, **{"nccl.log": one})
+    assert not any(f.measures.get("rule") == "loopback-interface" for f in verdict.findings)
+
+
+def test_loopback_then_training_is_fine(tmp_path: Path) -> None:
+    steps = "".join(f"Epoch [1/10], Step [{n}/600], Loss: 2.1\n" for n in range(100, 104))
+    verdict = _verdict(tmp_path, **{"nccl.log": TWO_HOSTS_LO + steps})
+    assert not any(f.measures.get("rule") == "loopback-interface" for f in verdict.findings)
+
+
+# --- mismatch-on-many-ranks -------------------------------------------------------------------
+
+def _mismatch(host: str, pid: int, dev: int, rank: int) -> str:
+    # NCCL 2.5 init.cu: WARN("Mismatched collective detected, please check your collective calls
+    # at and around rank %d. ...", comm->rank) -- the reporting rank's own number
+    return (f"{host}:{pid}:{pid} [{dev}] init.cu:1200 NCCL WARN Mismatched collective detected, "
+            f"please check your collective calls at and around rank {rank}. You can use "
+            "NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs\n")
+
+
+def test_mismatch_check_on_many_ranks_reads_as_transport(tmp_path: Path) -> None:
+    text = "".join(_mismatch(h, 500 + r, r % 4, r) for h, r in
+                   (("gpu-a", 0), ("gpu-a", 2), ("gpu-b", 5), ("gpu-b", 7)))
+    verdict = _verdict(tmp_path, **{"nccl.log": text})
+    assert verdict.root is not None and verdict.root.kind.value == "network_fault"
+    assert verdict.root.measures["rule"] == "mismatch-on-many-ranks"
+    assert "real mismatch" in verdict.root.summary
+
+
+def test_mismatch_check_on_one_or_two_ranks_is_not_transport(tmp_path: Path) -> None:
+    text = _mismatch("gpu-a", 501, 1, 1) + _mismatch("gpu-a", 502, 2, 2) * 3
+    verdict = _verdict(tmp_path, **{"nccl.log": text})
+    assert not any(f.measures.get("rule") == "mismatch-on-many-ranks" for f in verdict.findings)
+
+
+# --- step-time-jump ---------------------------------------------------------------------------
+
+def _keras(times_ms: list[int]) -> str:
+    # Keras' per-epoch summary line (tf.keras ProgbarLogger): "N/N [===] - Xs Yms/step - loss: ..."
+    return "".join(f"Epoch {i + 1}/{len(times_ms)}\n70/70 [==============================] - "
+                   f"{t * 70 // 1000}s {t}ms/step - loss: 0.1{i}\n" for i, t in enumerate(times_ms))
+
+
+def test_keras_step_times_that_jump_and_stay_are_a_straggler(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"worker.log": _keras([101, 99, 103, 98, 250, 260, 255, 262])})
+    assert verdict.root is not None and verdict.root.kind.value == "straggler"
+    assert verdict.root.measures["rule"] == "step-time-jump" and verdict.root.culprit_ranks == []
+    assert verdict.status.value == "slow"
+
+
+def test_tqdm_seconds_per_iteration_jump(tmp_path: Path) -> None:
+    # tqdm prints s/it once an iteration takes over a second
+    bars = "".join(f"{n}/500 [00:{n:02d}<10:00, {t}s/it]\n" for n, t in
+                   zip(range(10, 19), (1.2, 1.1, 1.2, 1.3, 1.2, 4.8, 5.1, 4.9, 5.0)))
+    verdict = _verdict(tmp_path, **{"train.log": bars})
+    assert verdict.root is not None and verdict.root.measures.get("rule") == "step-time-jump"
+
+
+def test_steady_or_spiky_or_warming_up_times_are_no_straggler(tmp_path: Path) -> None:
+    for name, times in (("steady", [100, 102, 99, 101, 98, 100, 103]),
+                        ("spike", [100, 102, 99, 400, 98, 100, 103]),
+                        ("warmup", [400, 380, 120, 101, 98, 100, 103])):
+        (tmp_path / name).mkdir()
+        verdict = _verdict(tmp_path / name, **{"worker.log": _keras(times)})
+        assert not any(f.measures.get("rule") == "step-time-jump" for f in verdict.findings), name
+
+
+# --- run-finished -----------------------------------------------------------------------------
+
+LIBIBVERBS = "node1:32:95 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n"
+
+
+def test_run_that_says_it_finished_is_healthy_past_an_earlier_warning(tmp_path: Path) -> None:
+    # HF Trainer's closing line (transformers trainer.py), after a WARN the job outlived
+    log = (LIBIBVERBS + "{'loss': 0.41, 'learning_rate': 1e-05, 'epoch': 2.99}\n"
+           "\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)"
+           "\n\n\n")
+    verdict = _verdict(tmp_path, **{"train.log": log})
+    assert verdict.status.value == "healthy", verdict.evidence_gaps
+    assert any("run-finished" in gap for gap in verdict.evidence_gaps)
+
+
+def test_lightning_max_epochs_reached_is_healthy(tmp_path: Path) -> None:
+    log = ("Epoch 9: 100%|##########| 200/200 [00:41<00:00,  4.85it/s, loss=0.0214]\n"
+           "`Trainer.fit` stopped: `max_epochs=10` reached.\n")
+    verdict = _verdict(tmp_path, **{"train.log": log})
+    assert verdict.status.value == "healthy", verdict.evidence_gaps
+
+
+def test_a_timeout_after_the_finish_line_is_not_healthy(tmp_path: Path) -> None:
+    log = ("[after training is done] datetime: 2024-05-01 10:00:00\n" + WATCHDOG)
+    verdict = _verdict(tmp_path, **{"rank1.log": log})
+    assert verdict.status.value != "healthy"
+
+
+def test_an_epoch_short_of_the_last_is_not_finished(tmp_path: Path) -> None:
+    log = "Epoch 5/10\n70/70 [==============================] - 7s 99ms/step - loss: 0.0863\n"
+    verdict = _verdict(tmp_path, **{"worker.log": log})
+    assert verdict.status.value != "healthy"
+
+
+# --- ibv_get_async_event is an echo -----------------------------------------------------------
+
+def test_async_event_read_failure_alone_is_no_network_fault(tmp_path: Path) -> None:
+    # NCCL 2.4's misc/ibvwrap.cu:220 line number (NVIDIA/nccl#230), without the async event itself
+    text = "".join(f"node7:81{r}:90{r} [{r}] misc/ibvwrap.cu:220 NCCL WARN Call to "
+                   "ibv_get_async_event failed\n" for r in range(4))
+    assert {e.kind for e in _events(text)} == {"nccl_warn"}
+    verdict = _verdict(tmp_path, **{"nccl.log": text})
+    assert not any(f.kind.value == "network_fault" for f in verdict.findings)
+
+
+def test_the_async_event_it_follows_still_is(tmp_path: Path) -> None:
+    text = ("node7:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local "
+            "catastrophic error\n"
+            "node7:815:864 [0] misc/ibvwrap.cu:220 NCCL WARN Call to ibv_get_async_event failed\n")
+    verdict = _verdict(tmp_path, **{"nccl.log": text})
+    assert verdict.root is not None and verdict.root.kind.value == "network_fault"
+
+
+def test_an_elision_line_is_not_the_tail_of_a_wrap() -> None:
+    from hangscope.sources.logs.normalize import normalize
+
+    # lines that happen to be exactly 80 long, then the paster's own elision
+    rows = ["host1:5561 " + "a" * 69, "host1:5562 " + "b" * 69, "[... the same on every GPU ...]"]
+    fixed = normalize(("\n".join(rows) + "\n").encode())
+    assert fixed is None or fixed.data.decode().splitlines() == rows
+
+
+# --- all-joined-none-finished -----------------------------------------------------------------
+
+def _desync(joined: str, extra: str = "") -> str:
+    # the report's shape as torch 2.x prints it (fixtures/logs/desync_report.log, TraceUtils.h)
+    return ("[rank0]:[E1121 11:43:46.127 ProcessGroupNCCL.cpp:1664] [PG ID 0 PG GUID 0(default_pg)"
+            " Rank 0] Timeout at NCCL work: 42, last enqueued NCCL work: 42, last completed NCCL "
+            "work: 41.\n"
+            "[rank0]:[E1121 11:43:46.131 ProcessGroupNCCL.cpp:1702] [PG ID 0 PG GUID 0(default_pg)"
+            " Rank 0] \n"
+            "[rank0]:\t - [0] Timeout at collective: ALLGATHER, #42\n"
+            "[rank0]:\t - To our best knowledge, the lagging/dead/mismatched ranks that caused "
+            "the desync are:\n"
+            f"[rank0]:\t   - [{joined}] joined but didn't finish collective #42 (count from 1)\n"
+            + extra)
+
+
+def test_every_rank_joined_and_none_finished_is_the_transport(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"rank0.log": _desync("0, 1, 2, 3")})
+    assert verdict.root is not None and verdict.root.kind.value == "network_fault"
+    assert verdict.root.measures["rule"] == "all-joined-none-finished"
+
+
+def test_some_ranks_finished_or_not_all_listed_is_not(tmp_path: Path) -> None:
+    moved = "[rank0]:\t     [2, 3] finished collective #42, but didn't join collective #43 (count from 1)\n"
+    for name, text in (("moved", _desync("0, 1", moved)), ("partial", _desync("1, 2"))):
+        (tmp_path / name).mkdir()
+        verdict = _verdict(tmp_path / name, **{"rank0.log": text})
+        assert not any(f.measures.get("rule") == "all-joined-none-finished"
+                       for f in verdict.findings), name
+
+
+# --- nccl-init-never-completed ----------------------------------------------------------------
+
+# NCCL 2.1x INFO wordings (net_ib.cc "NET/IB : Using%s ; OOB %s", init.cc "Using network %s")
+SETUP = "".join(f"gpu-{h}:{p}:{p} [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; "
+                f"OOB eth0:10.0.0.{h}<0>\ngpu-{h}:{p}:{p} [0] NCCL INFO Using network IB\n"
+                for h, p in ((1, 4100), (2, 5200)))
+
+
+def test_setup_lines_without_init_complete_are_an_init_hang(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"nccl.log": SETUP})
+    assert verdict.root is not None and verdict.root.kind.value == "init_hang"
+    assert verdict.root.measures["rule"] == "nccl-init-never-completed"
+
+
+def test_setup_that_completed_is_not(tmp_path: Path) -> None:
+    done = {"new": "gpu-1:4100:4150 [0] NCCL INFO comm 0x55d rank 0 nranks 2 cudaDev 0 nvmlDev 0 "
+                   "busId 1000 commId 0x1 - Init COMPLETE\n",
+            # NCCL 2.4-2.18: no busId on the line
+            "old": "gpu-1:4100:4150 [0] NCCL INFO comm 0x7f1b44002360 rank 0 nranks 2 cudaDev 0 "
+                   "nvmlDev 0 - Init COMPLETE\n"}
+    for name, line in done.items():
+        (tmp_path / name).mkdir()
+        verdict = _verdict(tmp_path / name, **{"nccl.log": SETUP + line})
+        assert not any(f.measures.get("rule") == "nccl-init-never-completed"
+                       for f in verdict.findings), name
+
+
+def test_one_process_setup_cut_short_is_not_an_init_hang(tmp_path: Path) -> None:
+    # a single-rank communicator's setup (socket transport, its ring only rank 0), pasted cut
+    one = ("71f4:6101:6101 [0] NCCL INFO NET/Socket : Using [0]eth0:172.17.0.2<0>\n"
+           "71f4:6101:6101 [0] NCCL INFO Using network Socket\n"
+           + "".join(f"71f4:6101:6320 [0] NCCL INFO Channel {c:02d}/32 :    0\n" for c in range(4)))
+    verdict = _verdict(tmp_path, **{"nccl.log": one})
+    assert not any(f.measures.get("rule") == "nccl-init-never-completed" for f in verdict.findings)
