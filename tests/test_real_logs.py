@@ -34,7 +34,6 @@ KNOWN_MISSES = {
     "g_nccl_1766_recv_thread_vs_allreduce_thread_launch_queue_deadlock": "batch 7 (after its first look): one process's gdb threads, one in a recv and one in an all_reduce launch, both in NCCL's launch queue; no rule reads an ordering deadlock between two threads of one rank from native frames",
     "g_pytorch_76198_monitoredbarrier_rank1_blames_rank0_elastic_no_restart": "batch 7 (after its first look): the thread says rank 0 went away; the log only has rank 1's 'received errors ... from rank 0' of a monitored barrier, read as rank 0 missing (culprit right, kind missing_rank)",
     "g_visualglm_6b_267_single_rank_nccl_init_healthy": "batch 7 (after its first look): a single-rank communicator's error-free NCCL init with no step after; nothing says the run went on or finished, so it is not called healthy",
-    "f_nccl_214_gdr_error_mismatched_warn": "batch 6, blind first look, no rule written yet: gives inconclusive, the thread says network_fault []",
     "b_pytorch_78514_gloo_closed_by_peer": "the one error line names the peer as an IP:port "
                                            "(18.25.6.30:30872), not a rank; rank 0 appears only "
                                            "as a literal argument in the user's source line "

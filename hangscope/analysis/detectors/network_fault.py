@@ -77,7 +77,8 @@ def _mismatch_on_many_ranks(ctx: Context) -> list[Finding]:
         ctx.evidence.unattributed_logs
     reports: dict[int, LogEvent] = {}
     for event in every:
-        if event.kind == "nccl_warn" and (m := _AROUND.search(event.message)):
+        if event.kind in ("nccl_warn", "nccl_device_mismatch") \
+                and (m := _AROUND.search(event.message)):
             reports.setdefault(int(m.group("rank")), event)
     if len(reports) < 3:
         return []

@@ -191,6 +191,8 @@ def _nccl_device_mismatch(ctx: Context) -> list[Finding]:
     if not events:
         return []
     around = sorted({int(r) for e in events if isinstance(r := e.fields.get("around_rank"), int)})
+    if len(around) >= 3:
+        return []  # on three or more ranks at once: network_fault's mismatch-on-many-ranks
     summary = (f"NCCL detected mismatched collectives at and around {ranks_phrase(around)}: "
                f"the collective arguments (op, count, datatype or root) that "
                f"{'these ranks' if len(around) > 1 else 'this rank'} received from a neighbour "
