@@ -8,6 +8,7 @@ have any subset of flight-recorder dump, stack samples, process states and log e
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -294,6 +295,12 @@ class JobEvidence:
     gpus: list[GpuReading] = field(default_factory=list)  # nvidia-smi readings, every sample
     # rank -> (its CUDA_VISIBLE_DEVICES, its LOCAL_RANK), as attach read them from its environment
     gpu_visible: dict[int, tuple[str, int | None]] = field(default_factory=dict)
+
+    def all_logs(self) -> Iterator[LogEvent]:
+        """Every log event of the job: those no rank could be given first, then each rank's."""
+        yield from self.unattributed_logs
+        for rank_ev in self.ranks.values():
+            yield from rank_ev.logs
 
     def rank(self, rank: int) -> RankEvidence:
         """The rank's evidence, created empty on first use."""

@@ -85,7 +85,7 @@ def _map_report(evidence: JobEvidence) -> tuple[list[RasFact], list[str]]:
     stays unmapped: a communicator hash is not a torch process group, and a sub-communicator's
     rank 2 is not global rank 2. Entries that name no rank, or ranks outside the job, give nothing.
     """
-    events = [e for e in _all_logs(evidence)
+    events = [e for e in evidence.all_logs()
               if e.kind == "nccl_ras" and e.fields.get("state") in RAS_STATES]
     if not events:
         return [], []
@@ -129,12 +129,6 @@ def _map_report(evidence: JobEvidence) -> tuple[list[RasFact], list[str]]:
                             + " (a communicator rank is one only when the communicator spans the"
                             " job, a process only when exactly one known rank has its pid)")
     return facts, unmapped
-
-
-def _all_logs(evidence: JobEvidence) -> Iterator[LogEvent]:
-    yield from evidence.unattributed_logs
-    for rank_ev in evidence.ranks.values():
-        yield from rank_ev.logs
 
 
 def _procs(event: LogEvent) -> list[tuple[int | None, str]]:

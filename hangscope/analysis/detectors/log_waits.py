@@ -138,10 +138,9 @@ def _phase_before(ctx: Context, seen: list[Observation]) -> LogEvent | None:
         path, _, line = o.where.rpartition(":")
         if line.isdigit():
             first_at[path] = min(first_at.get(path, int(line)), int(line))
-    events = [*ctx.evidence.unattributed_logs, *(e for ev in ctx.evidence.ranks.values()
-                                                 for e in ev.logs)]
-    phases = [e for e in events if e.kind == "cue" and e.fields.get("cue") == "busy-phase"
-              and e.rank in (None, 0) and e.path in first_at and e.line_no <= first_at[e.path]]
+    phases = [e for e in ctx.evidence.all_logs()
+              if e.kind == "cue" and e.fields.get("cue") == "busy-phase" and e.rank in (None, 0)
+              and e.path in first_at and e.line_no <= first_at[e.path]]
     return max(phases, key=lambda e: e.line_no) if phases else None
 
 

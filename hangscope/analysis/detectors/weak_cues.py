@@ -72,7 +72,7 @@ EXPLAINS_WAIT = {"out-of-memory", "gpu-fault", "fabric-fault", "signal-death", "
 
 
 def detect(ctx: Context) -> list[Finding]:
-    events = _events(ctx)
+    events = list(ctx.evidence.all_logs())
     progress = [e for e in events if e.kind == "progress"]
     waits = [e for e in events if e.kind in _OWN_WAITS]
     cues = [e for e in events if e.kind == "cue" and e.fields.get("cue") not in SUPPORT_ONLY
@@ -128,13 +128,6 @@ def weigh(findings: list[Finding]) -> list[Finding]:
                           "rank no record names)")
         return [cause, *strong]
     return strong
-
-
-def _events(ctx: Context) -> list[LogEvent]:
-    out = list(ctx.evidence.unattributed_logs)
-    for rank_ev in ctx.evidence.ranks.values():
-        out.extend(rank_ev.logs)
-    return out
 
 
 # A rank's own record of waiting in a collective (torch's watchdog)

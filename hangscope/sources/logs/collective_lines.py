@@ -26,8 +26,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import Line, decode, make_event, parse_line
-from hangscope.sources.logs.normalize import normalize
-from hangscope.sources.logs.progress import MAX_LINE, tail_lines
+from hangscope.sources.logs.progress import MAX_LINE, LogicalTail, logical_tail
 
 MAX_EVENTS = 4096
 _OPS = re.compile(rb"(?i)all[_-]?reduce|all[_-]?gather|reduce[_-]?scatter|broadcast|all[_-]?to[_-]?all"
@@ -61,19 +60,19 @@ def _canon(op: str) -> str:
     return op
 
 
-def scan_collective_lines(path: str, rank_hint: int | None = None) -> list[LogEvent]:
-    read = tail_lines(path, rank_hint)
-    if read is None:
+def scan_collective_lines(path: str, rank_hint: int | None = None,
+                          tail: LogicalTail | None = None) -> list[LogEvent]:
+    """``tail``: the log's logical tail where the caller already has it (hard-wrapped COLL
+    lines are read rebuilt, as the event scan reads them)."""
+    tail = tail or logical_tail(path, rank_hint)
+    if tail is None:
         return []
-    ctx, first_line, lines, skip = read
-    fixed = normalize(b"\n".join(lines))  # hard-wrapped COLL lines rebuilt, as the event scan does
-    if fixed is not None:
-        lines, skip = fixed.data.split(b"\n"), set()
+    ctx = tail.ctx
     found: list[tuple[Line, dict[str, str | int | float], str, str | None]] = []
-    for index, raw in enumerate(lines):
-        if index in skip or not _OPS.search(raw):
+    for index, raw in enumerate(tail.lines):
+        if index in tail.skip or not _OPS.search(raw):
             continue
-        number = first_line + (fixed.original_line(index + 1) - 1 if fixed else index)
+        number = tail.line_no(index)
         line = parse_line(decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE), number, ctx)
         body = line.body
         if len(body) > 600 or any(mark in body for mark in _SKIP):

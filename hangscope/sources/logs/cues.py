@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import decode, make_event, parse_line
-from hangscope.sources.logs.normalize import normalize
-from hangscope.sources.logs.progress import MAX_LINE, tail_lines
+from hangscope.sources.logs.progress import MAX_LINE, LogicalTail, logical_tail
 
 MAX_CUES = 2048
 
@@ -154,23 +153,22 @@ def classify(body: str) -> Cue | None:
     return None
 
 
-def scan_cues(path: str, rank_hint: int | None = None) -> list[LogEvent]:
-    read = tail_lines(path, rank_hint)
-    if read is None:
+def scan_cues(path: str, rank_hint: int | None = None,
+              tail: LogicalTail | None = None) -> list[LogEvent]:
+    """``tail``: the log's logical tail where the caller already has it (a cue cut by a
+    terminal's wrap is read rebuilt)."""
+    tail = tail or logical_tail(path, rank_hint)
+    if tail is None:
         return []
-    ctx, first_line, lines, skip = read
-    fixed = normalize(b"\n".join(lines))  # a cue cut by a terminal's wrap is rebuilt first
-    if fixed is not None:
-        lines, skip = fixed.data.split(b"\n"), set()
+    ctx = tail.ctx
     out: list[LogEvent] = []
-    for index, raw in enumerate(lines):
-        if index in skip:
+    for index, raw in enumerate(tail.lines):
+        if index in tail.skip:
             continue
         text = decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE)
         if not _PREFILTER.search(text):
             continue
-        number = first_line + (fixed.original_line(index + 1) - 1 if fixed else index)
-        line = parse_line(text, number, ctx)
+        line = parse_line(text, tail.line_no(index), ctx)
         cue = classify(line.body[:2000])
         if cue is None:
             continue

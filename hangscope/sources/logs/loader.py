@@ -16,7 +16,7 @@ from hangscope.sources.logs.collective_lines import scan_collective_lines
 from hangscope.sources.logs.cues import scan_cues
 from hangscope.sources.logs.finish import scan_finish
 from hangscope.sources.logs.marks import scan_marks
-from hangscope.sources.logs.progress import scan_progress
+from hangscope.sources.logs.progress import logical_tail, scan_progress
 from hangscope.sources.logs.scan import scan_log
 from hangscope.sources.logs.sizes import scan_sizes
 from hangscope.sources.logs.step_times import scan_step_times
@@ -47,9 +47,10 @@ def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: 
         return
     events += scan_progress(path, rank_hint=rank)  # where each rank's log got to, and ends
     events += scan_sizes(path, rank_hint=rank)  # the sizes it says it built
-    events += scan_collective_lines(path, rank_hint=rank)  # any line naming rank + collective
+    tail = logical_tail(path, rank)  # read and its wraps rebuilt once, for the two scans using it
+    events += scan_collective_lines(path, rank_hint=rank, tail=tail)  # rank + collective lines
     events += scan_marks(path, rank_hint=rank)  # a user's before/after prints around a call
     events += scan_step_times(path, rank_hint=rank)  # what each step took, in order
     events += scan_finish(path, rank_hint=rank)  # the run said it finished
-    events += scan_cues(path, rank_hint=rank)  # words that point at a kind: the last tier
+    events += scan_cues(path, rank_hint=rank, tail=tail)  # words that point at a kind: last tier
     attribute(events, rank, evidence)

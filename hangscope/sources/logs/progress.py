@@ -41,6 +41,7 @@ from hangscope.sources.logs.common import (
     make_event,
     parse_line,
 )
+from hangscope.sources.logs.normalize import Normalized, normalize
 
 TAIL_BYTES = 1 << 20
 COUNT_CHUNK = 8 << 20
@@ -223,6 +224,37 @@ def tail_lines(path: str, rank_hint: int | None = None
         return None
     lines = data.split(b"\n")
     return ctx, first_line, lines, _continuations(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class LogicalTail:
+    """The log's tail as logical lines: records a terminal hard-wrapped are rebuilt
+    (``normalize``), each line keeping the file's line number it starts on."""
+
+    ctx: Context
+    lines: list[bytes]
+    skip: set[int]  # indexes of continuation lines (only where nothing was rebuilt)
+    first_line: int
+    fixed: Normalized | None
+
+    def line_no(self, index: int) -> int:
+        """The file's line number of ``lines[index]``."""
+        if self.fixed is None:
+            return self.first_line + index
+        return self.first_line + self.fixed.original_line(index + 1) - 1
+
+
+def logical_tail(path: str, rank_hint: int | None = None) -> LogicalTail | None:
+    """The tail read once, for every scan that wants wrapped records whole (collective lines,
+    cues); None when it cannot be read (the event scan says so)."""
+    read = tail_lines(path, rank_hint)
+    if read is None:
+        return None
+    ctx, first_line, lines, skip = read
+    fixed = normalize(b"\n".join(lines))
+    if fixed is not None:
+        lines, skip = fixed.data.split(b"\n"), set()
+    return LogicalTail(ctx, lines, skip, first_line, fixed)
 
 
 def tail_candidates(path: str, rank_hint: int | None, candidate: re.Pattern[bytes]
