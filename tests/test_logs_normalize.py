@@ -151,3 +151,28 @@ def test_a_blank_left_inside_a_watchdog_field_is_read_through(tmp_path) -> None:
     (event,) = [e for e in scan_log(str(log)) if e.kind == "nccl_watchdog_timeout"]
     assert (event.rank, event.fields["seq"], event.fields["op"], event.fields["numel_out"]) == \
         (2, 4, "BROADCAST", 112)
+
+
+def test_ray_relay_heads_mid_line_open_records_of_their_own() -> None:
+    # GIVEN a Ray paste that lost its line breaks: every worker line's relay head is mid-line
+    data = ("(raylet) The actor is dead because its worker process has died. "
+            "(Actor pid=744, ip=10.1.59.27) [rank9]:[E416 13:21:26.967375581 "
+            "ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout "
+            "(Actor pid=745, ip=10.1.59.28) [rank10]: still here\n").encode()
+    fixed = normalize(data)
+    # THEN each relayed line is a line again, citing the line it came from
+    assert fixed is not None
+    lines = fixed.data.decode().splitlines()
+    assert [ln.split(")", 1)[0] for ln in lines] == \
+        ["(raylet", "(Actor pid=744, ip=10.1.59.27", "(Actor pid=745, ip=10.1.59.28"]
+    assert fixed.line_map == [1, 1, 1]
+
+
+def test_a_padded_row_wrapped_at_the_width_keeps_the_next_row_next() -> None:
+    # GIVEN a table whose rows are padded with blanks to 160 columns, then wrapped at 80
+    rows = ["  rank      : 0 (local_rank: 0)", "  exitcode  : -11 (pid: 3304209)"]
+    wrapped = "".join(piece + "\n" for row in rows for piece in _cut(row.ljust(160), 80))
+    fixed = normalize(wrapped.encode())
+    # THEN the padding's wrapped rest is no blank line between the rows
+    assert fixed is not None
+    assert [ln.rstrip() for ln in fixed.data.decode().splitlines()] == rows

@@ -88,6 +88,11 @@ _RECORD_START = re.compile(
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[:\] ]"
     r"|[\w.\-]+ +\| ")
 
+# Ray's log relay heads every worker line with ``(Name pid=N, ip=X) ``; a paste that lost its line
+# breaks (a tracker's one-line quote) has them mid-line, each opening a record of its own
+_RELAY_MIDLINE = re.compile(r"(?<=\S) (?=\((?:[A-Za-z_][\w.\-]* )?pid=\d+(?:, ip=[\d.:a-fA-F]+)?\) )")
+_RELAY_MIDLINE_BYTES = re.compile(_RELAY_MIDLINE.pattern.encode())
+
 # (start, end): a line holding ``start`` but not ``end`` continues on the next lines.
 _OPEN_RECORDS = (
     ("Watchdog caught collective operation timeout", "timing out"),
@@ -140,7 +145,8 @@ def normalize(raw: bytes) -> Normalized | None:
         [len(p.decode("utf-8", errors="replace")) for p in physical]
     width = wrap_width(lengths)
     has_open = _OPEN_TRIGGER.search(data) is not None
-    if width is None and not has_open and head is None:
+    relayed = _RELAY_MIDLINE_BYTES.search(data) is not None
+    if width is None and not has_open and head is None and not relayed:
         return None if data is raw or data + b"\n" == raw else _identity(data, len(physical))
     text = [p.decode("utf-8", errors="replace") for p in physical]
     heads: list[str] | None = None
@@ -170,8 +176,18 @@ def normalize(raw: bytes) -> Normalized | None:
         piece = lengths[i]
         i += 1
         joined = 1
+        padded = False
         while width is not None and piece == width and i < n and joined < MAX_JOIN \
-                and not (headed is not None and headed[i]) and _continues(text[i - 1], text[i]):
+                and not (headed is not None and headed[i]):
+            if text[i - 1].endswith(" ") and not text[i].strip():
+                # a row padded with blanks past the width: its wrapped rest is only padding,
+                # and the row ended where its padding began
+                piece = lengths[i]
+                i += 1
+                padded = True
+                continue
+            if padded or not _continues(text[i - 1], text[i]):
+                break
             line += text[i]
             piece = lengths[i]
             i += 1
@@ -185,8 +201,10 @@ def normalize(raw: bytes) -> Normalized | None:
                 line += text[i] if cut else " " + text[i].lstrip()
                 i += 1
                 joined += 1
-        out.append(heads[start] + line if heads is not None else line)
-        line_map.append(start + 1)
+        line = heads[start] + line if heads is not None else line
+        for record in _RELAY_MIDLINE.split(line) if relayed else (line,):
+            out.append(record)
+            line_map.append(start + 1)
     return Normalized(("\n".join(out) + "\n").encode("utf-8"), line_map)
 
 
