@@ -79,8 +79,11 @@ def test_no_stragglers_detected_is_healthy_and_not_a_slowness_cue(tmp_path: Path
     # every rank of 0..3 says it is through
     ([f"[MPI Rank {r}] runCount: 10000 Success" for r in (2, 0, 3, 1)], True),
     ([f"rank {r} finished successfully" for r in range(4)], True),
-    # rank 2 never said so
-    ([f"rank {r} finished successfully" for r in (0, 1, 3)], False),
+    # rank 2 never said so, and its lines are here
+    ([f"[rank{r}]: finished successfully" for r in (0, 1, 3)] + ["[rank2]: step 40 loss 2.1"],
+     False),
+    # only the ranks the paste shows said so: every rank whose lines are here finished
+    ([f"[rank{r}]: finished successfully" for r in (0, 3, 5)], True),
     # a completion line that is a failure
     ([f"rank {r} finished with errors" for r in range(2)], False),
     (["rank 0 completed", "rank 1 failed: not completed"], False),
@@ -177,3 +180,77 @@ def test_the_newest_stall_report_says_who_is_still_missing(tmp_path: Path) -> No
     text = (f"{op} [missing ranks: 0, 1, 3, 4]\n" * 3) + (f"{op} [missing ranks: 0, 1, 4]\n" * 2)
     kind, culprits, _ = _root(tmp_path, text)
     assert (kind, culprits) == ("missing_rank", [0, 1, 4])
+
+
+# NCCL >= 2.19's INFO lines bracketing a communicator's setup (init.cc)
+def _nccl_init(pid: int, dev: int, comm: str, what: str) -> str:
+    return (f"node-a:{pid}:{pid} [{dev}] NCCL INFO comm {comm} rank {dev} nranks 2 cudaDev {dev} "
+            f"nvmlDev {dev} busId {dev + 1}b000 commId 0xfdb9a1387c96bf27 - Init {what}")
+
+
+def test_a_communicator_started_and_never_completed_is_an_init_hang(tmp_path: Path) -> None:
+    lines = [_nccl_init(291, 0, "0x560e1ab19ab0", "START"),
+             _nccl_init(291, 0, "0x560e1ab19ab0", "COMPLETE"),
+             _nccl_init(291, 0, "0x560e24f599a0", "START")]
+    assert _root(tmp_path, "\n".join(lines) + "\n") == \
+        ("init_hang", [], "nccl-init-started-not-completed")
+
+
+def test_nccl_setup_lines_alone_are_a_healthy_run(tmp_path: Path) -> None:
+    lines = ["node-a:291:291 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+             "node-a:291:291 [0] NCCL INFO NET/Plugin: Failed to find ncclNetPlugin_v8 symbol.",
+             _nccl_init(291, 0, "0x560e1ab19ab0", "START"),
+             _nccl_init(291, 0, "0x560e1ab19ab0", "COMPLETE")]
+    verdict = _verdict(tmp_path, "\n".join(lines) + "\n")
+    assert verdict.status == Status.HEALTHY and not verdict.findings
+    warned = lines + ["node-a:291:300 [0] NCCL WARN NET/IB : Got completion with error 12"]
+    assert _verdict(tmp_path, "\n".join(warned) + "\n").status != Status.HEALTHY
+
+
+def test_torchs_exit_warning_of_an_undestroyed_group_is_a_finished_run(tmp_path: Path) -> None:
+    line = ("[rank0]:[W515 07:06:42.829549331 ProcessGroupNCCL.cpp:1117] WARNING: process group "
+            "has NOT been destroyed before it is being destructed. On normal program exit, the "
+            "application should call destroy_process_group to ensure that any pending NCCL data "
+            "transfers have finished in this process.")
+    assert _verdict(tmp_path, line + "\n").status == Status.HEALTHY
+
+
+def test_gloos_preamble_check_is_a_size_mismatch(tmp_path: Path) -> None:
+    text = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+            "  what():  [enforce fail at /opt/pytorch/third_party/gloo/gloo/transport/tcp/"
+            "pair.cc:446] op.preamble.length <= op.nbytes. 256000 vs 128000\n")
+    kind, _, _ = _root(tmp_path, text)
+    assert kind == "size_mismatch"
+
+
+def test_one_local_rank_closed_by_all_its_neighbours_died(tmp_path: Path) -> None:
+    # NCCL proxy.cc's service thread, at INFO, on every other process of the node
+    lines = [f"gpu-50:{338 + d}:{1200 + d} [{d}] NCCL INFO [Service thread] Connection closed by "
+             "localRank 7" for d in range(7)]
+    assert _root(tmp_path, "\n".join(lines) + "\n") == ("rank_died", [], "closed-by-local-rank")
+    teardown = lines + ["gpu-50:345:1300 [7] NCCL INFO [Service thread] Connection closed by "
+                        "localRank 0"]
+    assert _root(tmp_path, "\n".join(teardown) + "\n")[2] != "closed-by-local-rank"
+
+
+def test_a_rank_whose_fingerprints_trail_the_others_never_issued_the_collective(
+        tmp_path: Path) -> None:
+    # torch's ProcessGroupWrapper under TORCH_DISTRIBUTED_DEBUG=DETAIL
+    def fp(rank: int, seq: int) -> str:
+        return (f"[I ProcessGroupWrapper.cpp:562] [Rank {rank}] Running collective: "
+                f"CollectiveFingerPrint(SequenceNumber={seq}, OpType=ALLREDUCE, TensorShape=[], "
+                "TensorDtypes=Float)")
+    text = "\n".join([fp(2, 1276), fp(0, 1277), fp(1, 1277), fp(3, 1277)]) + "\n"
+    assert _root(tmp_path, text) == ("missing_rank", [2], "fingerprint-behind")
+
+
+def test_a_store_socket_timeout_glued_to_a_progress_bar_is_a_wait(tmp_path: Path) -> None:
+    # rank 0's tqdm bar (no newline) then rank 1's c10d store client timing out
+    text = ("Tokenizing Prompts (num_proc=64):  92%|#########1| 328986/359152 [29:58<12:05, "
+            "41.59 examples/s][rank1]:[W516 14:34:56.854597329 socket.cpp:489] [c10d] "
+            "waitForInput: socket SocketImpl(fd=79, addr=[localhost]:41170, "
+            "remote=[localhost]:29500) timed out after 1800000ms\n"
+            "[rank1]: Traceback (most recent call last):\n"
+            '[rank1]:   File "/opt/axolotl/cli/train.py", line 124, in <module>\n')
+    kind, _, _ = _root(tmp_path, text)
+    assert kind not in ("network_fault", "rank_died")

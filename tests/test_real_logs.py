@@ -25,6 +25,7 @@ CASES = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(REAL, "*
 
 # Pastes hangscope does not yet get right, and why (the README lists them too).
 KNOWN_MISSES = {
+    "g_ms_swift_3343_c10d_store_poll_timeout_900s": "the agent's c10d store socket timing out (waitForInput ... timed out) under torch/distributed/run.py is a rendezvous wait (init_hang); read line by line as a wait in a collective (missing_rank). It passed as network_fault only while c10d store lines counted as network words, which misread store waits inside training (batch 10's axolotl_2684)",
     "f_aws_ofi_rccl_16_libfabric_incompat_hang": "a [rank14]: traceback cut inside DDP's first collective (_verify_param_shape_across_processes) before its exception: one rank's wait, no word of the network; that the libfabric plugin is incompatible is the thread's finding",
     "f_determined_8915_bad_gpu_pair_allgather_timeout": "gives missing_rank []: ranks 1 and 4 time out in ALLGATHER SeqNum=1 and rank 2's traceback ends in wrap_model, the same lines as a rank that never arrived (a_deepep_411 is labelled missing_rank on them); that two GPUs cannot talk over P2P is the thread's finding",
     "f_fastmoe_47_slow_startup_not_hang": "Megatron start-up lines ending at '[before the start of training step]', no error: a slow start-up and a hang at the first step read the same; that it was only slow is the reporter's later word",
@@ -33,7 +34,6 @@ KNOWN_MISSES = {
     "g_axolotl_3443_rank0_loading_weights_store_get_timeout": "batch 7 (after its first look): the ncclUniqueId wait naming rank 0 is hard-wrapped inside a word ('via c1' / '0d key-value store') and not rebuilt; the cue tier reads init_hang with no culprit",
     "g_nccl_1766_recv_thread_vs_allreduce_thread_launch_queue_deadlock": "batch 7 (after its first look): one process's gdb threads, one in a recv and one in an all_reduce launch, both in NCCL's launch queue; no rule reads an ordering deadlock between two threads of one rank from native frames",
     "g_pytorch_76198_monitoredbarrier_rank1_blames_rank0_elastic_no_restart": "batch 7 (after its first look): the thread says rank 0 went away; the log only has rank 1's 'received errors ... from rank 0' of a monitored barrier, read as rank 0 missing (culprit right, kind missing_rank)",
-    "g_visualglm_6b_267_single_rank_nccl_init_healthy": "batch 7 (after its first look): a single-rank communicator's error-free NCCL init with no step after; nothing says the run went on or finished, so it is not called healthy",
     "b_pytorch_78514_gloo_closed_by_peer": "the one error line names the peer as an IP:port "
                                            "(18.25.6.30:30872), not a rank; rank 0 appears only "
                                            "as a literal argument in the user's source line "

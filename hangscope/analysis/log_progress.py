@@ -169,7 +169,10 @@ def logs_finished(evidence: JobEvidence) -> str | None:
     outlived, and a hang at teardown would show in a line after it (or in a log whose order
     against it is unknown: that also keeps it from healthy)."""
     every = [e for ev in evidence.ranks.values() for e in ev.logs] + evidence.unattributed_logs
-    done = [e for e in every if e.kind == "run_finished"]
+    shown = {rank for rank, ev in evidence.ranks.items() if ev.logs}
+    done = [e for e in every if e.kind == "run_finished" and (
+        e.fields.get("how") != "ranks_seen"  # some ranks said so: only if all the logs show
+        or shown <= {int(r) for r in str(e.fields.get("ranks", "")).split(",") if r.isdigit()})]
     if not done:
         return None
     finish = max(done, key=lambda e: (e.time or 0.0, e.line_no))
@@ -208,6 +211,37 @@ def logs_report_clean(evidence: JobEvidence) -> str | None:
     return (f"rule straggler-report-clean: the job's straggler detector compared the ranks and "
             f"found none slow ({clean[0].message.strip()[:100]}, {clean[0].where()}), and no "
             "log shows a failure or a timeout: the job was running at an even pace")
+
+
+# what NCCL's INFO set-up lines give (sources/logs/nccl_debug.py, runtime_lines.py)
+_SETUP_KINDS = frozenset({"runtime_config", "nccl_device", "nccl_init_done", "nccl_init_start",
+                          "nccl_comm_ready", "log_end"})
+
+
+def logs_setup_clean(evidence: JobEvidence) -> str | None:
+    """Rule ``nccl-setup-clean``: where the logs are all there is, a note when all they hold is
+    NCCL's INFO set-up lines (interfaces, plugins, versions, communicators) with no WARN, no error,
+    no timeout, no word of a failure and no communicator left between ``Init START`` and
+    ``Init COMPLETE``; else None. Basis: NCCL reports every failure as WARN (and torch as an
+    error); its INFO lines describe set-up, including lines that read like failures to a user
+    ("NET/Plugin: Failed to find ncclNetPlugin_v8 symbol": it falls back to its own transport)."""
+    every = list(evidence.all_logs())
+    if not every or any(e.kind not in _SETUP_KINDS for e in every):
+        return None
+    if not any(e.kind != "log_end" and (e.kind != "runtime_config" or str(
+            e.fields.get("key", "")).startswith(("nccl", "cuda"))) for e in every):
+        return None
+    ready = {(e.fields.get("host"), e.fields.get("pid"), e.fields.get("comm"))
+             for e in every if e.kind == "nccl_comm_ready"}
+    if any(e.kind == "nccl_init_start" and (e.fields.get("host"), e.fields.get("pid"),
+                                            e.fields.get("comm")) not in ready for e in every):
+        return None
+    first = next(e for e in every if e.kind != "log_end")
+    return ("rule nccl-setup-clean: the logs hold only NCCL's INFO set-up lines (from "
+            f"{first.where()}) and no WARN, error, timeout or failure: NCCL reports failures as "
+            "WARN, and lines such as 'Failed to find ncclNetPlugin symbol' are INFO about a "
+            "fallback, not a fault. If the job did hang, its stacks (py-spy) or a flight-recorder "
+            "dump would show where")
 
 
 def _before(event: LogEvent, finish: LogEvent) -> bool:

@@ -67,7 +67,7 @@ def detect(ctx: Context) -> list[Finding]:
                                 summary=summary, evidence=evidence,
                                 collective=CollectiveRef(pg=None, seq=None, op=reason.op)))
     return findings or _group_creation(ctx) or _from_logs(ctx) or _lone(ctx) \
-        or _never_completed(ctx)
+        or _never_completed(ctx) or _started_not_completed(ctx)
 
 
 _SETUP_KEYS = ("nccl_bootstrap_if", "nccl_network", "nccl_net_devices")
@@ -100,6 +100,39 @@ def _never_completed(ctx: Context) -> list[Finding]:
     return [Finding(kind=Kind.INIT_HANG, culprit_ranks=[], waiting_ranks=[], confidence=0.4,
                     summary=summary, evidence=evidence,
                     measures={"rule": "nccl-init-never-completed"})]
+
+
+def _started_not_completed(ctx: Context) -> list[Finding]:
+    """Rule ``nccl-init-started-not-completed``: NCCL (>= 2.19) logged ``Init START`` for a
+    communicator and never its ``Init COMPLETE``, with no error, timeout or step after. Basis: the
+    two lines bracket one communicator's setup in each process; a START left open is a setup
+    still waiting (for a peer's bootstrap or a transport's connection), whatever communicators
+    completed before it. No culprit (0.4): the lines do not say whom it waits for. False
+    positive: a paste cut right after the START line."""
+    every = list(ctx.evidence.all_logs())
+    if ctx.stacks or ctx.picture.dumps or any(
+            e.kind in ("progress", "run_finished") or e.severity in ("error", "fatal")
+            or e.kind.startswith(("nccl_w", "nccl_t")) for e in every):
+        return []
+    ready = {(e.fields.get("host"), e.fields.get("pid"), e.fields.get("comm"))
+             for e in every if e.kind == "nccl_comm_ready"}
+    open_ = [e for e in every if e.kind == "nccl_init_start" and
+             (e.fields.get("host"), e.fields.get("pid"), e.fields.get("comm")) not in ready]
+    if not open_:
+        return []
+    first = open_[0]
+    summary = (f"rule nccl-init-started-not-completed: NCCL began setting up communicator "
+               f"{first.fields.get('comm')} ('Init START', {first.where()}) in "
+               f"{len({(e.fields.get('host'), e.fields.get('pid')) for e in open_})} process(es) "
+               "and never logged its 'Init COMPLETE', an error or a step: the setup still waits "
+               "for a peer's bootstrap or a transport connection these lines do not name (or the "
+               "paste was cut there). Next: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,NET "
+               "on every node, and py-spy dump of a rank")
+    return [Finding(kind=Kind.INIT_HANG, culprit_ranks=[], waiting_ranks=[], confidence=0.4,
+                    summary=summary,
+                    evidence=[EvidenceItem("log", e.rank, e.message.strip()[:300], e.where())
+                              for e in open_[:3]],
+                    measures={"rule": "nccl-init-started-not-completed"})]
 
 
 # process-group creation every rank of the job calls, in the same order (new_group and its

@@ -74,7 +74,8 @@ EXPLAINS_WAIT = {"out-of-memory", "gpu-fault", "fabric-fault", "signal-death", "
 def detect(ctx: Context) -> list[Finding]:
     events = list(ctx.evidence.all_logs())
     progress = [e for e in events if e.kind == "progress"]
-    waits = [e for e in events if e.kind in _OWN_WAITS]
+    waits = [e for e in events if e.kind in _OWN_WAITS
+             or (e.kind == "cue" and e.fields.get("cue") == "wait-timeout")]
     cues = [e for e in events if e.kind == "cue" and e.fields.get("cue") not in SUPPORT_ONLY
             and not _survived(e, progress) and not _after_own_wait(e, waits)]
     if not cues:
@@ -137,9 +138,15 @@ _OWN_WAITS = frozenset({"nccl_watchdog_timeout", "nccl_work_status", "nccl_heart
 def _after_own_wait(cue: LogEvent, waits: list[LogEvent]) -> bool:
     """Rule ``kill-after-own-timeout`` (as ``log_causes`` applies it to read records): a death
     cue after the same rank's own watchdog timeout in the file (any rank's, where the cue names
-    none: a launcher stopping the job) is how the job was torn down, not why it waited."""
-    if cue.fields.get("cue") not in ("signal-death", "abort"):
+    none: a launcher stopping the job) is how the job was torn down, not why it waited; so is a
+    traceback or non-zero exit after the same rank's own line that its wait timed out (the
+    timeout raised it)."""
+    name = cue.fields.get("cue")
+    if name not in ("signal-death", "abort", "exit-nonzero"):
         return False
+    if name == "exit-nonzero":  # the same stream: the same rank, or both unnamed
+        return any(w.path == cue.path and w.line_no < cue.line_no and w.rank == cue.rank
+                   and w.kind == "cue" for w in waits)
     return any(w.path == cue.path and w.line_no < cue.line_no
                and (cue.rank is None or w.rank == cue.rank) for w in waits)
 

@@ -123,6 +123,7 @@ class Context:
     local_hint: int | None = None
     pid_rank: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     launcher_stopping: bool = False  # a launcher said it is killing the job (mpi.srun_stop)
+    comms_started: set[str] = field(default_factory=set)  # NCCL "comm 0x.. - Init START" seen
 
 
 def decode(raw: bytes, limit: int) -> str:

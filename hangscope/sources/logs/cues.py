@@ -43,6 +43,9 @@ _INFO = re.compile(r"\bN?CCL INFO\b")  # NCCL reports a failure as WARN; INFO li
 # torch aborts a rank whose collective timed out (SIGABRT on the watchdog's line): the abort is
 # the timeout's consequence, read as the timeout
 _AFTER_TIMEOUT = re.compile(r"(?i)Watchdog caught|timed[ -]out|timing out|Timeout at NCCL|collective operation timeout")
+# NCCL INFO lines describe set-up; c10d's store client (socket.cpp's waitForInput, TCPStore) times
+# out waiting for another rank to write a key: a wait (or, at connect, rendezvous), not the network
+_NOT_NETWORK = re.compile(r"\bN?CCL INFO\b|\[c10d\]|waitForInput|\bTCPStore\b|\bPrefixStore\b")
 _DIST = re.compile(r"(?i)all[_-]?reduce|all[_-]?gather|reduce[_-]?scatter|broadcast|barrier|all[_-]?to[_-]?all|"
                    r"collective|\bnccl|\bgloo|\brccl|\bhccl|\brank|process[_ ]group|c10d|distributed|\bddp\b|fsdp|deepspeed|megatron")
 
@@ -72,7 +75,7 @@ CUES: tuple[Cue, ...] = (
         r"socket (?:connect|poll|recv|send)\w* (?:to .* )?(?:failed|error|timed out)")),
     Cue("network-words", "network_fault", "cause", re.compile(
         r"(?i)\bNET/(?:IB|OFI|Socket|Plugin)\b|\bib(?:v|verbs)\b|\bmlx5|\bRoCE\b|\bEFA\b|\binfiniband\b|\bGDR\b|"
-        r"gdrcopy|\bsocket\b|\bNCCL_SOCKET_IFNAME|\bNCCL_IB_\w+|\binterface\b|\bnetwork\b"), _FAIL, _INFO),
+        r"gdrcopy|\bsocket\b|\bNCCL_SOCKET_IFNAME|\bNCCL_IB_\w+|\binterface\b|\bnetwork\b"), _FAIL, _NOT_NETWORK),
     Cue("peer-gone", "rank_died", "echo", re.compile(
         r"(?i)Connection (?:closed|reset) by (?:remote )?peer|ncclRemoteError|remote process exited|"
         r"peer (?:process )?(?:\w+ )?(?:closed|died|exited|hung up|disconnected)|Broken pipe|EPIPE|"
@@ -104,11 +107,14 @@ CUES: tuple[Cue, ...] = (
         r"rendezvous.{0,60}(?:timeout|timed out|fail|waiting|hang|stuck)|"
         r"init_process_group.{0,80}(?:hang|stuck|timed out|never|blocks)|"
         r"(?:hang|stuck|blocks|waiting)\w*.{0,40}init_process_group|"
-        r"client socket has timed out|Socket Timeout|ncclCommInitRank.{0,40}(?:fail|hang|stuck|timeout)|"
+        r"client socket has (?:timed out|failed to connect)|Socket Timeout|ncclCommInitRank.{0,40}(?:fail|hang|stuck|timeout)|"
         # NCCL's bootstrap finding no usable interface (socket.cc, bootstrap.cc)
         r"ncclSocketInit\b.{0,80}(?:neither|fail|error|invalid)|no socket interface found|"
         r"Bootstrap ?: ?no socket interface|NCCL_SOCKET_IFNAME.{0,80}(?:not found|no (?:such )?interface|does not exist)|"
-        r"waiting for (?:all |the other |other )?(?:ranks|workers|nodes|processes) to (?:join|connect|start)")),
+        r"waiting for (?:all |the other |other )?(?:ranks|workers|nodes|processes) to (?:join|connect|start)|"
+        r"waiting for .{0,40}\b(?:proc(?:ess)?(?:\(?e?s\)?)?|ranks?|workers?|nodes?|engines?) to (?:join|connect|start|come up|be ready)|"
+        # torch's ncclUniqueId exchange through the store (ProcessGroupNCCL::broadcastUniqueNCCLID)
+        r"broadcastUniqueNCCLID|ncclUniqueId")),
     Cue("mismatch-words", "collective_mismatch", "cause", re.compile(
         r"(?i)\bmismatch(?:ed)?\b|do(?:es)?(?: not|n't) match|different (?:shape|size|dtype|number of|order|sequence)|"
         r"inconsistent|unequal|uneven|sizes? differ|expected .{0,40} but (?:got|received)|"

@@ -19,6 +19,12 @@ at its total (``M/M [``). A job's own per-rank prints count when every rank of a
 
     [MPI Rank 5] runCount: 10000 Success                                              # a user's
     rank 3 finished successfully                                                       # benchmark
+    Process 31 - Training time: 10.09 seconds                                         # a summary
+
+and torch's exit-time warning of a process group never destroyed (torch >= 2.4, printed by a
+process leaving its program normally)::
+
+    [rank0]:[W515 07:06:42.829549331 ProcessGroupNCCL.cpp:1117] WARNING: process group has NOT been destroyed before it is being destructed.
  ``analysis/log_progress.py`` (rule ``run-finished``) reads the event as
 a healthy run where no rank logged a failure.
 """
@@ -32,18 +38,23 @@ from hangscope.sources.logs.common import Line, make_event
 from hangscope.sources.logs.progress import tail_candidates
 
 _CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|successfully finished|epoch|\[=|"
-                        rb"success|succeeded|finished")
+                        rb"success|succeeded|finished|NOT been destroyed|(?:training|total|run) (?:time|duration)")
 # a rank's own line that it is through: "[MPI Rank 5] runCount: 10000 Success"; never a negated
 # one ("not finished", "didn't finish", "unsuccessful")
 _RANK_NAMED = re.compile(r"(?i)\brank[\s:=#]*(?P<rank>\d+)\b")
 _RANK_DONE = re.compile(r"(?i)(?<![\w'])(?<!not )(?<!never )(?:success(?:ful(?:ly)?)?|succeeded|finished|completed)\b"
-                        r"(?! with (?:errors?|failures?))")
+                        r"(?! with (?:errors?|failures?))"
+                        # a rank's end-of-run summary: "Process 31 - Training time: 10.09 seconds"
+                        r"|\b(?:training|total|run) (?:time|duration)\s*[:=]\s*\d")
 _FAILED_WORDS = re.compile(r"(?i)\b(?:fail\w*|error|exception|timed? ?out|abort\w*|killed|unsuccessful)\b")
 _SAID = (
     ("hf_trainer", re.compile(r"\bTraining completed\. Do not forget to share your model")),
     ("lightning", re.compile(r"`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached")),
     ("megatron", re.compile(r"\[after training is done\]")),
     ("elastic", re.compile(r"worker group successfully finished")),
+    # torch >= 2.4, ProcessGroupNCCL's destructor at interpreter exit without
+    # destroy_process_group(): printed by a process that left its program normally
+    ("pg_destructed_at_exit", re.compile(r"process group has NOT been destroyed before it is being destructed")),
 )
 _LAST_EPOCH = re.compile(r"^Epoch (?P<n>\d+)/(?P=n)\s*$")
 _FULL_BAR = re.compile(r"^(?P<n>\d+)/(?P=n) \[=+\]")
@@ -72,8 +83,12 @@ def scan_finish(path: str, rank_hint: int | None = None) -> list[LogEvent]:
             how, last_epoch = "last_epoch", False
         if how is not None:
             events.append(make_event("run_finished", line, ctx, "info", {"how": how}))
-    if not events and len(done) >= 2 and sorted(done) == list(range(len(done))):
+    if not events and len(done) >= 2:
+        # 0..N all said so; else the ranks that did, which counts only where they are every
+        # rank the logs show (log_progress.logs_finished checks)
+        every = sorted(done) == list(range(len(done)))
         last = max(done.values(), key=lambda item: item.line_no)
         events.append(make_event("run_finished", last, ctx, "info",
-                                 {"how": "every_rank", "ranks": len(done)}))
+                                 {"how": "every_rank" if every else "ranks_seen",
+                                  "ranks": ",".join(map(str, sorted(done)))}))
     return events[-1:]

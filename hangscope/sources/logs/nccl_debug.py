@@ -31,6 +31,13 @@ teardown, or after the device event that NCCL reports on its own line, ``NET/IB 
 : local catastrophic error``, NVIDIA/nccl#230). Alone it names no failed transfer: an echo, not a
 transport error.
 
+``nccl_init_start`` (host, pid, comm: the ``comm 0x...`` pointer) -- NCCL >= 2.19's ``Init START``
+line of a communicator; ``nccl_comm_ready`` (same fields) -- its ``Init COMPLETE``, for a
+communicator whose START this file showed (``analysis/detectors/init_hang.py`` pairs them).
+
+``nccl_local_peer_closed`` (host, pid, cuda_dev, peer_local) -- ``[Service thread] Connection
+closed by localRank N``: NCCL's proxy lost the connection of local rank N's process.
+
 ``nccl_device`` (or, for a line without a busId, ``nccl_init_done``: host, pid) -- the first
 ``Init COMPLETE`` line of each process: its communicator is ready. The same line serves rank
 attribution: ``NCCL INFO comm 0x55df01b24dd0 rank 24 nranks 32 cudaDev 0 nvmlDev 0 busId 7000
@@ -49,6 +56,9 @@ from hangscope.sources.logs.common import Context, Line, make_event
 LINE = re.compile(
     r"(?:^|\s)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
     r"(?:(?P<src>[\w./\-]+(?::| )\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
+_COMM = re.compile(r"\bcomm (0x[0-9a-f]+) rank \d+ nranks \d+")
+_LOCAL_CLOSED = re.compile(r"Connection closed by localRank (\d+)")
+MAX_COMMS = 100_000  # communicators whose START is remembered per file
 _INIT = re.compile(r"comm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)")
 _TRANSPORT = re.compile(
     r"^(?P<transport>NET/IB|NET/Socket|NET/\w+|Net|socketProgress|socketPoll|socketWait|"
@@ -90,13 +100,18 @@ def init_line(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     note_init(line, ctx)
     after = ctx.pid_rank.get(key) if key else None
     b = _BUS.search(line.body)
+    ready: list[LogEvent] = []
+    if m is not None and key is not None and (comm := _COMM.search(line.body)) is not None \
+            and comm.group(1) in ctx.comms_started:
+        ready.append(make_event("nccl_comm_ready", line, ctx, "info",
+                                {"host": key[0], "pid": key[1], "comm": comm.group(1)}))
     if m is None or key is None or after is None or after == before:
-        return []
+        return ready
     if b is None:  # NCCL < 2.19 names no busId: only that this process's communicator is ready
         rank, source = (line.rank, line.rank_source) if line.rank is not None else \
             (after[1], "pid")
         return [make_event("nccl_init_done", line, ctx, "info",
-                           {"host": key[0], "pid": key[1]}, rank=rank, rank_source=source)]
+                           {"host": key[0], "pid": key[1]}, rank=rank, rank_source=source)] + ready
     bus = int(b.group("bus"), 16)
     pci = f"{bus >> 20:04x}:{(bus >> 12) & 0xff:02x}:{(bus >> 4) & 0xff:02x}"
     fields: dict[str, str | int | float] = {
@@ -104,7 +119,32 @@ def init_line(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     if b.group("nvml") is not None:
         fields["nvml_dev"] = int(b.group("nvml"))
     rank, source = (line.rank, line.rank_source) if line.rank is not None else (after[1], "pid")
-    return [make_event("nccl_device", line, ctx, "info", fields, rank=rank, rank_source=source)]
+    return [make_event("nccl_device", line, ctx, "info", fields, rank=rank,
+                       rank_source=source)] + ready
+
+
+def local_peer_closed(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``[Service thread] Connection closed by localRank 7`` (NCCL's proxy service, proxy.cc): a
+    process on the same node that this one's proxy served went away."""
+    m = LINE.search(line.body)
+    peer = _LOCAL_CLOSED.search(line.body)
+    if m is None or peer is None:
+        return []
+    return [make_event("nccl_local_peer_closed", line, ctx, "info",
+                       {"host": m.group("host"), "pid": int(m.group("pid")),
+                        "cuda_dev": int(m.group("dev")), "peer_local": int(peer.group(1))})]
+
+
+def init_start(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``comm 0x... rank R nranks N ... - Init START``: a communicator's setup began."""
+    m = LINE.search(line.body)
+    comm = _COMM.search(line.body)
+    if m is None or comm is None or len(ctx.comms_started) >= MAX_COMMS:
+        return []
+    ctx.comms_started.add(comm.group(1))
+    return [make_event("nccl_init_start", line, ctx, "info",
+                       {"host": m.group("host"), "pid": int(m.group("pid")),
+                        "comm": comm.group(1)})]
 
 
 def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
@@ -188,4 +228,6 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b" NCCL WARN ", warn),
     (b" NCCL ABORT ", warn),
     (b"Init COMPLETE", init_line),
+    (b"Init START", init_start),
+    (b"Connection closed by localRank", local_peer_closed),
 ]

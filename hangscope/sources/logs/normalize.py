@@ -90,8 +90,12 @@ _RECORD_START = re.compile(
 
 # Ray's log relay heads every worker line with ``(Name pid=N, ip=X) ``; a paste that lost its line
 # breaks (a tracker's one-line quote) has them mid-line, each opening a record of its own
+# The same for torch's ``[rankN]:`` head glued to another process's unfinished line (a progress
+# bar that ends without a newline): the head of a C++ log line (``[rank1]:[W516 14:34:56...``) or
+# a head right after a bar's closing bracket.
 _RELAY_MIDLINE = re.compile(
-    r"(?<=\S) (?=\((?:[A-Za-z_][\w.\-]* )?pid=\d+(?:, ip=[\d.:a-fA-F]+)?\) )")
+    r"(?<=\S) (?=\((?:[A-Za-z_][\w.\-]* )?pid=\d+(?:, ip=[\d.:a-fA-F]+)?\) )"
+    r"|(?<=\S)(?=\[rank\d{1,6}\]:\[[IWEF]\d{3,4} )|(?<=\])(?=\[rank\d{1,6}\]: )")
 _RELAY_MIDLINE_BYTES = re.compile(_RELAY_MIDLINE.pattern.encode())
 
 # (start, end): a line holding ``start`` but not ``end`` continues on the next lines.

@@ -36,6 +36,7 @@ from hangscope.sources.logs import (
     nccl_tests,
     oom,
     perf_reports,
+    pg_wrapper,
     pipeline,
     runtime_lines,
     stall_reports,
@@ -54,7 +55,7 @@ MAX_JSON_BYTES = 64 << 20
 
 # Order matters only when one line holds triggers of several families: first match wins.
 _FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, mpi, oom, dataloader, gloo, init, traceback,
-             gpu, runtime_lines, stall_reports, perf_reports, nccl_tests, pipeline)
+             gpu, runtime_lines, stall_reports, perf_reports, nccl_tests, pg_wrapper, pipeline)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
 for _module in _FAMILIES:
@@ -78,12 +79,12 @@ _ANCHORS = re.compile(
     rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node |hread )|H(?:eartbeat monitor)"
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
     rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: )|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks|TRAGGLER DETECTION)"
-    rb"|F(?:ailures:)|P(?:G on this rank|G debug info|U relative performance:|U individual performance:)|R(?:ecorder|eceived a dump|eceived \d+ death|eceived Signals\.)|i(?:ng to dump d|ng ncclUniqueId)"
-    rb"|M(?:ISMATCH|ismatched collective d|issing communicator|issing ranks:|EMBER: |PLETE)|B(?:arrier in|arrier, but)"
+    rb"|F(?:ailures:)|P(?:G on this rank|G debug info|U relative performance:|U individual performance:)|R(?:unning collective: C|ecorder|eceived a dump|eceived \d+ death|eceived Signals\.)|i(?:ng to dump d|ng ncclUniqueId)"
+    rb"|M(?:ISMATCH|ismatched collective d|issing communicator|issing ranks:|EMBER: |PLETE)|S(?:TART\b)|B(?:arrier in|arrier, but)"
     rb"|U(?:DA out of memory|DA error|nexpected |sing |nable to determine)"
     rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal |glers? detected|glers found)"
     rb"|j(?:ob process|oining collective)|N(?:VRM: )|O(?:ut Of Memory|OM when alloc)|H(?:W Exception by GPU)"
-    rb"|x(?:pectedly)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')"
+    rb"|x(?:pectedly)|l(?:ocalRank \d)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')"
     rb"|\*(?:\*\* STEP |\*\* JOB )|(?:noticed that |srun: |The first process to do so was|RUNNING AT )"
     rb"|S(?:endF|endB|END_F|END_B)|R(?:ecvF|ecvB|ECV_F|ECV_B)")
 _PREFILTER = _ANCHORS
