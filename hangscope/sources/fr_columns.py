@@ -20,6 +20,7 @@ of them (sizes compare with ``==``, see :func:`_scan`).
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import chain, compress, islice, repeat
 from operator import add, eq, itemgetter, lt
@@ -214,16 +215,19 @@ def assemble(reducer: Any, cols: Columns) -> Any:  # noqa: C901
         indices = [] if number is None else \
             list(compress(range(n), map(eq, record_slot, repeat(number))))
         mine = kept.get(name)
-        if mine:
+        if mine:  # the few records kept whole, placed by bisection (no pass over the group)
             indices = sorted(chain(indices, mine))
-            group.kept = {position: mine[index] for position, index in enumerate(indices)
-                          if index in mine}
+            where = {index: bisect_left(indices, index) for index in mine}
+            group.kept = {where[index]: entry for index, entry in mine.items()}
+            bodies = list(map(body_ids.get, map(firsts.__getitem__, indices)))
+            for index, position in where.items():
+                bodies[position] = body_ids[index]
+            group.bodies = bodies
+        else:
+            group.bodies = list(map(body_ids.__getitem__, map(firsts.__getitem__, indices)))
         group.seqs = list(map(seqs.__getitem__, indices))
         group.p2p_seqs = list(map(p2p_seqs.__getitem__, indices))
         group.record_ids = list(map(rids.__getitem__, indices))
-        group.bodies = [body_ids[index] if index in body_ids else body_ids[firsts[index]]
-                        for index in indices] if mine else \
-            list(map(body_ids.__getitem__, map(firsts.__getitem__, indices)))
         group.raw_index = indices
         group.p2p = p2p.get(name, [])
     latest_rid = max(rids)
