@@ -86,8 +86,8 @@ def _scan(entries: list[Any]) -> Columns | None:
     # ints, as int() reads them (array takes a bool as 0/1, as int() does)
     rids = array("q", _column(entries, "record_id"))
     seqs = array("q", _column(entries, "collective_seq_id"))
-    p2p_seqs = _column(entries, "p2p_seq_id")
-    p2p_seqs = array("q", p2p_seqs if None not in p2p_seqs else [seq or 0 for seq in p2p_seqs])
+    p2p_raw = _column(entries, "p2p_seq_id")
+    p2p_seqs = array("q", p2p_raw if None not in p2p_raw else [seq or 0 for seq in p2p_raw])
     # Where values of different types can be equal (1 == 1.0 == True), every record is checked;
     # a str, a None, a list or a tuple equals only its own kind, so for those fields the first
     # record of each key is checked below, which holds for every record equal to it.
@@ -96,7 +96,7 @@ def _scan(entries: list[Any]) -> Columns | None:
             or not _types(map(itemgetter(_RETIRED), keys)) <= {bool, NoneType}:
         return None
     if type(keys[0][1]) is list:  # JSON: the group as a list, made a tuple to be hashed
-        columns = list(zip(*keys))
+        columns: list[Any] = list(zip(*keys))
         if _types(columns[1]) != {list}:
             return None
         columns[1] = list(map(tuple, columns[1]))
