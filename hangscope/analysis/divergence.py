@@ -11,10 +11,11 @@ seq) is compared op by op, in the order each rank issued them. What must agree i
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Literal
 
-from hangscope.analysis.correlate import GroupView, history_classes
+from hangscope.analysis.correlate import GroupView, RankInGroup, history_classes
 from hangscope.analysis.fr_match import differs_in, invalid, match_key
 from hangscope.model import FrEntry
 
@@ -60,8 +61,10 @@ def first_divergence(group: GroupView) -> Divergence | None:
     size = len(group.members) if group.members_declared else None
     low = max(v.first_seq for v in reps)
     high = min(v.last_seq for v in reps)
-    seqs = sorted({seq for rep in reps for seq in rep.seqs if low <= seq <= high})
     checked: dict[object, str] = {}
+    if len(reps) == 1 and _sound(reps[0], low, high, size, checked):
+        return None
+    seqs = sorted({seq for rep in reps for seq in rep.seqs if low <= seq <= high})
     for seq in seqs:
         blocks = [rep.block_at(seq) for rep in reps]
         if any(not block for block in blocks):
@@ -73,6 +76,22 @@ def first_divergence(group: GroupView) -> Divergence | None:
         if bad:
             return _invalid_only(group, seq, classes, blocks, bad)
     return None
+
+
+def _sound(rep: RankInGroup, low: int, high: int, size: int | None,
+           checked: dict[object, str]) -> bool:
+    """Whether no record of a reduced dump's history between seqs ``low`` and ``high``
+    contradicts its op: one record per distinct body (``sources.fr_digest``), not one per seq.
+    With one history class that is the whole question (nothing to compare it with); a record
+    is rebuilt only for each distinct body, instead of for every seq of every group."""
+    shared = rep.history
+    if shared is None:
+        return False
+    start = bisect.bisect_left(shared.seqs, low)
+    stop = bisect.bisect_right(shared.seqs, high)
+    bodies = shared.bodies
+    return not any(_invalid(rep.entries[bodies.index(body, start, stop)], size, checked)
+                   for body in dict.fromkeys(bodies[start:stop]))
 
 
 def _invalid(entry: FrEntry, size: int | None, checked: dict[object, str]) -> str:

@@ -260,6 +260,10 @@ class Converter:
         self.frames_from = n_entries - FRAMES_KEPT_PER_DUMP
         self.frame_cache: dict[tuple[Any, Any, Any], Frame] = {}
         self.frames_cache: dict[tuple[Frame, ...], tuple[Frame, ...]] = {}
+        # a record's frames by the identity of its frame dicts: torch shares (and c10 memoizes)
+        # one dict per frame, so records of one call site hold the same ones; the raw list is
+        # kept with the result, so that its dicts (and their ids) outlive the cache
+        self.frames_by_ids: dict[tuple[int, ...], tuple[list[Any], tuple[Frame, ...]]] = {}
         self.name_cache: dict[Any, tuple[str, str, int | None, bool]] = {}
         self.interned: dict[Any, Any] = {}
         self.pg_cache: dict[Any, tuple[str, str]] = {}
@@ -278,6 +282,19 @@ class Converter:
             if type(group) is tuple:
                 self.pg_cache[group] = pg
         return pg
+
+    def frames(self, raw: Any) -> tuple[Frame, ...]:
+        """``_frames``, looked up by the identity of the frame dicts (a tuple of ints hashes in
+        C; a tuple of Frames hashes through each Frame's Python-level ``__hash__``)."""
+        if type(raw) is not list or not raw:
+            return _frames(raw, self.frame_cache, self.frames_cache)
+        ids = tuple(map(id, raw))
+        known = self.frames_by_ids.get(ids)
+        if known is not None:
+            return known[1]
+        frames = _frames(raw, self.frame_cache, self.frames_cache)
+        self.frames_by_ids[ids] = (raw, frames)
+        return frames
 
     def check(self, index: int, raw: Any) -> bool:
         """Whether the raw entry has the shape of one; if not, its problem is recorded."""
@@ -305,7 +322,7 @@ class Converter:
                 is_p2p = name_says_p2p
             frames: tuple[Frame, ...] = ()
             if index >= self.frames_from or completed is not True:
-                frames = _frames(raw.get("frames"), self.frame_cache, self.frames_cache)
+                frames = self.frames(raw.get("frames"))
             duration = raw.get("duration_ms")
             timeout = raw.get("timeout_ms")
             thread_name = raw.get("thread_name")

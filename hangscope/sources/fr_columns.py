@@ -20,9 +20,10 @@ of them (sizes compare with ``==``, see :func:`_scan`).
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import chain, compress, islice, repeat
-from operator import eq, itemgetter, lt
+from operator import add, eq, itemgetter, lt
 from typing import Any
 
 from hangscope.model import FrEntry
@@ -30,10 +31,10 @@ from hangscope.model import FrEntry
 # the fields a body is made of (besides sizes and dtypes), hashed per record
 _KEYED = ("profiling_name", "process_group", "state", "is_p2p", "timeout_ms", "thread_name",
           "retired")
+_P2P, _TIMEOUT, _RETIRED = 3, 4, 6  # their places in a key
 _SIZES = ("input_sizes", "output_sizes")
 _DTYPES = ("input_dtypes", "output_dtypes")
-_INTS = ("record_id", "collective_seq_id", "p2p_seq_id", "time_created_ns")
-_FIELDS = (*_KEYED, *_SIZES, *_DTYPES, *_INTS, "duration_ms")
+_LISTS = (*_SIZES, *_DTYPES)  # compared, not hashed
 NoneType = type(None)
 _STR, _INT = {str}, {int}
 
@@ -53,19 +54,21 @@ def _types(values: Any) -> set[type]:
     return set(map(type, values))
 
 
-def _columns(entries: list[dict[str, Any]]) -> list[Any]:
-    """One sequence per field of :data:`_FIELDS`, None where a record lacks it."""
-    first, last = entries[0], entries[-1]
-    present = [f for f in _FIELDS if f in first and f in last and f != "duration_ms"]
-    by_field: dict[str, Any] = {}
-    if len(present) > 1:
-        try:
-            by_field = dict(zip(present, zip(*map(itemgetter(*present), entries))))
-        except KeyError:  # some record lacks one: read each field with a default
-            by_field = {}
-    get = dict.get
-    return [by_field[f] if f in by_field else list(map(get, entries, repeat(f)))
-            for f in _FIELDS]
+def _rows(entries: list[dict[str, Any]], fields: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    """Per record, the tuple of its ``fields`` (None where it lacks one): one ``itemgetter``
+    call per record, in C, where every record has them all."""
+    try:
+        return list(map(itemgetter(*fields), entries))
+    except KeyError:  # some record lacks one: read each field with a default
+        get = dict.get
+        return list(zip(*(map(get, entries, repeat(field)) for field in fields)))
+
+
+def _column(entries: list[dict[str, Any]], field: str) -> list[Any]:
+    try:
+        return list(map(itemgetter(field), entries))
+    except KeyError:
+        return list(map(dict.get, entries, repeat(field)))
 
 
 def scan(entries: list[Any]) -> Columns | None:
@@ -78,38 +81,44 @@ def scan(entries: list[Any]) -> Columns | None:
 
 
 def _scan(entries: list[Any]) -> Columns | None:
-    (names, groups, states, p2ps, timeouts, threads, retired, in_sizes, out_sizes, in_types,
-     out_types, rids, seqs, p2p_seqs, created, durations) = _columns(entries)
+    # keys first: a record that is not a dict fails here, before anything else is read
+    keys = _rows(entries, _KEYED)
     # ints, as int() reads them (array takes a bool as 0/1, as int() does)
-    rids, seqs = array("q", rids), array("q", seqs)
-    p2p_seqs = array("q", p2p_seqs if None not in p2p_seqs else [seq or 0 for seq in p2p_seqs])
+    rids = array("q", _column(entries, "record_id"))
+    seqs = array("q", _column(entries, "collective_seq_id"))
+    p2p_raw = _column(entries, "p2p_seq_id")
+    p2p_seqs = array("q", p2p_raw if None not in p2p_raw else [seq or 0 for seq in p2p_raw])
     # Where values of different types can be equal (1 == 1.0 == True), every record is checked;
     # a str, a None, a list or a tuple equals only its own kind, so for those fields the first
     # record of each key is checked below, which holds for every record equal to it.
-    if not _types(p2ps) <= {bool, NoneType} or not _types(timeouts) <= {int, NoneType} \
-            or not _types(retired) <= {bool, NoneType}:
+    if not _types(map(itemgetter(_P2P), keys)) <= {bool, NoneType} \
+            or not _types(map(itemgetter(_TIMEOUT), keys)) <= {int, NoneType} \
+            or not _types(map(itemgetter(_RETIRED), keys)) <= {bool, NoneType}:
         return None
-    if type(groups[0]) is list:  # JSON
-        if _types(groups) != {list}:
+    if type(keys[0][1]) is list:  # JSON: the group as a list, made a tuple to be hashed
+        columns: list[Any] = list(zip(*keys))
+        if _types(columns[1]) != {list}:
             return None
-        groups = list(map(tuple, groups))
+        columns[1] = list(map(tuple, columns[1]))
+        keys = list(zip(*columns))
     # Sizes are not type-checked per record (that pass over every list costs as much as the
     # comparison below): a record whose sizes equal its key's first record's under == (4096 and
     # 4096.0 do) shares that record's body, which is how the parent's body table (a dict keyed
     # by bodies) and every detector compare them anyway. Records shown whole are converted.
-    duration_types = _types(durations)
-    if int in duration_types:  # float() of a huge int overflows
+    durations = _column(entries, "duration_ms")
+    if int in _types(durations):  # float() of a huge int overflows
         numbers = [d for d in durations if type(d) is int]
         float(max(numbers)), float(min(numbers))
+    created = _column(entries, "time_created_ns")
     timed = _types(created) == _INT and min(created) > 0
     seen: dict[Any, int] = {}
-    firsts = list(map(seen.setdefault,
-                      zip(names, groups, states, p2ps, timeouts, threads, retired),
-                      range(len(entries))))
-    lists = (in_sizes, out_sizes, in_types, out_types)
-    if not all(all(map(eq, column, map(column.__getitem__, firsts))) for column in lists):
+    firsts = list(map(seen.setdefault, keys, range(len(entries))))
+    lists = _rows(entries, _LISTS)
+    # one comparison in C: each record's (sizes, dtypes) with its key's first record's
+    if lists != list(map(lists.__getitem__, firsts)):
         # sizes differ among records of one key: make them part of it
-        for column in lists:
+        in_sizes, out_sizes, in_types, out_types = zip(*lists)
+        for column in (in_sizes, out_sizes, in_types, out_types):
             if _types(column) != {list}:
                 return None
         for sizes in (in_sizes, out_sizes):
@@ -119,9 +128,7 @@ def _scan(entries: list[Any]) -> Columns | None:
         nested = [map(tuple, map(map, repeat(tuple), in_sizes)),
                   map(tuple, map(map, repeat(tuple), out_sizes)),
                   map(tuple, in_types), map(tuple, out_types)]
-        firsts = list(map(seen.setdefault,
-                          zip(names, groups, states, p2ps, timeouts, threads, retired, *nested),
-                          range(len(entries))))
+        firsts = list(map(seen.setdefault, map(add, keys, zip(*nested)), range(len(entries))))
     if not all(map(_plain, (entries[first] for first in seen.values()))):
         return None
     return Columns(record_ids=rids, seqs=seqs, p2p_seqs=p2p_seqs, timed=timed, firsts=firsts)
@@ -208,16 +215,19 @@ def assemble(reducer: Any, cols: Columns) -> Any:  # noqa: C901
         indices = [] if number is None else \
             list(compress(range(n), map(eq, record_slot, repeat(number))))
         mine = kept.get(name)
-        if mine:
+        if mine:  # the few records kept whole, placed by bisection (no pass over the group)
             indices = sorted(chain(indices, mine))
-            group.kept = {position: mine[index] for position, index in enumerate(indices)
-                          if index in mine}
+            where = {index: bisect_left(indices, index) for index in mine}
+            group.kept = {where[index]: entry for index, entry in mine.items()}
+            bodies = list(map(body_ids.get, map(firsts.__getitem__, indices)))
+            for index, position in where.items():
+                bodies[position] = body_ids[index]
+            group.bodies = bodies
+        else:
+            group.bodies = list(map(body_ids.__getitem__, map(firsts.__getitem__, indices)))
         group.seqs = list(map(seqs.__getitem__, indices))
         group.p2p_seqs = list(map(p2p_seqs.__getitem__, indices))
         group.record_ids = list(map(rids.__getitem__, indices))
-        group.bodies = [body_ids[index] if index in body_ids else body_ids[firsts[index]]
-                        for index in indices] if mine else \
-            list(map(body_ids.__getitem__, map(firsts.__getitem__, indices)))
         group.raw_index = indices
         group.p2p = p2p.get(name, [])
     latest_rid = max(rids)

@@ -141,7 +141,7 @@ class _Reducer:
         self.converter = flight_recorder.Converter(path, len(entries_raw), problems)
         self.body_ids: dict[Body, int] = {}
         self.bodies: list[Body] = []
-        self.stack_ids: dict[tuple[Frame, ...], int] = {(): -1}
+        self.stack_ids: dict[int, tuple[tuple[Frame, ...], int]] = {id(()): ((), -1)}
         self.stacks: list[tuple[tuple[str, str, int | None], ...]] = []
         self.groups: dict[str, _Group] = {}
 
@@ -339,10 +339,13 @@ class _Reducer:
             pending=pending, p2p=[self.ship(entry) for entry in group.p2p])
 
     def ship(self, entry: FrEntry) -> Shipped:
-        stack = self.stack_ids.get(entry.frames)
-        if stack is None:
-            stack = self.stack_ids[entry.frames] = len(self.stacks)
+        # by identity: the converter interns frame tuples, and hashing one by value goes
+        # through each Frame's Python-level __hash__ (the tuple is held, so its id stays its own)
+        known = self.stack_ids.get(id(entry.frames))
+        if known is None:
+            known = self.stack_ids[id(entry.frames)] = (entry.frames, len(self.stacks))
             self.stacks.append(tuple((f.name, f.filename, f.line) for f in entry.frames))
+        stack = known[1]
         return (entry.record_id, entry.pg_name, entry.pg_desc, entry.collective_seq_id,
                 entry.p2p_seq_id, entry.op, entry.backend, entry.is_p2p, entry.state,
                 entry.completed, entry.input_sizes, entry.input_dtypes, entry.output_sizes,
