@@ -185,8 +185,9 @@ def _rank_key(picture: Picture, stacks: dict[int, RankStackState], rank: int,
                 return ("log-end", ends[rank])
             return ("log", log_state(seen)) if seen else ("no-evidence",)
         main = state.main
+        peer = (state.p2p.op, state.p2p.peer) if state.p2p is not None else None
         return ("stack", state.gone, state.main_finished, main.kind if main else None,
-                main.op if main else None, main.user_frame if main else None)
+                main.op if main else None, main.user_frame if main else None, peer)
     parts: list[tuple[object, ...]] = []
     for name, group in picture.groups.items():
         if rank not in group.members:
@@ -349,8 +350,11 @@ def add_stack_waits(graph: WaitGraph, picture: Picture,
 
     A rank whose main thread sits in a collective waits on every rank that is elsewhere (not in
     a collective, p2p op or init): the group and seq are unknown from a stack, so the reason has
-    seq -1. Ranks blocked in p2p recv (or all in send) with no rank in the matching op wait on
-    each other: the cycle a p2p deadlock makes.
+    seq -1. A rank blocked in a p2p op whose peer its frames tell (``RankStackState.p2p``) waits
+    on that peer, unless the peer is blocked in the matching op towards it (a pair in flight);
+    these rank -> peer edges make the cycle of a pipeline deadlock of any length. Ranks blocked in
+    p2p recv (or all in send) with no peer known and no rank in the matching op wait on each
+    other: the cycle a p2p deadlock of two makes.
     """
     unplaced = {r: s for r, s in stacks.items() if r not in picture.dumps or
                 (not picture.pending_ops(r) and s.main is not None and s.main.kind == "p2p")}
@@ -384,7 +388,28 @@ def add_stack_waits(graph: WaitGraph, picture: Picture,
     if in_init:
         graph.add_wait(WaitReason("stack-init", "", "", -1, "init_process_group"), in_init,
                        elsewhere)
-    ops = {op.removeprefix("i") for op in in_p2p}
-    if len(p2p_ranks) >= 2 and len(ops) == 1:
+    directed = _add_peer_waits(graph, stacks, p2p_ranks)
+    unknown = [r for r in p2p_ranks if r not in directed]
+    ops = {op.removeprefix("i") for op, ranks in in_p2p.items() if set(ranks) - directed}
+    if len(unknown) >= 2 and len(ops) == 1:
         # everyone blocked in recv (or everyone in send): nobody will post the other side
-        graph.add_mutual_wait(WaitReason("stack-p2p", "", "", -1, next(iter(ops))), p2p_ranks)
+        graph.add_mutual_wait(WaitReason("stack-p2p", "", "", -1, next(iter(ops))), unknown)
+
+
+def _add_peer_waits(graph: WaitGraph, stacks: dict[int, RankStackState],
+                    p2p_ranks: list[int]) -> set[int]:
+    """rank -> peer edges of the p2p ranks whose peer is known; returns those ranks."""
+    directed: set[int] = set()
+    for rank in p2p_ranks:
+        wait = stacks[rank].p2p
+        if wait is None or wait.peer is None or wait.peer == rank \
+                or wait.peer not in graph.class_of:
+            continue
+        directed.add(rank)
+        theirs = stacks[wait.peer].p2p if wait.peer in stacks else None
+        if theirs is not None and theirs.peer == rank and None not in (theirs.op, wait.op) \
+                and theirs.op != wait.op:
+            continue  # a send and its recv both posted: in flight, not a wait on the peer
+        graph.add_wait(WaitReason("stack-p2p", "", "", -1, wait.op or wait.call), [rank],
+                       [wait.peer])
+    return directed

@@ -14,6 +14,8 @@ entries); a snapshot taken between two legitimately overlapping async collective
 
 from __future__ import annotations
 
+import networkx as nx
+
 from hangscope.analysis.context import Context
 from hangscope.analysis.pg_order import order_verdict
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
@@ -38,6 +40,9 @@ def detect(ctx: Context) -> list[Finding]:
         what = "send/recv" if is_p2p else "collectives on different process groups"
         summary = (f"ranks {format_ranks(in_cycle)} wait on each other through {what}: "
                    + "; ".join(steps))
+        ring = peer_cycle(ctx, in_cycle) if is_p2p else None
+        if ring is not None:
+            evidence, summary = _ring_sentence(ctx, ring)
         first = next((r for r in reasons if r.kind in ("p2p", "collective")), None)
         collective = (CollectiveRef(first.pg, first.seq, first.op, first.pg_desc)
                       if first else None)
@@ -66,6 +71,41 @@ def detect(ctx: Context) -> list[Finding]:
                                 confidence=confidence, summary=summary,
                                 evidence=evidence, collective=collective))
     return findings
+
+
+def peer_cycle(ctx: Context, ranks: list[int]) -> list[int] | None:
+    """The ranks of a cycle in the order they wait on each other (each waits on the next), from
+    the peers their stacks name (``RankStackState.p2p``); None when the peers do not close one."""
+    edges = nx.DiGraph()
+    for rank in ranks:
+        state = ctx.stacks.get(rank)
+        wait = state.p2p if state is not None else None
+        if wait is not None and wait.peer is not None and wait.peer in ranks:
+            edges.add_edge(rank, wait.peer)
+    try:
+        found = nx.find_cycle(edges, source=min(ranks)) if edges else []
+    except nx.NetworkXNoCycle:
+        return None
+    return [src for src, _ in found] or None
+
+
+def _ring_sentence(ctx: Context, ring: list[int]) -> tuple[list[EvidenceItem], str]:
+    """Evidence per rank of a p2p ring and the sentence that walks it."""
+    evidence, clauses = [], []
+    for rank in ring:
+        wait = ctx.stacks[rank].p2p
+        assert wait is not None
+        where = wait.frame.where() if wait.frame is not None else ""
+        detail = (f"main thread {wait.clause()} in {wait.call} at "
+                  f"{wait.frame.name if wait.frame else '?'} ({wait.how})")
+        evidence.append(EvidenceItem(source="py-spy", rank=rank, detail=detail, where=where))
+        clauses.append(f"rank {rank} {wait.clause()}")
+    path = " -> ".join(str(r) for r in [*ring, ring[0]])
+    summary = (f"p2p cycle of {len(ring)} ranks ({path}, each waiting on the next): "
+               + "; ".join(clauses) + ". Nobody posts the matching op first, so none of them "
+               "can proceed: make one rank of the cycle send before it receives (or use "
+               "batch_isend_irecv for the exchange)")
+    return evidence, summary
 
 
 def _steps(ctx: Context, cycle: list[str]) -> tuple[list[EvidenceItem], list[str]]:
