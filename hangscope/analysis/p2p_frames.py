@@ -79,8 +79,8 @@ def p2p_wait(thread: ThreadStack, lines: Mapping[str, Mapping[int, str]],
     if inside:
         return _inside_call(thread, inside, lines)
     user = next((i for i, f in enumerate(frames) if not f.native and not _installed(f)), None)
-    if user is None:
-        return None
+    if user is None or any(not f.native for f in frames[:user]):
+        return None  # a Python library call (Queue.get, Lock.acquire) is what it waits in
     frame = frames[user]
     kept = {loc.name: loc for loc in thread.locals if loc.frame == user}
     direction = _native_direction(native or thread)

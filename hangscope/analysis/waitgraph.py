@@ -205,6 +205,9 @@ def _rank_key(picture: Picture, stacks: dict[int, RankStackState], rank: int,
         parts.extend((tag, "p2p", e.op, e.peer, e.p2p_seq_id) for e in view.p2p_pending)
         if group.history_of(rank):  # its history differs from other members' (a mismatch)
             parts.append((tag, "history", group.history_of(rank)))
+    wait = stacks[rank].p2p if rank in stacks else None
+    if wait is not None and wait.peer is not None:  # gloo: a p2p wait only the stack shows
+        parts.append(("stack-p2p", wait.op or wait.call, wait.peer))
     return tuple(sorted(parts, key=repr))
 
 
@@ -223,10 +226,12 @@ def _describe(picture: Picture, stacks: dict[int, RankStackState], rank: int,
         more = f" (+{len(pending) - 1} more pending)" if len(pending) > 1 else ""
         return f"waiting in {where}{more}"
     last = _last_entry(picture, rank)
+    wait = stacks[rank].p2p if rank in stacks else None
+    also = f"; its stack {wait.clause()}" if wait is not None and wait.peer is not None else ""
     if last is None:
-        return "no collective recorded"
+        return "no collective recorded" + also
     return (f"not in a collective; last completed {last.op} seq {last.seq} on pg "
-            f"{picture.groups[last.pg_name].label}")
+            f"{picture.groups[last.pg_name].label}{also}")
 
 
 def _last_entry(picture: Picture, rank: int) -> FrEntry | None:
