@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-from frdumps import history, make_dump, make_entry, write_dumps
 from live_jobs import attach_quietly, bundle_verdict_moved_away, copy_of_jobs
 
 from hangscope.analysis.engine import analyze
@@ -28,6 +27,8 @@ from hangscope.options import LoadOptions
 from hangscope.sources.load import load_paths
 from hangscope.sources.pyspy import parse_pyspy_text
 from hangscope.sources.pyspy_locals import sanitize_dump
+
+from frdumps import history, make_dump, make_entry, write_dumps
 
 JOBS_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "jobs"
 C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"

@@ -50,8 +50,8 @@ from typing import Any
 
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrameLocal, JobEvidence, StackSample, ThreadStack
-from hangscope.sources.pyspy_locals import frame_local, keep_local, locals_from_json
 from hangscope.sources.logs.normalize import logical_bytes
+from hangscope.sources.pyspy_locals import frame_local, keep_local, locals_from_json
 
 MAX_BYTES = 64 << 20  # a dump with locals of 1000 threads is a few MB
 MAX_LINE = 64 << 10  # longer text lines are cut before matching
