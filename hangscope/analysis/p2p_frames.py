@@ -77,7 +77,7 @@ def p2p_wait(thread: ThreadStack, lines: Mapping[str, Mapping[int, str]],
     frames = thread.frames
     inside = [i for i, f in enumerate(frames) if not f.native and is_p2p_frame(f.name, f.filename)]
     if inside:
-        return _inside_call(thread, inside, lines)
+        return _inside_call(thread, inside)
     user = next((i for i, f in enumerate(frames) if not f.native and not _installed(f)), None)
     if user is None or any(not f.native for f in frames[:user]):
         return None  # a Python library call (Queue.get, Lock.acquire) is what it waits in
@@ -102,8 +102,7 @@ def _installed(frame: Frame) -> bool:
                           frame.filename))
 
 
-def _inside_call(thread: ThreadStack, inside: list[int],
-                 lines: Mapping[str, Mapping[int, str]]) -> P2pWait:
+def _inside_call(thread: ThreadStack, inside: list[int]) -> P2pWait:
     outer = thread.frames[inside[-1]]
     op = "send" if outer.name in _SENDS else "recv" if outer.name in _RECVS else None
     caller = next((f for f in thread.frames[inside[-1] + 1:] if not f.native), None)
@@ -116,7 +115,6 @@ def _inside_call(thread: ThreadStack, inside: list[int],
                     where = thread.frames[index].name
                     return P2pWait(op, value, outer.name, caller or outer,
                                    f"{where}({name}={value}){note}, a local py-spy read")
-    del lines
     return P2pWait(op, None, outer.name, caller or outer,
                    "no peer argument in the dump (taken without --locals?)")
 

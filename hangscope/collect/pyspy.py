@@ -96,7 +96,7 @@ def dump_once(pid: int, *, timeout: float = 5.0, native: bool = False,
     """Dump every Python thread of ``pid`` once. Never raises for a failed dump: the failure is
     the result's ``status`` and one-line ``detail``. ``pyspy`` overrides :func:`find_pyspy`.
     ``with_locals``: ``--locals``, of which only the p2p peers are kept (``sanitize_dump``: the
-    rest is dropped before the raw dump is kept anywhere).
+    rest is dropped before the raw dump is kept anywhere); never with ``nonblocking``.
     ``timeout`` is a hard deadline: py-spy's process group is SIGKILLed at it. Raises UsageError
     for ``native`` with ``nonblocking`` (py-spy refuses the pair)."""
     _check_options(native, nonblocking)
@@ -106,6 +106,8 @@ def dump_once(pid: int, *, timeout: float = 5.0, native: bool = False,
     argv = [pyspy or find_pyspy(), "dump", "--json", "--pid", str(pid)]
     argv += ["--native"] if native else []
     argv += ["--nonblocking"] if nonblocking else []
+    # a non-blocking dump reads memory that changes under it: locals would add torn reads
+    with_locals = with_locals and not nonblocking
     argv += ["--locals"] if with_locals else []
     state_before = stopped.proc_state(pid)
     try:
