@@ -151,3 +151,14 @@ def test_an_abort_does_not_explain_a_wait(tmp_path: Path) -> None:
         "NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.",
         "launcher: worker process exited with exitcode -6", ""]))
     assert verdict.findings and verdict.findings[0].kind.value != "rank_died"
+
+
+def test_a_phase_line_behind_a_launcher_prefix_is_a_cue(tmp_path: Path) -> None:
+    # GIVEN rank 0's evaluation line behind torch's ``[rank0]:`` head, and rank 1's timeout after
+    from hangscope.sources.logs.cues import scan_cues
+    log = tmp_path / "log.txt"
+    log.write_text("[rank0]: Evaluating: 100 batches\n"
+                   "[rank1]: RuntimeError: Timed out waiting for all ranks\n")
+    # THEN the phase line is read as rank 0's (the cue anchored at the body's start still applies)
+    cues = {(e.rank, e.fields["cue"]) for e in scan_cues(str(log))}
+    assert (0, "busy-phase") in cues

@@ -27,11 +27,22 @@ def _fixture_files() -> list[Path]:
 @pytest.mark.parametrize("path", _fixture_files(), ids=lambda p: p.name)
 def test_prefilter_finds_what_a_full_trigger_search_finds(path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # the Aho-Corasick search (where installed), the anchor regex it falls back to, and a plain
+    # regex of every trigger give the same events
     fast = scan_log(str(path))
+    monkeypatch.setattr(scan, "_TRIGGER_SEARCH", None)
+    anchored = scan_log(str(path))
     monkeypatch.setattr(scan, "_PREFILTER", scan._TRIGGERS)
     full = scan_log(str(path))
     assert fast == full
+    assert anchored == full
     assert fast, f"{path.name}: no events"
+
+
+def test_the_trigger_search_is_aho_corasick_where_installed() -> None:
+    # a dependency: an install without it would silently scan at a fraction of the speed
+    pytest.importorskip("ahocorasick_rs")
+    assert scan._TRIGGER_SEARCH is not None
 
 
 def test_random_bytes_never_raise(tmp_path: Path) -> None:

@@ -139,8 +139,13 @@ CUES: tuple[Cue, ...] = (
         r"(?i)Watchdog caught collective operation timeout|\btimed[ -]out\b|Timeout(?:Error|Exception)|"
         r"\btime ?outs?\b(?= (?:at|after|while|waiting|error|exceeded|expired|reached|occurred|happened)\b)|no progress|heartbeat (?:lost|timeout|missed)"), _DIST),
 )
-_PREFILTER = re.compile("|".join(f"(?:{cue.pattern.pattern.removeprefix('(?i)')})" for cue in CUES),
-                        re.IGNORECASE)
+# A superset of the cues, searched on the raw line (launcher prefix and all): a cue anchored at
+# the start of the line's body (``^Evaluating``) is unanchored here, since the prefix is peeled
+# only for the lines this lets through.
+_LINE_START = re.compile(r"(?:(?<=^)|(?<=\|))\^")
+_PREFILTER = re.compile(
+    "|".join(f"(?:{_LINE_START.sub('', cue.pattern.pattern.removeprefix('(?i)'))})" for cue in CUES),
+    re.IGNORECASE)
 _MSG_RANK = re.compile(r"(?i)\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\]?")
 
 

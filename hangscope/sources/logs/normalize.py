@@ -47,6 +47,7 @@ from hangscope.sources.logs.common import ANSI_PATTERN, SRUN_PATTERN
 
 NORMALIZE_MAX = 16 << 20
 MAX_JOIN = 8  # physical lines one logical line may be rebuilt from
+MIN_OPEN_CUTS = 3  # open records cut at one uncommon width that make it the paste's wrap width
 HEAD = 8  # a line starting with the same characters as the one before opens a new record
 # widths a terminal or tracker commonly cuts at: one line cut at one of these is enough evidence
 COMMON_WIDTHS = frozenset((72, 76, 78, 79, 80, 100, 110, 119, 120, 128, 132, 140, 150, 160, 180,
@@ -86,6 +87,11 @@ _RECORD_START = re.compile(
     r"|E {3}"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[:\] ]"
     r"|[\w.\-]+ +\| ")
+
+# Ray's log relay heads every worker line with ``(Name pid=N, ip=X) ``; a paste that lost its line
+# breaks (a tracker's one-line quote) has them mid-line, each opening a record of its own
+_RELAY_MIDLINE = re.compile(r"(?<=\S) (?=\((?:[A-Za-z_][\w.\-]* )?pid=\d+(?:, ip=[\d.:a-fA-F]+)?\) )")
+_RELAY_MIDLINE_BYTES = re.compile(_RELAY_MIDLINE.pattern.encode())
 
 # (start, end): a line holding ``start`` but not ``end`` continues on the next lines.
 _OPEN_RECORDS = (
@@ -139,9 +145,28 @@ def normalize(raw: bytes) -> Normalized | None:
         [len(p.decode("utf-8", errors="replace")) for p in physical]
     width = wrap_width(lengths)
     has_open = _OPEN_TRIGGER.search(data) is not None
-    if width is None and not has_open and head is None:
+    relayed = _RELAY_MIDLINE_BYTES.search(data) is not None
+    if width is None and not has_open and head is None and not relayed:
         return None if data is raw or data + b"\n" == raw else _identity(data, len(physical))
     text = [p.decode("utf-8", errors="replace") for p in physical]
+    heads: list[str] | None = None
+    headed: list[bool] | None = None  # pieces that may not continue a wrapped line
+    if head is not None:
+        # lines are joined without their heads (a continuation that carries the head too must
+        # not read as a new record of the same stream), and where the paste was wrapped first
+        # and the head added after to every piece, the width is the content's
+        pattern = head[1]
+        split = [_split_head(line, head) for line in text]
+        if width is not None:
+            # the terminal wrapped the headed lines: a piece with the head is a new line
+            headed = [pattern.match(line) is not None for line in text]
+        heads = [lead for lead, _ in split]
+        text = [content for _, content in split]
+        if width is None:
+            content_lengths = [len(content) for content in text]
+            if (content_width := wrap_width(content_lengths)) is not None:
+                width, lengths = content_width, content_lengths
+    open_cut = _open_cut_width(text, lengths) if has_open else None
     out: list[str] = []
     line_map: list[int] = []
     i, n = 0, len(text)
@@ -151,8 +176,18 @@ def normalize(raw: bytes) -> Normalized | None:
         piece = lengths[i]
         i += 1
         joined = 1
+        padded = False
         while width is not None and piece == width and i < n and joined < MAX_JOIN \
-                and _continues(text[i - 1], text[i]):
+                and not (headed is not None and headed[i]):
+            if text[i - 1].endswith(" ") and not text[i].strip():
+                # a row padded with blanks past the width: its wrapped rest is only padding,
+                # and the row ended where its padding began
+                piece = lengths[i]
+                i += 1
+                padded = True
+                continue
+            if padded or not _continues(text[i - 1], text[i]):
+                break
             line += text[i]
             piece = lengths[i]
             i += 1
@@ -160,12 +195,16 @@ def normalize(raw: bytes) -> Normalized | None:
         if has_open:
             while _is_open(line) and i < n and joined < MAX_JOIN \
                     and _continues(text[i - 1], text[i]):
-                cut = lengths[i - 1] in COMMON_WIDTHS  # else a word wrap: the space it ate
+                # a cut at the wrap width (a common one, or the one most open records were cut
+                # at) ate nothing; else a word wrap ate a space
+                cut = lengths[i - 1] in COMMON_WIDTHS or lengths[i - 1] == open_cut
                 line += text[i] if cut else " " + text[i].lstrip()
                 i += 1
                 joined += 1
-        out.append(_peel(line, head) if head is not None else line)
-        line_map.append(start + 1)
+        line = heads[start] + line if heads is not None else line
+        for record in _RELAY_MIDLINE.split(line) if relayed else (line,):
+            out.append(record)
+            line_map.append(start + 1)
     return Normalized(("\n".join(out) + "\n").encode("utf-8"), line_map)
 
 
@@ -187,14 +226,16 @@ def _head_of(lines: list[str]) -> tuple[str, re.Pattern[str]] | None:
     return None
 
 
-def _peel(line: str, head: tuple[str, re.Pattern[str]]) -> str:
+def _split_head(line: str, head: tuple[str, re.Pattern[str]]) -> tuple[str, str]:
+    """What the peeled line starts with (``[rank12]: `` for srun's task, else nothing) and the
+    line's own text after the head."""
     name, pattern = head
     m = pattern.match(line)
     if m is None:
-        return line
+        return "", line
     if name == "srun":
-        return f"[rank{m.group(1)}]: {line[m.end():]}"
-    return line[m.end():]
+        return f"[rank{m.group(1)}]: ", line[m.end():]
+    return "", line[m.end():]
 
 
 def _continues(before: str, after: str) -> bool:
@@ -237,6 +278,20 @@ def _unpad(physical: list[bytes], data: bytes,
             out[index] = (line[:pad.start()] + gap + line[pad.end():]).encode("utf-8")
         return out
     return None
+
+
+def _open_cut_width(text: list[str], lengths: list[int]) -> int | None:
+    """The width open records were hard-cut at where it is not a common one (a tracker's
+    ``<pre>`` at 137 columns): the one length that at least ``MIN_OPEN_CUTS`` open lines share
+    and that ends inside a word; None when no such width stands out."""
+    counts: dict[int, int] = {}
+    for line, length in zip(text, lengths):
+        if length >= 60 and line[-1:].isalnum() and _is_open(line):
+            counts[length] = counts.get(length, 0) + 1
+    if not counts:
+        return None
+    width, count = max(counts.items(), key=lambda item: item[1])
+    return width if count >= MIN_OPEN_CUTS else None
 
 
 def _identity(data: bytes, count: int) -> Normalized:

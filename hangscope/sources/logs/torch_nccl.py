@@ -74,6 +74,7 @@ from hangscope.sources.logs.common import (
 _WATCHDOG = re.compile(
     r"(?:Watchdog caught|Caught) collective operation timeout: WorkNCCL\((?P<work>(?:[^()]|\(ms\))*)\)"
     r"(?: ran for (?P<ran>\d+) milliseconds before timing out)?")
+_CUT_BLANK = re.compile(r"(?<=[\w=]) (?=[\w=(])")
 _KV = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape)=(\[[^\]]*\]|[^,)\s]+)")
 
 
@@ -94,7 +95,10 @@ def watchdog(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     fields: dict[str, str | int | float] = {"pg": ""}
     if m.group("ran"):  # an elided or cut record ("WorkNCCL(... OpType=BROADCAST ...)") keeps the rest
         fields["ran_ms"] = int(m.group("ran"))
-    for key, value in _KV.findall(m.group("work")):
+    # a paste's wrap, rejoined where the cut's width was not known, may leave a blank inside a
+    # word ("OpTy pe=", "Numel Out="): the record's own blanks all follow a comma
+    work = _CUT_BLANK.sub("", m.group("work"))
+    for key, value in _KV.findall(work):
         value = value.strip()
         if key == "SeqNum":
             fields["seq"] = int(value)
