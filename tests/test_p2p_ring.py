@@ -149,6 +149,9 @@ def test_a_pasted_ring_of_four_is_one_p2p_cycle(tmp_path) -> None:
     # THEN one p2p_deadlock of all four, walked in order
     assert (root.kind.value, root.culprit_ranks) == ("p2p_deadlock", [0, 1, 2, 3]), root.summary
     assert "0 -> 1 -> 2 -> 3 -> 0" in root.summary
+    assert root.measures == {"cycle": "0 -> 1 -> 2 -> 3 -> 0",
+                             "p2p_edges": "0 recv from 1; 1 recv from 2; 2 recv from 3; "
+                                          "3 recv from 0"}
     assert {e.rank for e in root.evidence} == {0, 1, 2, 3}
     assert all(e.where == "/gone/pipe.py:31" for e in root.evidence)
 
@@ -234,6 +237,7 @@ def test_live_pipeline_ring_is_a_p2p_cycle_of_three(tmp_path) -> None:
         root["summary"]
     for edge in RING_EDGES:
         assert edge in root["summary"], root["summary"]
+    assert root["measures"]["cycle"] == "0 -> 2 -> 1 -> 0"
     cited = {item["rank"]: item["where"] for item in root["evidence"]}
     assert set(cited) == {0, 1, 2}
     assert all(where.endswith("pipeline_ring.py:30") for where in cited.values()), cited

@@ -41,8 +41,10 @@ def detect(ctx: Context) -> list[Finding]:
         summary = (f"ranks {format_ranks(in_cycle)} wait on each other through {what}: "
                    + "; ".join(steps))
         ring = peer_cycle(ctx, in_cycle) if is_p2p else None
+        measures: dict[str, float | str] = {}
         if ring is not None:
             evidence, summary = _ring_sentence(ctx, ring)
+            measures = _ring_measures(ctx, ring)
         first = next((r for r in reasons if r.kind in ("p2p", "collective")), None)
         collective = (CollectiveRef(first.pg, first.seq, first.op, first.pg_desc)
                       if first else None)
@@ -69,7 +71,8 @@ def detect(ctx: Context) -> list[Finding]:
         waiting = sorted((set(in_cycle) - set(culprits)) | set(waiting))
         findings.append(Finding(kind=kind, culprit_ranks=culprits, waiting_ranks=waiting,
                                 confidence=confidence, summary=summary,
-                                evidence=evidence, collective=collective))
+                                evidence=evidence, collective=collective,
+                                measures=measures))
     return findings
 
 
@@ -106,6 +109,18 @@ def _ring_sentence(ctx: Context, ring: list[int]) -> tuple[list[EvidenceItem], s
                "can proceed: make one rank of the cycle send before it receives (or use "
                "batch_isend_irecv for the exchange)")
     return evidence, summary
+
+
+def _ring_measures(ctx: Context, ring: list[int]) -> dict[str, float | str]:
+    """``cycle``: "0 -> 2 -> 1 -> 0"; ``p2p_edges``: "0 recv from 2; 2 recv from 1; ..."."""
+    edges = []
+    for rank in ring:
+        wait = ctx.stacks[rank].p2p
+        assert wait is not None
+        verb = {"recv": "recv from", "send": "send to"}.get(wait.op or "", "p2p with")
+        edges.append(f"{rank} {verb} {wait.peer}")
+    return {"cycle": " -> ".join(str(r) for r in [*ring, ring[0]]),
+            "p2p_edges": "; ".join(edges)}
 
 
 def _steps(ctx: Context, cycle: list[str]) -> tuple[list[EvidenceItem], list[str]]:
