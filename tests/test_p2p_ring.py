@@ -167,6 +167,28 @@ def test_a_chain_that_ends_in_a_busy_rank_is_not_a_cycle(tmp_path) -> None:
         [f.summary for f in verdict.findings]
 
 
+def test_a_pasted_ring_of_blocking_sends_says_receive_first(tmp_path) -> None:
+    # GIVEN three ranks each blocked in dist.send to the next (dst in the send frame's locals)
+    lines = []
+    for rank in range(3):
+        lines += [f"[rank{rank}]: Process {200 + rank}: python pipe.py",
+                  f'[rank{rank}]: Thread {200 + rank} (idle): "MainThread"',
+                  f"[rank{rank}]:     send (torch/distributed/distributed_c10d.py:2360)",
+                  f"[rank{rank}]:         Arguments:",
+                  f"[rank{rank}]:             tensor: <Tensor at 0x7f01>",
+                  f"[rank{rank}]:             dst: {(rank + 1) % 3}",
+                  f"[rank{rank}]:     forward_stage (/gone/pipe.py:12)"]
+    paste = tmp_path / "stacks.txt"
+    paste.write_text("\n".join(lines) + "\n")
+    # WHEN analyzed
+    root = _verdict([paste]).findings[0]
+    # THEN a p2p cycle of three sends, with the fix that fits it
+    assert (root.kind.value, root.culprit_ranks) == ("p2p_deadlock", [0, 1, 2]), root.summary
+    assert root.measures["p2p_edges"] == "0 send to 1; 1 send to 2; 2 send to 0"
+    assert "receive before it sends" in root.summary
+    assert all(e.where == "/gone/pipe.py:12" for e in root.evidence)
+
+
 def test_pasted_locals_keep_only_peers() -> None:
     text = textwrap.dedent("""\
         Thread 5 (idle): "MainThread"

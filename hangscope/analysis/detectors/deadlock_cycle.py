@@ -104,10 +104,13 @@ def _ring_sentence(ctx: Context, ring: list[int]) -> tuple[list[EvidenceItem], s
         evidence.append(EvidenceItem(source="py-spy", rank=rank, detail=detail, where=where))
         clauses.append(f"rank {rank} {wait.clause()}")
     path = " -> ".join(str(r) for r in [*ring, ring[0]])
+    ops = {ctx.stacks[rank].p2p.op for rank in ring}  # type: ignore[union-attr]
+    fix = ("make one rank of the cycle send before it receives" if ops == {"recv"} else
+           "make one rank of the cycle receive before it sends" if ops == {"send"} else
+           "order each pair's send and recv the same way on both sides")
     summary = (f"p2p cycle of {len(ring)} ranks ({path}, each waiting on the next): "
-               + "; ".join(clauses) + ". Nobody posts the matching op first, so none of them "
-               "can proceed: make one rank of the cycle send before it receives (or use "
-               "batch_isend_irecv for the exchange)")
+               + "; ".join(clauses) + f". Nobody posts the matching op first, so none of them "
+               f"can proceed: {fix} (or post the exchange with batch_isend_irecv)")
     return evidence, summary
 
 
