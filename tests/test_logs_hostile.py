@@ -193,3 +193,17 @@ def test_bundle_loader_registered(tmp_path: Path) -> None:
         "nccl_watchdog_timeout"]
     assert kinds.count("log_end") == 1  # where the log ends (sources/logs/progress.py)
     assert len(problems) == 1 and "nope.log" in problems[0]
+
+
+def test_a_paste_of_progress_bars_is_text(tmp_path: Path) -> None:
+    # GIVEN a log of tqdm bars (three UTF-8 bytes per block character), cut as a tracker cuts it
+    bar = "Map (num_proc=14):  70%|" + "\u2588" * 300 + "\n"
+    log = tmp_path / "log.txt"
+    log.write_bytes((bar * 12).encode()[:-2] + b"\n[rank3]: " + WATCHDOG[9:] + b"\n")
+    # THEN it is read as a log, and its records are found
+    assert scan.is_text(log.read_bytes()[:4096])
+    assert any(e.kind == "nccl_watchdog_timeout" for e in scan_log(str(log)))
+
+
+def test_binary_bytes_above_ascii_are_not_text() -> None:
+    assert not scan.is_text(bytes(range(0x80, 0x100)) * 16)

@@ -50,7 +50,6 @@ KNOWN_MISSES = {
     "d_torchdata_659_rank0_late_shared_seed_socket_timeout": "'Socket Timeout' while creating the DataLoader iterator (shared seed from rank 0): no rule ties a DataLoader-init store timeout to rank 0",
     "d_torchtitan_1618_validation_uneven_batches": "the users' per-rank prints of validation batch counts differ; no rule reads uneven loop lengths as a mismatch",
     "e_elastic_134_worker_killed_nccl_conn_closed": "the surviving worker's 'Connection closed by remote peer' is all there is: read as a network fault; that a worker was killed is the thread's word",
-    "e_flagscale_938_straggler_report_none": "category healthy: a straggler report saying 'No stragglers detected' is not read as a verdict of health (logs alone give inconclusive)",
     "e_ms_swift_10183_broadcast_numel_mismatch": "two ranks at one SeqNum with other numels and no majority: the tie-break names rank 3, the thread names rank 2 (rank 0 had moved on, so neither side is clearly odd)",
     "e_nccl_1610_two_thread_alltoall_same_comm": "two threads sharing one communicator: watchdog timeouts on two groups; no rule yet for concurrent use of one comm",
     "e_nccl_1634_net_plugin_on_some_nodes": "config_skew: the NCCL INFO lines show the net plugin (libnccl-net.so) loaded on some nodes only; no rule compares NCCL's INFO lines across nodes yet",

@@ -11,7 +11,12 @@ from hangscope.analysis.correlate import GLOO_P2P_NOTE, GroupView, build_picture
 from hangscope.analysis.detectors.weak_cues import weigh as weigh_cues
 from hangscope.analysis.gap_lines import group_rank_gaps
 from hangscope.analysis.gpu_ranks import cite_gpus, rank_gpus
-from hangscope.analysis.log_progress import log_states, logs_advance, logs_finished
+from hangscope.analysis.log_progress import (
+    log_states,
+    logs_advance,
+    logs_finished,
+    logs_report_clean,
+)
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.moved_since_dump import reconcile
 from hangscope.analysis.pg_order import stack_only_note
@@ -227,8 +232,9 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
         gaps.append("no rank is blocked in torch.distributed, and the stacks show none making "
                     "progress")
         return Status.INCONCLUSIVE
-    if not ctx.picture.dumps and not ctx.stacks and (note := logs_finished(ctx.evidence)):
-        gaps.append(note)  # the run said it reached its end, and nothing failed
+    if not ctx.picture.dumps and not ctx.stacks and (note := logs_finished(ctx.evidence)
+                                                      or logs_report_clean(ctx.evidence)):
+        gaps.append(note)  # the run said it reached its end, or ran evenly, and nothing failed
         return Status.HEALTHY
     if not ctx.picture.dumps and not ctx.stacks and (note := logs_advance(ctx.evidence)):
         # logs are all there is and they say it trained without a fault; a job that trained

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from hangscope.analysis.log_causes import ECHO_KINDS, classify, failures
 from hangscope.model import JobEvidence, LogEvent
+from hangscope.sources.logs.perf_reports import THRESHOLD, parse_scores
 from hangscope.sources.logs.progress import position
 
 # Echoes that say a peer went away or stopped answering (not teardown, not a dump notice).
@@ -181,6 +182,32 @@ def logs_finished(evidence: JobEvidence) -> str | None:
             f"{finish.where()}) and nothing after it failed or timed out: the training loop "
             "reached its end" + (f" ({len(bad)} earlier warning(s) or error(s) it outlived)"
                                  if bad else ""))
+
+
+def logs_report_clean(evidence: JobEvidence) -> str | None:
+    """Rule ``straggler-report-clean``: where the logs are all there is, a note when the job's own
+    straggler detector reported and found nobody slow (``No stragglers detected``, or every rank's
+    score at or above the threshold with no warning), and no log shows a failure or a timeout;
+    else None. Basis: such a report is printed by a job whose ranks all reached the same step and
+    were compared; the job was running, and at an even pace."""
+    every = list(evidence.all_logs())
+    reports = [e for e in every if e.kind == "straggler_report"]
+    scored = [e for e in every if e.kind == "gpu_perf_scores"]
+    if any(e.fields.get("verdict") == "found" for e in reports):
+        return None
+    clean = [e for e in reports if e.fields.get("verdict") == "none"]
+    clean += [e for e in scored if (s := parse_scores(e.fields.get("scores")))
+              and min(s.values()) >= THRESHOLD]
+    if not clean or len(clean) < len(reports) + len(scored):
+        return None
+    bad = [f.event for items in failures(evidence).values() for f in items]
+    bad += [e for e in every if e.kind in ECHO_KINDS or (e.kind == "traceback"
+                                                          and classify(e) is None)]
+    if bad:
+        return None
+    return (f"rule straggler-report-clean: the job's straggler detector compared the ranks and "
+            f"found none slow ({clean[0].message.strip()[:100]}, {clean[0].where()}), and no "
+            "log shows a failure or a timeout: the job was running at an even pace")
 
 
 def _before(event: LogEvent, finish: LogEvent) -> bool:

@@ -7,7 +7,8 @@ summary:
 
 * ``absent-from-stalled-ops`` (missing_rank, 0.8; 0.6 when the absent ranks were inferred from a
   ready list and a world size read as the highest rank named + 1): the same ranks are missing
-  from every stalled op: the others submitted it and wait for them.
+  from every stalled op: the others submitted it and wait for them. Where the tool reprints its
+  report on one op, the newest report counts (ranks that arrived in between were only late).
 * ``split-submissions`` (collective_mismatch, 0.7): two stalled ops whose ready lists are disjoint:
   one set of ranks submitted one collective and another set a different one, so each waits for
   the other forever. The culprit is the smaller set (the odd ones out); none when the sets are
@@ -73,7 +74,12 @@ def _reports(ctx: Context) -> list[Finding]:
     for event in events:
         op = str(event.fields.get("op", ""))
         first.setdefault(op, event)
-        missing[op] |= _ranks(event.fields.get("missing"))
+        if "op_names" in event.fields:
+            missing[op] |= _ranks(event.fields.get("missing"))
+        elif "missing" in event.fields:
+            # a report the tool reprints (Horovod every 60 s): the newest says who is still
+            # missing; a rank that arrived since (0,1,3,4 -> 0,1,4) was only late
+            missing[op] = _ranks(event.fields.get("missing"))
         # a per-rank list ("R: [op, op, ...]") names every op the rank has not submitted
         for name in filter(None, str(event.fields.get("op_names", "")).split(",")):
             first.setdefault(name, event)

@@ -10,7 +10,8 @@ prefixes, peeled in any order and repeated:
   ``log_line_prefix``); accelerate launches through torchrun and gets the same prefix.
 * ``[rank: 3]`` -- Lightning's ``rank_prefixed_message``; ``[rank=3] || `` -- Determined's;
   ``[RANK 3]`` -- a common user pattern; ``[] `` -- an empty tag, peeled.
-* ``[1,3]<stderr>:`` -- Open MPI ``--tag-output`` (job, rank); ``[3] `` -- a bare rank tag.
+* ``[1,3]<stderr>:`` -- Open MPI ``--tag-output`` (job, rank), ``[3]<stderr>:`` -- horovodrun's;
+  ``[3] `` -- a bare rank tag.
 * ``48: `` -- ``srun -l``/``--label``: the task id, right-aligned to the widest one (`` 3: `` among
   16 tasks), only at the very start of a line.
 * Before those: ``name  | `` -- docker compose /
@@ -51,7 +52,7 @@ _P_RANK = re.compile(r"\[rank(\d+)\]: ?")
 _P_RANK_LIGHTNING = re.compile(r"\[rank ?[:=] ?(\d+)\] ?(?:\|\| )?")
 _P_EMPTY = re.compile(r"\[\] ")  # an empty tag (a wrapper's container or task id, unset)
 _P_RANK_UPPER = re.compile(r"\[RANK (\d+)\]:? ?")
-_P_MPI = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr)>: ?")
+_P_MPI = re.compile(r"\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>: ?")
 _P_ROLE = re.compile(r"\[([A-Za-z_][A-Za-z_\-]*?)(\d+)\]:")
 _P_BARE = re.compile(r"\[(\d{1,6})\] (?=\S)")
 # Heads a container runtime or test runner puts before the process prefixes (peeled first, in any

@@ -105,6 +105,9 @@ CUES: tuple[Cue, ...] = (
         r"init_process_group.{0,80}(?:hang|stuck|timed out|never|blocks)|"
         r"(?:hang|stuck|blocks|waiting)\w*.{0,40}init_process_group|"
         r"client socket has timed out|Socket Timeout|ncclCommInitRank.{0,40}(?:fail|hang|stuck|timeout)|"
+        # NCCL's bootstrap finding no usable interface (socket.cc, bootstrap.cc)
+        r"ncclSocketInit\b.{0,80}(?:neither|fail|error|invalid)|no socket interface found|"
+        r"Bootstrap ?: ?no socket interface|NCCL_SOCKET_IFNAME.{0,80}(?:not found|no (?:such )?interface|does not exist)|"
         r"waiting for (?:all |the other |other )?(?:ranks|workers|nodes|processes) to (?:join|connect|start)")),
     Cue("mismatch-words", "collective_mismatch", "cause", re.compile(
         r"(?i)\bmismatch(?:ed)?\b|do(?:es)?(?: not|n't) match|different (?:shape|size|dtype|number of|order|sequence)|"
@@ -125,7 +128,10 @@ CUES: tuple[Cue, ...] = (
     Cue("slow-words", "straggler", "cause", re.compile(
         r"(?i)\bstraggl\w*|slow(?:er|ness|down)? (?:rank|node|gpu|worker|host|iteration|step|training)|"
         r"(?:throughput|speed|performance|TFLOPS|MFU) (?:drop|degrad|decreas)\w*|much slower|"
-        r"(?:iteration|step) time (?:increas|grow|jump)\w*")),
+        r"(?:iteration|step) time (?:increas|grow|jump)\w*"),
+        # a straggler detector's own heading or all-clear names the word, not a slow rank
+        # (its findings are read in full: sources/logs/perf_reports.py)
+        unless=re.compile(r"(?i)straggler (?:report|detection\b(?! warning))|no stragglers?\b")),
     Cue("version-skew", "config_skew", "cause", re.compile(
         r"(?i)version mismatch|mismatched versions?|different versions? of|versions? (?:differ|do not match)|"
         r"incompatible (?:version|NCCL|driver|CUDA)")),

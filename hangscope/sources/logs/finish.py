@@ -14,7 +14,12 @@ wording matched) for::
                                                                                       # epoch's bar full
 
 The last form needs both: an ``Epoch N/N`` line (the declared last epoch) and, after it, a bar
-at its total (``M/M [``). ``analysis/log_progress.py`` (rule ``run-finished``) reads the event as
+at its total (``M/M [``). A job's own per-rank prints count when every rank of a contiguous
+``0..N`` (N >= 1) says it succeeded or finished, each naming its rank in the text or its prefix::
+
+    [MPI Rank 5] runCount: 10000 Success                                              # a user's
+    rank 3 finished successfully                                                       # benchmark
+ ``analysis/log_progress.py`` (rule ``run-finished``) reads the event as
 a healthy run where no rank logged a failure.
 """
 
@@ -23,10 +28,17 @@ from __future__ import annotations
 import re
 
 from hangscope.model import LogEvent
-from hangscope.sources.logs.common import make_event
+from hangscope.sources.logs.common import Line, make_event
 from hangscope.sources.logs.progress import tail_candidates
 
-_CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|successfully finished|epoch|\[=")
+_CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|successfully finished|epoch|\[=|"
+                        rb"success|succeeded|finished")
+# a rank's own line that it is through: "[MPI Rank 5] runCount: 10000 Success"; never a negated
+# one ("not finished", "didn't finish", "unsuccessful")
+_RANK_NAMED = re.compile(r"(?i)\brank[\s:=#]*(?P<rank>\d+)\b")
+_RANK_DONE = re.compile(r"(?i)(?<![\w'])(?<!not )(?<!never )(?:success(?:ful(?:ly)?)?|succeeded|finished|completed)\b"
+                        r"(?! with (?:errors?|failures?))")
+_FAILED_WORDS = re.compile(r"(?i)\b(?:fail\w*|error|exception|timed? ?out|abort\w*|killed|unsuccessful)\b")
 _SAID = (
     ("hf_trainer", re.compile(r"\bTraining completed\. Do not forget to share your model")),
     ("lightning", re.compile(r"`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached")),
@@ -44,8 +56,14 @@ def scan_finish(path: str, rank_hint: int | None = None) -> list[LogEvent]:
     ctx, lines = read
     events = []
     last_epoch = False
+    done: dict[int, Line] = {}
     for line in lines:
         body = line.body.strip()
+        if _RANK_DONE.search(body) and not _FAILED_WORDS.search(body):
+            named = _RANK_NAMED.search(body)
+            rank = int(named.group("rank")) if named else line.rank
+            if rank is not None:
+                done[rank] = line
         how = next((name for name, pattern in _SAID if pattern.search(body)), None)
         if how is None and _LAST_EPOCH.match(body):
             last_epoch = True
@@ -54,4 +72,8 @@ def scan_finish(path: str, rank_hint: int | None = None) -> list[LogEvent]:
             how, last_epoch = "last_epoch", False
         if how is not None:
             events.append(make_event("run_finished", line, ctx, "info", {"how": how}))
+    if not events and len(done) >= 2 and sorted(done) == list(range(len(done))):
+        last = max(done.values(), key=lambda item: item.line_no)
+        events.append(make_event("run_finished", last, ctx, "info",
+                                 {"how": "every_rank", "ranks": len(done)}))
     return events[-1:]

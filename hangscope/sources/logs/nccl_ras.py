@@ -79,7 +79,7 @@ _ERR_PHASE = re.compile(r"(?P<phase>Initialization|Asynchronous) errors? on \d+ 
 _ERR_NAME = re.compile(r"(?:\d+ ranks|Rank \d+) reported (?P<error>[A-Za-z ]{1,40}?)\s*(?:--|$)")
 _TABLE_HEAD = re.compile(r"^Group\s+Comms\s+Nodes\s+Ranks\s+Ranks\s+Ranks\s+Status\s+Errors\s*$")
 _TABLE_ROW = re.compile(r"^\s*(?P<g>\d+)\s+\d+\s+\d+\s+\d+(?:-\d+)?\s+(?P<size>\d+)\s+\d+"
-                        r"\s+[A-Z]+\s+[A-Z,]+\s*$")
+                        r"\s+(?P<status>[A-Z]+)\s+(?P<errors>[A-Z,]+)\s*$")
 _SECTION = re.compile(r"^(?:Errors|Warnings|=+|INCOMPLETE|DEAD|TIMEOUT)\s*$")
 # ncclResult_t values of the JSON status fields, named as client_support.cc's ncclErrorToString does
 _NCCL_ERRORS = {1: "Unhandled CUDA error", 2: "System error", 3: "Internal error",
@@ -235,17 +235,22 @@ def report(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         return []
     lines = [nxt for nxt in follow.lines() if nxt.key == line.key]
     sizes: dict[int, int] = {}
+    clean_rows = True
     at = 0
     while at < len(lines) and lines[at].body.strip():
         if (row := _TABLE_ROW.match(lines[at].body)) is not None:
             sizes[int(row.group("g"))] = int(row.group("size"))
+            clean_rows &= row.group("errors") == "OK" and row.group("status") == "RUNNING"
         at += 1
     events: list[LogEvent] = []
     taken: set[int] = set()
+    sections: set[str] = set()
     for index in range(at, len(lines)):
         current = lines[index]
         text = current.body
         if current.line_no in taken or not text.strip() or _SECTION.match(text.strip()):
+            if text.strip() in ("Errors", "Warnings"):
+                sections.add(text.strip())
             continue
         entry = Follow(functools.partial(iter, lines[index + 1:]))
         head = _HEAD.match(text.strip())
@@ -260,6 +265,12 @@ def report(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
             taken |= entry.consumed | {current.line_no}
     for line_no in taken:
         follow.consume(line_no)
+    if not events and sizes and clean_rows and sections == {"Errors", "Warnings"}:
+        # every communicator RUNNING with no error, and nothing under Errors or Warnings: all
+        # ranks alive and launched the same operations (no count MISMATCH, nobody missing)
+        events.append(make_event("ras_clean", line, ctx, "info",
+                                 {"comms": len(sizes), "size": max(sizes.values())},
+                                 rank=None, rank_source=""))
     return events
 
 

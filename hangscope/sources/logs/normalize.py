@@ -74,7 +74,7 @@ HEAD_SHARE = 0.8  # of them that must carry it
 _RECORD_START = re.compile(
     r"\s*$"
     r"|\[(?:rank|RANK|default|Rank|PG |trainer|worker)\s?:?\s?\d"
-    r"|\[\d+,\d+\]<"
+    r"|\[(?:\d+,)?\d+\]<"
     r"|\[?[IWEF]\d{4} \d\d:\d\d"
     r"|\[[IWEF] \w"
     r"|\[?\d{4}-\d\d-\d\d[ T]\d\d:"
@@ -90,7 +90,8 @@ _RECORD_START = re.compile(
 
 # Ray's log relay heads every worker line with ``(Name pid=N, ip=X) ``; a paste that lost its line
 # breaks (a tracker's one-line quote) has them mid-line, each opening a record of its own
-_RELAY_MIDLINE = re.compile(r"(?<=\S) (?=\((?:[A-Za-z_][\w.\-]* )?pid=\d+(?:, ip=[\d.:a-fA-F]+)?\) )")
+_RELAY_MIDLINE = re.compile(
+    r"(?<=\S) (?=\((?:[A-Za-z_][\w.\-]* )?pid=\d+(?:, ip=[\d.:a-fA-F]+)?\) )")
 _RELAY_MIDLINE_BYTES = re.compile(_RELAY_MIDLINE.pattern.encode())
 
 # (start, end): a line holding ``start`` but not ``end`` continues on the next lines.

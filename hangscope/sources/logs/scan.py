@@ -33,7 +33,9 @@ from hangscope.sources.logs import (
     mpi,
     nccl_debug,
     nccl_ras,
+    nccl_tests,
     oom,
+    perf_reports,
     pipeline,
     runtime_lines,
     stall_reports,
@@ -52,7 +54,7 @@ MAX_JSON_BYTES = 64 << 20
 
 # Order matters only when one line holds triggers of several families: first match wins.
 _FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, mpi, oom, dataloader, gloo, init, traceback,
-             gpu, runtime_lines, stall_reports, pipeline)
+             gpu, runtime_lines, stall_reports, perf_reports, nccl_tests, pipeline)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
 for _module in _FAMILIES:
@@ -73,13 +75,13 @@ _TRIGGERS = re.compile(b"|".join(re.escape(t) for t in sorted(_HANDLERS, key=len
 _ANCHORS = re.compile(
     rb"E(?:rror|xception \(either|xception in thread|RROR|nforceNotMet)"
     rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog|een collectives|aiting on [Rr]ank|aiting for [Rr]ank|aits on rank|aits for rank)|v(?:ersion:? \d)|V(?:ersion \d)"
-    rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node )|H(?:eartbeat monitor)"
+    rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node |hread )|H(?:eartbeat monitor)"
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
-    rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: )|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks)"
-    rb"|F(?:ailures:)|P(?:G on this rank|G debug info)|R(?:ecorder|eceived a dump|eceived \d+ death|eceived Signals\.)|i(?:ng to dump d|ng ncclUniqueId)"
+    rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: )|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks|TRAGGLER DETECTION)"
+    rb"|F(?:ailures:)|P(?:G on this rank|G debug info|U relative performance:|U individual performance:)|R(?:ecorder|eceived a dump|eceived \d+ death|eceived Signals\.)|i(?:ng to dump d|ng ncclUniqueId)"
     rb"|M(?:ISMATCH|ismatched collective d|issing communicator|issing ranks:|EMBER: |PLETE)|B(?:arrier in|arrier, but)"
     rb"|U(?:DA out of memory|DA error|nexpected |sing |nable to determine)"
-    rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal )"
+    rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal |glers? detected|glers found)"
     rb"|j(?:ob process|oining collective)|N(?:VRM: )|O(?:ut Of Memory|OM when alloc)|H(?:W Exception by GPU)"
     rb"|x(?:pectedly)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')"
     rb"|\*(?:\*\* STEP |\*\* JOB )|(?:noticed that |srun: |The first process to do so was|RUNNING AT )"
@@ -95,7 +97,8 @@ try:
 except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
     _TRIGGER_SEARCH = None
 else:
-    _TRIGGER_SEARCH = _ahocorasick.BytesAhoCorasick(sorted(_HANDLERS, key=len, reverse=True))
+    _TRIGGER_LIST: list[bytes] = sorted(_HANDLERS, key=len, reverse=True)
+    _TRIGGER_SEARCH = _ahocorasick.BytesAhoCorasick(_TRIGGER_LIST)
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",
                 b"ProcessGroupNCCL", b"torch.distributed", b"Watchdog caught", b"ChildFailedError",
@@ -127,8 +130,15 @@ def is_text(head: bytes) -> bool:
     sample = head[:4096]
     if not sample:
         return False
-    printable = sum(1 for b in sample if b in (9, 10, 13) or 32 <= b < 127 or b >= 0xC0)
-    return printable / len(sample) > 0.85
+    # counted in characters: a progress bar of '█' is three UTF-8 bytes per character, and a
+    # paste of bars is text (an invalid byte decodes to U+FFFD and counts against)
+    text = sample.decode("utf-8", errors="replace")
+    if len(sample) == 4096:
+        text = text[:-2]  # a character the sample cut in two
+    if not text:
+        return False
+    printable = sum(1 for ch in text if ch in "\t\n\r" or (ch.isprintable() and ch != "\ufffd"))
+    return printable / len(text) > 0.85
 
 
 def scan_log(path: str, data: bytes | None = None, rank_hint: int | None = None) -> list[LogEvent]:

@@ -44,7 +44,7 @@ from hangscope.sources.logs.base import Follow, Handler
 from hangscope.sources.logs.common import Context, Line, ints, join_ints, make_event
 
 _ENTRY = re.compile(r"(?P<op>[\w./-]*)\s*\[(?P<what>missing|ready) ranks: (?P<ranks>[\d, ]*)\]")
-_STALLED_RANK = re.compile(r"^\s*(?:\[\d+,\d+\]<std\w+>:)?\s*(?P<rank>\d+)!?: \[(?P<ops>[^\]]*)")
+_STALLED_RANK = re.compile(r"^\s*(?:\[(?:\d+,)?\d+\]<std\w+>:)?\s*(?P<rank>\d+)!?: \[(?P<ops>[^\]]*)")
 _FR_FIELD = re.compile(r"^\s*(?P<key>group info|collective|missing ranks|world size|sequence number"
                        r"|collective state): (?P<value>.*)$")
 _CULPRIT = re.compile(r"Culprit rank (?P<rank>\d+); Error type: (?P<type>\w+)"

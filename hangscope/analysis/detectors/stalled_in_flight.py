@@ -1,0 +1,83 @@
+"""network_fault: a collective that every rank entered and none finished.
+
+Where some rank is missing, dead or in another collective, the detectors of those kinds explain the
+wait. These rules read evidence that rules all of them out, so what did not complete is the
+collective itself: the transport between the ranks (NVLink/PCIe P2P, IOMMU or ACS in the way of
+GPU peer access, the NIC or the fabric) or a GPU hung inside the kernel. No culprit rank; the
+finding says what to check. Rules, named in ``measures["rule"]``:
+
+* ``ras-clean-timeout`` (0.45): NCCL's RAS report lists every communicator RUNNING with no error,
+  and nothing under Errors or Warnings (no operation-count MISMATCH, no missing or dead rank),
+  while a rank's watchdog says its collective timed out. Basis: RAS compares the operations each
+  rank launched; equal counts mean every rank entered the collective that timed out.
+* ``tests-no-result`` (0.45): nccl-tests / rccl-tests printed its device list and result header
+  and no result row, or stopped after some rows without its closing bandwidth line. Basis: one
+  test process drives every GPU listed through the same sizes in lock-step; no row means the
+  first collective of all of them never completed. 0.35 when rows were printed (a later size hung,
+  or the paste was cut).
+"""
+
+from __future__ import annotations
+
+from hangscope.analysis.context import Context
+from hangscope.analysis.log_causes import failures
+from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
+from hangscope.model import LogEvent
+
+_TIMEOUTS = ("nccl_watchdog_timeout", "nccl_work_status")
+_CHECK = ("check GPU peer access (NCCL_P2P_LEVEL / NCCL_P2P_DISABLE=1 as a test; IOMMU "
+          "passthrough 'iommu=pt' and PCIe ACS off on bare metal), the NICs and links "
+          "(NCCL_DEBUG=INFO WARN lines, ibstat), and each GPU's state (nvidia-smi / rocm-smi)")
+
+
+def _item(event: LogEvent) -> EvidenceItem:
+    return EvidenceItem("log", event.rank, " ".join(event.message.split())[:300], event.where())
+
+
+def detect(ctx: Context) -> list[Finding]:
+    every = sorted(ctx.evidence.all_logs(), key=lambda e: (e.path, e.line_no))
+    if any(failures(ctx.evidence).values()):
+        return []  # a rank's own failure (an OOM, a signal, an exception) explains the wait
+    return _ras_clean(every) or _tests(every)
+
+
+def _ras_clean(every: list[LogEvent]) -> list[Finding]:
+    clean = [e for e in every if e.kind == "ras_clean"]
+    timeouts = [e for e in every if e.kind in _TIMEOUTS]
+    if not clean or not timeouts or any(e.kind == "nccl_ras" for e in every):
+        return []
+    first = timeouts[0]
+    where = f"{first.fields.get('op', 'a collective')} #{first.fields.get('seq', '?')}"
+    summary = (f"rule ras-clean-timeout: NCCL's RAS report shows all {clean[0].fields.get('size')} "
+               "ranks of every communicator RUNNING with no error and lists no missing, dead or "
+               "mismatched rank (they launched the same operations), yet "
+               f"{'rank ' + str(first.rank) if first.rank is not None else 'a rank'} timed out "
+               f"in {where}: every rank entered it, so the collective stalled in flight. "
+               + _CHECK[0].upper() + _CHECK[1:])
+    waiting = sorted({e.rank for e in timeouts if e.rank is not None})
+    return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=waiting,
+                    confidence=0.45, summary=summary, evidence=[_item(clean[0]), _item(first)],
+                    measures={"rule": "ras-clean-timeout"})]
+
+
+def _tests(every: list[LogEvent]) -> list[Finding]:
+    runs = [e for e in every if e.kind == "nccl_tests" and e.fields.get("header")
+            and not e.fields.get("finished")]
+    if not runs:
+        return []
+    run = runs[-1]
+    rows = int(run.fields.get("rows", 0))
+    devices = int(run.fields.get("devices", 0))
+    gpus = f"{devices} GPUs" if devices else "its GPUs"
+    if rows:
+        what = (f"stopped after {rows} result row(s) (last size {run.fields.get('last_size')} B) "
+                "without its closing bandwidth line: a larger size hung, or the paste was cut")
+    else:
+        what = ("printed its result header and no result row: the first collective of all "
+                f"{gpus} never completed")
+    summary = (f"rule tests-no-result: nccl-tests {what}. One test drives every listed GPU in "
+               "lock-step, so no rank is missing: the transport between them stalled. " +
+               _CHECK[0].upper() + _CHECK[1:])
+    return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=[],
+                    confidence=0.35 if rows else 0.45, summary=summary, evidence=[_item(run)],
+                    measures={"rule": "tests-no-result"})]
