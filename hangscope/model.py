@@ -30,6 +30,18 @@ class Frame:
 
 
 @dataclass(frozen=True, slots=True)
+class FrameLocal:
+    """One local variable ``py-spy dump --locals`` read and hangscope kept (sources/pyspy.py's
+    ``keep_local``): an int a p2p call's peer may come from, or the name of a torch ``Work``
+    (``value`` None; its repr is dropped). Every other local is dropped when read: locals may
+    hold secrets, and a bundle travels."""
+
+    frame: int  # index into ThreadStack.frames
+    name: str
+    value: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class ThreadStack:
     """One thread of one process at one instant. ``frames`` is innermost first, as py-spy prints."""
 
@@ -39,6 +51,7 @@ class ThreadStack:
     is_main: bool = False
     active: bool | None = None  # py-spy: False when the thread sits idle in a known wait
     owns_gil: bool | None = None
+    locals: tuple[FrameLocal, ...] = ()  # only with --locals, only what keep_local keeps
 
 
 @dataclass(frozen=True, slots=True)

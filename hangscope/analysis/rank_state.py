@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from hangscope.analysis.p2p_frames import P2pWait, p2p_wait
 from hangscope.analysis.stacks import (
     Kind,
     ThreadActivity,
@@ -47,6 +48,7 @@ class RankStackState:
     # job's own frame), either None where unknown
     frames_seen: list[tuple[Frame | None, Frame | None]] = field(default_factory=list)
     window_s: float = 0.0  # wall seconds the /proc samples span
+    p2p: P2pWait | None = None  # the p2p op the main thread waits in, peer where known
 
     @property
     def gone(self) -> bool:
@@ -60,6 +62,8 @@ class RankStackState:
         if self.main is None:
             return "no stack"
         text = self.main.describe()
+        if self.p2p is not None and self.p2p.peer is not None:
+            text += f"; {self.p2p.clause()}"
         if self.progress != "unknown":
             share = f", {self.cpu_share:.0%} CPU" if self.cpu_share is not None else ""
             text += f" [{self.progress}{share}]"
@@ -109,6 +113,7 @@ def _state(rank_ev: RankEvidence, lines: Mapping[str, Mapping[int, str]]) -> Ran
         main_frames=main.frames if main else (), threads=threads,
         samples=len(samples), sample_path=latest.path if latest else None)
     state.main_finished = main is not None and _is_shutdown(main.frames)
+    _add_p2p(state, samples[-1] if samples else None, latest if native else None, lines)
     for sample in samples:
         thread = main_thread(sample)
         seen = classify_thread(thread) if thread is not None else None
@@ -201,6 +206,25 @@ def _sourceless(activity: ThreadActivity, siblings: Sequence[ThreadActivity],
             f"{INFERRED_LOCK} (no source here; thread '{name}' is blocked in the job's code "
             "too)"))
     return activity
+
+
+def _add_p2p(state: RankStackState, python: StackSample | None, native: StackSample | None,
+             lines: Mapping[str, Mapping[int, str]]) -> None:
+    """The main thread's p2p wait (analysis/p2p_frames.py) from the latest Python sample (which
+    has the locals) and the native one (which names a Work's wait); a thread read as idle, or as
+    waiting on a lock by its ``.wait()`` line, that waits on an isend/irecv Work becomes ``p2p``."""
+    thread = main_thread(python) if python is not None else None
+    if thread is None or state.main is None or state.main.kind not in ("p2p", "idle", "lock"):
+        return
+    found = p2p_wait(thread, lines, main_thread(native) if native is not None else None)
+    if found is None:
+        return
+    state.p2p = found
+    if state.main.kind != "p2p":
+        before = state.main
+        state.main = dataclasses.replace(before, kind="p2p", op=f"{found.call}.wait"
+                                         if not found.call.endswith(".wait") else found.call)
+        state.threads = [state.main if t is before else t for t in state.threads]
 
 
 def _is_shutdown(frames: tuple[Frame, ...]) -> bool:

@@ -185,8 +185,9 @@ def _rank_key(picture: Picture, stacks: dict[int, RankStackState], rank: int,
                 return ("log-end", ends[rank])
             return ("log", log_state(seen)) if seen else ("no-evidence",)
         main = state.main
+        peer = (state.p2p.op, state.p2p.peer) if state.p2p is not None else None
         return ("stack", state.gone, state.main_finished, main.kind if main else None,
-                main.op if main else None, main.user_frame if main else None)
+                main.op if main else None, main.user_frame if main else None, peer)
     parts: list[tuple[object, ...]] = []
     for name, group in picture.groups.items():
         if rank not in group.members:
@@ -204,6 +205,9 @@ def _rank_key(picture: Picture, stacks: dict[int, RankStackState], rank: int,
         parts.extend((tag, "p2p", e.op, e.peer, e.p2p_seq_id) for e in view.p2p_pending)
         if group.history_of(rank):  # its history differs from other members' (a mismatch)
             parts.append((tag, "history", group.history_of(rank)))
+    wait = stacks[rank].p2p if rank in stacks else None
+    if wait is not None and wait.peer is not None:  # gloo: a p2p wait only the stack shows
+        parts.append(("stack-p2p", wait.op or wait.call, wait.peer))
     return tuple(sorted(parts, key=repr))
 
 
@@ -222,10 +226,12 @@ def _describe(picture: Picture, stacks: dict[int, RankStackState], rank: int,
         more = f" (+{len(pending) - 1} more pending)" if len(pending) > 1 else ""
         return f"waiting in {where}{more}"
     last = _last_entry(picture, rank)
+    wait = stacks[rank].p2p if rank in stacks else None
+    also = f"; its stack {wait.clause()}" if wait is not None and wait.peer is not None else ""
     if last is None:
-        return "no collective recorded"
+        return "no collective recorded" + also
     return (f"not in a collective; last completed {last.op} seq {last.seq} on pg "
-            f"{picture.groups[last.pg_name].label}")
+            f"{picture.groups[last.pg_name].label}{also}")
 
 
 def _last_entry(picture: Picture, rank: int) -> FrEntry | None:
@@ -349,8 +355,11 @@ def add_stack_waits(graph: WaitGraph, picture: Picture,
 
     A rank whose main thread sits in a collective waits on every rank that is elsewhere (not in
     a collective, p2p op or init): the group and seq are unknown from a stack, so the reason has
-    seq -1. Ranks blocked in p2p recv (or all in send) with no rank in the matching op wait on
-    each other: the cycle a p2p deadlock makes.
+    seq -1. A rank blocked in a p2p op whose peer its frames tell (``RankStackState.p2p``) waits
+    on that peer, unless the peer is blocked in the matching op towards it (a pair in flight);
+    these rank -> peer edges make the cycle of a pipeline deadlock of any length. Ranks blocked in
+    p2p recv (or all in send) with no peer known and no rank in the matching op wait on each
+    other: the cycle a p2p deadlock of two makes.
     """
     unplaced = {r: s for r, s in stacks.items() if r not in picture.dumps or
                 (not picture.pending_ops(r) and s.main is not None and s.main.kind == "p2p")}
@@ -384,7 +393,28 @@ def add_stack_waits(graph: WaitGraph, picture: Picture,
     if in_init:
         graph.add_wait(WaitReason("stack-init", "", "", -1, "init_process_group"), in_init,
                        elsewhere)
-    ops = {op.removeprefix("i") for op in in_p2p}
-    if len(p2p_ranks) >= 2 and len(ops) == 1:
+    directed = _add_peer_waits(graph, stacks, p2p_ranks)
+    unknown = [r for r in p2p_ranks if r not in directed]
+    ops = {op.removeprefix("i") for op, ranks in in_p2p.items() if set(ranks) - directed}
+    if len(unknown) >= 2 and len(ops) == 1:
         # everyone blocked in recv (or everyone in send): nobody will post the other side
-        graph.add_mutual_wait(WaitReason("stack-p2p", "", "", -1, next(iter(ops))), p2p_ranks)
+        graph.add_mutual_wait(WaitReason("stack-p2p", "", "", -1, next(iter(ops))), unknown)
+
+
+def _add_peer_waits(graph: WaitGraph, stacks: dict[int, RankStackState],
+                    p2p_ranks: list[int]) -> set[int]:
+    """rank -> peer edges of the p2p ranks whose peer is known; returns those ranks."""
+    directed: set[int] = set()
+    for rank in p2p_ranks:
+        wait = stacks[rank].p2p
+        if wait is None or wait.peer is None or wait.peer == rank \
+                or wait.peer not in graph.class_of:
+            continue
+        directed.add(rank)
+        theirs = stacks[wait.peer].p2p if wait.peer in stacks else None
+        if theirs is not None and theirs.peer == rank and None not in (theirs.op, wait.op) \
+                and theirs.op != wait.op:
+            continue  # a send and its recv both posted: in flight, not a wait on the peer
+        graph.add_wait(WaitReason("stack-p2p", "", "", -1, wait.op or wait.call), [rank],
+                       [wait.peer])
+    return directed

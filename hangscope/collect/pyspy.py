@@ -39,6 +39,7 @@ from hangscope.collect.permissions import explain_failure
 from hangscope.errors import BadInputError, CollectError, UsageError
 from hangscope.model import StackSample
 from hangscope.sources.pyspy import parse_pyspy_json
+from hangscope.sources.pyspy_locals import sanitize_dump
 
 DumpStatus = Literal["ok", "permission_denied", "process_gone", "timeout", "failed"]
 MAX_OUTPUT = 64 << 20
@@ -90,9 +91,12 @@ def find_pyspy() -> str:
 
 
 def dump_once(pid: int, *, timeout: float = 5.0, native: bool = False,
-              nonblocking: bool = False, pyspy: str | None = None) -> DumpResult:
+              nonblocking: bool = False, pyspy: str | None = None,
+              with_locals: bool = True) -> DumpResult:
     """Dump every Python thread of ``pid`` once. Never raises for a failed dump: the failure is
     the result's ``status`` and one-line ``detail``. ``pyspy`` overrides :func:`find_pyspy`.
+    ``with_locals``: ``--locals``, of which only the p2p peers are kept (``sanitize_dump``: the
+    rest is dropped before the raw dump is kept anywhere); never with ``nonblocking``.
     ``timeout`` is a hard deadline: py-spy's process group is SIGKILLed at it. Raises UsageError
     for ``native`` with ``nonblocking`` (py-spy refuses the pair)."""
     _check_options(native, nonblocking)
@@ -102,6 +106,9 @@ def dump_once(pid: int, *, timeout: float = 5.0, native: bool = False,
     argv = [pyspy or find_pyspy(), "dump", "--json", "--pid", str(pid)]
     argv += ["--native"] if native else []
     argv += ["--nonblocking"] if nonblocking else []
+    # a non-blocking dump reads memory that changes under it: locals would add torn reads
+    with_locals = with_locals and not nonblocking
+    argv += ["--locals"] if with_locals else []
     state_before = stopped.proc_state(pid)
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -126,6 +133,7 @@ def dump_once(pid: int, *, timeout: float = 5.0, native: bool = False,
     seconds = time.monotonic() - start
     if child.returncode == 0:
         try:
+            out = _without_secrets(out) if with_locals else out
             sample = parse_pyspy_json(out[:MAX_OUTPUT], pid, taken_at, None)
         except BadInputError as exc:
             return DumpResult(pid, taken_at, "failed", f"unusable py-spy output ({exc.reason})",
@@ -136,6 +144,16 @@ def dump_once(pid: int, *, timeout: float = 5.0, native: bool = False,
     why = (f"a py-spy killed by {_signal_name(-child.returncode)}" if child.returncode < 0
            else f"a py-spy that failed (exit status {child.returncode})")
     return _after_unclean(result, state_before, why, child.pid, True)
+
+
+def _without_secrets(out: bytes) -> bytes:
+    """py-spy's JSON with every local but the p2p peers dropped (unparsable output is left for
+    the parser to refuse; nothing of it is kept)."""
+    try:
+        doc = json.loads(out[:MAX_OUTPUT])
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return b""
+    return json.dumps(sanitize_dump(doc), separators=(",", ":")).encode()
 
 
 def _after_unclean(result: DumpResult, state_before: str | None, why: str, pyspy_pid: int,

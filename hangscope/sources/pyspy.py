@@ -49,8 +49,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from hangscope.errors import BadInputError
-from hangscope.model import Frame, JobEvidence, StackSample, ThreadStack
+from hangscope.model import Frame, FrameLocal, JobEvidence, StackSample, ThreadStack
 from hangscope.sources.logs.normalize import logical_bytes
+from hangscope.sources.pyspy_locals import frame_local, keep_local, locals_from_json
 
 MAX_BYTES = 64 << 20  # a dump with locals of 1000 threads is a few MB
 MAX_LINE = 64 << 10  # longer text lines are cut before matching
@@ -124,6 +125,7 @@ def _thread_from_json(item: dict[str, Any]) -> ThreadStack | None:
     if thread_id is None or not isinstance(raw_frames, list):
         return None
     frames: list[Frame] = []
+    kept: list[FrameLocal] = []
     for raw in raw_frames:
         if not isinstance(raw, dict):
             continue
@@ -133,13 +135,14 @@ def _thread_from_json(item: dict[str, Any]) -> ThreadStack | None:
         native = isinstance(raw.get("module"), str)
         line = raw.get("line")
         line = line if _is_int(line) and not (native and line == 0) else None
+        kept.extend(locals_from_json(len(frames), raw))
         frames.append(intern_frame(name[:1000], filename[:4000], line, native))
     name = item.get("thread_name")
     return ThreadStack(thread_id=thread_id, frames=tuple(frames),
                        name=name[:200] if isinstance(name, str) else None,
                        active=item["active"] if isinstance(item.get("active"), bool) else None,
                        owns_gil=item["owns_gil"] if isinstance(item.get("owns_gil"), bool)
-                       else None)
+                       else None, locals=tuple(kept))
 
 
 def _mark_main(threads: list[ThreadStack], pid: int) -> tuple[ThreadStack, ...]:
@@ -147,7 +150,8 @@ def _mark_main(threads: list[ThreadStack], pid: int) -> tuple[ThreadStack, ...]:
     main = next((t for t in threads if pid and t.thread_id == pid), None)
     if main is None:
         main = next((t for t in threads if t.name == "MainThread"), None)
-    return tuple(ThreadStack(t.thread_id, t.frames, t.name, t is main, t.active, t.owns_gil)
+    return tuple(ThreadStack(t.thread_id, t.frames, t.name, t is main, t.active, t.owns_gil,
+                             t.locals)
                  if (t is main) != t.is_main else t for t in threads)
 
 
@@ -212,37 +216,40 @@ def _parse_stream(lines: list[str], path: str, taken_at: float) -> list[StackSam
     pid: int | None = None
     threads: list[tuple[int, str | None, bool | None, bool | None, list[Frame]]] = []
     locals_indent: int | None = None
+    kept: list[list[FrameLocal]] = []  # per thread of ``threads``: its kept locals
 
     def flush() -> None:
         if pid is not None or threads:
-            samples.append(_text_sample(pid, threads, taken_at, path))
+            samples.append(_text_sample(pid, threads, taken_at, path, kept))
 
     for line in lines:
         stripped = line.strip()
         indent = len(line) - len(line.lstrip(" "))
         if locals_indent is not None:
             if stripped and indent > locals_indent:
-                continue  # "name: repr" under Arguments:/Locals:
+                _text_local(stripped, threads, kept)  # "name: repr" under Arguments:/Locals:
+                continue
             locals_indent = None
         if not stripped:
             continue
         process = _PROCESS.match(stripped)
         if process and indent == 0:
             flush()
-            pid, threads = int(process.group(1)), []
+            pid, threads, kept = int(process.group(1)), [], []
             continue
         thread = _THREAD.match(stripped)
         if thread and indent == 0:
             ident, status, name = thread.groups()
             if name == "MainThread" and any(t[1] == "MainThread" for t in threads):
                 flush()  # a second process's dump whose "Process" line was not pasted
-                pid, threads = None, []
+                pid, threads, kept = None, [], []
             words = set(status.split("+"))
             active = True if "active" in words else False if "idle" in words else None
             number = int(ident, 0) if ident else _unused_id(threads)
             if pid is None and name == "MainThread" and ident and ident.isdigit():
                 pid = number  # no "Process" line: on Linux the main thread's OS id is the pid
             threads.append((number, name, active, "gil" in words, []))
+            kept.append([])
             continue
         if stripped in ("Arguments:", "Locals:"):
             locals_indent = indent
@@ -272,12 +279,26 @@ def _text_frame(name: str, location: str) -> Frame:
     return intern_frame(name, filename, int(line_text[:12]), native)
 
 
+def _text_local(line: str,
+                threads: list[tuple[int, str | None, bool | None, bool | None, list[Frame]]],
+                kept: list[list[FrameLocal]]) -> None:
+    """One ``name: repr`` line under the last frame's Arguments:/Locals:, if keep_local keeps it."""
+    name, sep, text = line.partition(": ")
+    frames = threads[-1][4] if threads else []
+    if not sep or not frames or not name.isidentifier():
+        return
+    frame = frames[-1]
+    value = keep_local(frame.name, frame.filename, name, text)
+    if value is not None:
+        kept[-1].append(frame_local(len(frames) - 1, name, value))
+
+
 def _text_sample(pid: int | None,
                  threads: list[tuple[int, str | None, bool | None, bool | None, list[Frame]]],
-                 taken_at: float, path: str) -> StackSample:
+                 taken_at: float, path: str, kept: list[list[FrameLocal]]) -> StackSample:
     pid = pid or 0
-    stacks = [ThreadStack(ident, tuple(frames), name, False, active, gil)
-              for ident, name, active, gil, frames in threads]
+    stacks = [ThreadStack(ident, tuple(frames), name, False, active, gil, tuple(found))
+              for (ident, name, active, gil, frames), found in zip(threads, kept)]
     return StackSample(pid=pid, taken_at=taken_at, threads=_mark_main(stacks, pid), path=path)
 
 

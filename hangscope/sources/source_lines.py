@@ -12,7 +12,8 @@ Bundle file ``ranks/<rank>/source-lines.json`` (kind ``source_lines``)::
      "files": {"/job/train.py": {"43": "        with self.file_lock:",
                                  "44": "            with self.stats_lock:"}}}
 
-Each cited line is stored with one line of context on either side; files that cannot be read at
+Each cited line is stored with one line of context on either side (a line that waits on a
+torch Work: ``WAIT_CONTEXT`` lines before it); files that cannot be read at
 collection are left out (a stack from a deleted file, a ``<frozen ...>`` module). Only the job's
 own files and the standard library's threading/queue are useful, but every Python frame's file is
 taken while within the caps, so a report can show any cited line.
@@ -35,6 +36,9 @@ MAX_BYTES = 4 << 20
 MAX_LINES = 4000  # per rank: a job's stacks cite a few dozen lines
 MAX_LINE_CHARS = 400
 CONTEXT = 1
+# A line that waits on a torch Work (``req.wait()``) gets more lines before it: the call that
+# made the Work (``req = dist.irecv(buf, src=prev)``) names the p2p op and its peer.
+WAIT_CONTEXT = 12
 
 
 def cited_in(samples: Iterable[StackSample | None]) -> set[tuple[str, int]]:
@@ -60,7 +64,8 @@ def read_lines(cited: Iterable[tuple[str, int]]) -> dict[str, dict[int, str]]:
         if not os.path.isabs(filename) or not os.path.isfile(filename):
             continue
         lines = found.setdefault(filename, {})
-        for number in range(max(1, line - CONTEXT), line + CONTEXT + 1):
+        before = WAIT_CONTEXT if ".wait(" in linecache.getline(filename, line) else CONTEXT
+        for number in range(max(1, line - before), line + CONTEXT + 1):
             if number in lines:
                 continue
             text = linecache.getline(filename, number)
