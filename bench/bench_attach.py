@@ -27,8 +27,9 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-from fixtures.jobrunner import running_job  # noqa: E402
 from hangscope.collect.pyspy import find_pyspy  # noqa: E402
+
+from fixtures.jobrunner import running_job  # noqa: E402
 
 FLOOR = "import click, psutil, networkx, jinja2"
 
