@@ -254,3 +254,49 @@ def test_a_store_socket_timeout_glued_to_a_progress_bar_is_a_wait(tmp_path: Path
             '[rank1]:   File "/opt/axolotl/cli/train.py", line 124, in <module>\n')
     kind, _, _ = _root(tmp_path, text)
     assert kind not in ("network_fault", "rank_died")
+
+
+def test_a_rank_timed_out_past_its_peers_collective_means_the_sequences_diverged(
+        tmp_path: Path) -> None:
+    # rank 0 timed out at #532341, so it completed #532339, which ranks 1 and 2 are stuck in
+    def wd(rank: int, seq: int, op: str, numel: int) -> str:
+        return (f"[rank{rank}]:[E513 13:25:57.714781669 ProcessGroupNCCL.cpp:616] [Rank {rank}] "
+                f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, "
+                f"OpType={op}, NumelIn={numel}, NumelOut={numel}, Timeout(ms)=1800000) ran for "
+                "1800042 milliseconds before timing out.")
+    text = "\n".join([wd(2, 532339, "ALLREDUCE", 5164000), wd(1, 532339, "ALLREDUCE", 5164000),
+                      wd(0, 532341, "_ALLGATHER_BASE", 513)]) + "\n"
+    assert _root(tmp_path, text) == ("collective_mismatch", [0], "timed-out-past-peer")
+
+
+def test_a_watchdog_record_cut_by_another_process_is_still_read(tmp_path: Path) -> None:
+    line = ("[rank1]:[E616 13:41:10.909476913 ProcessGroupNCCL.cpp:565] [Rank 1] Watchdog caught "
+            "collective operatMERS_CACHE` is deprecated and will be removed in v5 of Transform"
+            "ion timeout: WorkNCCL(SeqNum=2109, OpType=_ALLGATHER_BASE, NumelIn=262711296, "
+            "NumelOut=525422592, Timeout(ms)=1800000) ran for 1800007 milliseconds before timing "
+            "out.\n")
+    log = tmp_path / "log.txt"
+    log.write_text(line)
+    from hangscope.sources.logs import scan_log
+    (event,) = [e for e in scan_log(str(log)) if e.kind == "nccl_watchdog_timeout"]
+    assert (event.rank, event.fields["seq"], event.fields["numel_in"]) == (1, 2109, 262711296)
+
+
+def test_nccl_tests_with_wrong_results_is_data_corrupted_in_flight(tmp_path: Path) -> None:
+    row = ("      524288        131072     float     sum      -1    663.1    0.79    0.79  237858"
+           "    569.4    0.92    0.92  238038\n")
+    assert _root(tmp_path, TESTS_HEAD + TESTS_ROWS + row) == \
+        ("network_fault", [], "tests-wrong-results")
+
+
+def test_nccl_tests_that_finished_clean_is_healthy_even_without_its_header(tmp_path: Path) -> None:
+    text = TESTS_ROWS + "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 84.8558\n"
+    assert _verdict(tmp_path, text).status == Status.HEALTHY
+
+
+def test_nccl_init_timings_of_every_rank_are_a_clean_setup(tmp_path: Path) -> None:
+    # NCCL >= 2.21 prints each rank's init phases when its communicator is ready
+    lines = [f"host:{1000 + r}:{1100 + r} [0] NCCL INFO Init timings: rank {r} nranks 2 total 2.46 "
+             "(kernels 0.18, bootstrap 1.60, allgathers 0.00, topo 0.52, graphs 0.01, "
+             "connections 0.15, rest 0.00)" for r in range(2)]
+    assert _verdict(tmp_path, "\n".join(lines) + "\n").status == Status.HEALTHY

@@ -17,6 +17,7 @@ from hangscope.analysis.log_progress import (
     logs_finished,
     logs_report_clean,
     logs_setup_clean,
+    logs_tests_clean,
 )
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.moved_since_dump import reconcile
@@ -235,7 +236,8 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
         return Status.INCONCLUSIVE
     if not ctx.picture.dumps and not ctx.stacks and (note := logs_finished(ctx.evidence)
                                                       or logs_report_clean(ctx.evidence)
-                                                      or logs_setup_clean(ctx.evidence)):
+                                                      or logs_setup_clean(ctx.evidence)
+                                                      or logs_tests_clean(ctx.evidence)):
         gaps.append(note)  # the run said it reached its end, or ran evenly, and nothing failed
         return Status.HEALTHY
     if not ctx.picture.dumps and not ctx.stacks and (note := logs_advance(ctx.evidence)):

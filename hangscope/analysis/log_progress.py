@@ -215,7 +215,24 @@ def logs_report_clean(evidence: JobEvidence) -> str | None:
 
 # what NCCL's INFO set-up lines give (sources/logs/nccl_debug.py, runtime_lines.py)
 _SETUP_KINDS = frozenset({"runtime_config", "nccl_device", "nccl_init_done", "nccl_init_start",
-                          "nccl_comm_ready", "log_end"})
+                          "nccl_comm_ready", "nccl_init_timing", "log_end"})
+
+
+def logs_tests_clean(evidence: JobEvidence) -> str | None:
+    """Rule ``tests-finished``: where the logs are all there is, a note when nccl-tests (or
+    rccl-tests) printed its closing bandwidth line with no result row counted wrong and nothing
+    failed; else None. Basis: the test ran every size to the end and checked every result.
+    Whether its bandwidth is what the hardware should give is not judged here."""
+    every = list(evidence.all_logs())
+    done = [e for e in every if e.kind == "nccl_tests_done" or (
+        e.kind == "nccl_tests" and e.fields.get("finished"))]
+    if not done or any(e.kind == "nccl_tests" and e.fields.get("wrong") for e in every):
+        return None
+    if any(f for f in failures(evidence).values()) or any(e.kind in ECHO_KINDS for e in every):
+        return None
+    return ("rule tests-finished: nccl-tests ran to its closing bandwidth line "
+            f"({done[-1].where()}) with no result counted wrong: the collectives completed and checked out (whether "
+            "the bandwidth is what the links should give is for you to compare)")
 
 
 def logs_setup_clean(evidence: JobEvidence) -> str | None:

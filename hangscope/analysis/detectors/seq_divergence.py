@@ -50,7 +50,65 @@ def detect(ctx: Context) -> list[Finding]:
         found = _diverged(pg, by_rank, timeouts)
         if found is not None:
             return [found]
-    return []
+    past = _timed_out_past(timeouts)
+    return [past] if past is not None else []
+
+
+# ops whose root may finish before the others have (broadcast, reduce, gather, scatter): a rank
+# past one of them proves less than a rank past an all-to-all-shaped collective
+_ROOTED = ("broadcast", "reduce", "gather", "scatter")
+_SYMMETRIC = ("allreduce", "allgather", "reduce_scatter", "reducescatter", "alltoall", "barrier",
+              "all_reduce", "all_gather")
+
+
+def _timed_out_past(timeouts: dict[tuple[int, int], LogEvent]) -> Finding | None:
+    """Rule ``timed-out-past-peer`` (watchdog lines alone): in one group, rank A's watchdog timed
+    out at seq Sa and rank B's at Sb < Sa. A watchdog times out on its rank's oldest pending work,
+    and NCCL completes a rank's works in order, so A completed Sb, the collective B is stuck in; a
+    collective completes only with every member in it, so A's Sb was paired with another call of
+    B's: the ranks' sequences of collectives diverged. 0.65 (0.55 where B's op has a root that may
+    finish first, or where the lines name no group, since two groups' counters do not compare).
+    The culprit is the smaller side (ranks at one seq against the ranks at the other) where one
+    is smaller; send/recv are not read (their counters differ from collectives')."""
+    by_pg: dict[str, dict[int, LogEvent]] = defaultdict(dict)
+    for (rank, _), event in sorted(timeouts.items()):
+        if any(w in str(event.fields.get("op", "")).lower() for w in _P2P):
+            continue
+        by_pg[str(event.fields.get("pg") or "")].setdefault(rank, event)
+    for pg, by_rank in by_pg.items():
+        seqs = sorted({int(e.fields["seq"]) for e in by_rank.values()})
+        if len(seqs) != 2:
+            continue  # one seq: nobody past anybody; three or more: read by log_waits
+        low = sorted(r for r, e in by_rank.items() if int(e.fields["seq"]) == seqs[0])
+        high = sorted(r for r, e in by_rank.items() if int(e.fields["seq"]) == seqs[1])
+        stuck = by_rank[low[0]]
+        op_b = str(stuck.fields.get("op", ""))
+        rooted = any(w in op_b.lower() for w in _ROOTED) and not any(
+            w in op_b.lower() for w in _SYMMETRIC)
+        culprits = low if len(low) < len(high) else high if len(high) < len(low) else []
+        ahead = by_rank[high[0]]
+        summary = (f"rule timed-out-past-peer: {_ranks(high)} timed out at "
+                   f"#{seqs[1]} ({ahead.fields.get('op', '?')}), so completed #{seqs[0]}, which "
+                   f"{_ranks(low)} {'is' if len(low) == 1 else 'are'} still stuck in ({op_b}); a "
+                   "collective completes only with every member in it, so the ranks' sequences of "
+                   "collectives diverged (a branch, a collective skipped or added on one side)"
+                   + (f"; the smaller side, {_ranks(culprits)}, is the odd one out" if culprits
+                      else "; the sides are equal, so the lines do not say which took the other "
+                      "path")
+                   + ("" if pg else " (the lines name no process group: if these are different "
+                      "groups, the numbers do not compare)"))
+        return Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=culprits,
+                       waiting_ranks=sorted(set(by_rank) - set(culprits)),
+                       confidence=0.55 if rooted or not pg else 0.65, summary=summary,
+                       evidence=[_item(stuck), _item(ahead)],
+                       collective=CollectiveRef(pg=pg or None, seq=seqs[0], op=op_b,
+                                                numbering="watchdog"),
+                       measures={"rule": "timed-out-past-peer"})
+    return None
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}"
 
 
 def _op(timeouts: dict[tuple[int, int], LogEvent], rank: int, seq: int) -> str:

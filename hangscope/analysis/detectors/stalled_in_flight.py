@@ -15,6 +15,10 @@ finding says what to check. Rules, named in ``measures["rule"]``:
   test process drives every GPU listed through the same sizes in lock-step; no row means the
   first collective of all of them never completed. 0.35 when rows were printed (a later size hung,
   or the paste was cut).
+* ``tests-wrong-results`` (0.45): nccl-tests counted results wrong (its ``#wrong`` columns) on
+  some sizes. Basis: the test checks every element against the expected sum; wrong elements with
+  every rank running mean data changed between the GPUs (a transport, PCIe/NIC setting or
+  protocol problem between unlike nodes), not a rank that is missing.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ def detect(ctx: Context) -> list[Finding]:
     every = sorted(ctx.evidence.all_logs(), key=lambda e: (e.path, e.line_no))
     if any(failures(ctx.evidence).values()):
         return []  # a rank's own failure (an OOM, a signal, an exception) explains the wait
-    return _ras_clean(every) or _tests(every)
+    return _ras_clean(every) or _tests_wrong(every) or _tests(every)
 
 
 def _ras_clean(every: list[LogEvent]) -> list[Finding]:
@@ -81,3 +85,18 @@ def _tests(every: list[LogEvent]) -> list[Finding]:
     return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=[],
                     confidence=0.35 if rows else 0.45, summary=summary, evidence=[_item(run)],
                     measures={"rule": "tests-no-result"})]
+
+
+def _tests_wrong(every: list[LogEvent]) -> list[Finding]:
+    runs = [e for e in every if e.kind == "nccl_tests" and e.fields.get("wrong")]
+    if not runs:
+        return []
+    run = runs[-1]
+    summary = (f"rule tests-wrong-results: nccl-tests counted wrong results on "
+               f"{run.fields.get('wrong')} size(s): every GPU ran the collective and the data "
+               "that arrived differs from what was sent, so the transport between them (or the "
+               "protocol chosen between unlike nodes) corrupts it. " + _CHECK[0].upper() +
+               _CHECK[1:] + "; also try NCCL_PROTO=Simple and compare NCCL versions across nodes")
+    return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=[],
+                    confidence=0.45, summary=summary, evidence=[_item(run)],
+                    measures={"rule": "tests-wrong-results"})]

@@ -58,6 +58,7 @@ LINE = re.compile(
     r"(?:(?P<src>[\w./\-]+(?::| )\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
 _COMM = re.compile(r"\bcomm (0x[0-9a-f]+) rank \d+ nranks \d+")
 _LOCAL_CLOSED = re.compile(r"Connection closed by localRank (\d+)")
+_TIMINGS = re.compile(r"Init timings: rank (\d+) nranks (\d+) total ([\d.]+)")
 MAX_COMMS = 100_000  # communicators whose START is remembered per file
 _INIT = re.compile(r"comm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)")
 _TRANSPORT = re.compile(
@@ -133,6 +134,19 @@ def local_peer_closed(line: Line, ctx: Context, follow: Follow) -> list[LogEvent
     return [make_event("nccl_local_peer_closed", line, ctx, "info",
                        {"host": m.group("host"), "pid": int(m.group("pid")),
                         "cuda_dev": int(m.group("dev")), "peer_local": int(peer.group(1))})]
+
+
+def init_timings(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``Init timings: rank 5 nranks 8 total 2.46 (kernels 0.18, bootstrap 1.60, ...)`` (NCCL >=
+    2.21, at the end of a communicator's init): that rank's communicator is ready."""
+    m = LINE.search(line.body)
+    t = _TIMINGS.search(line.body)
+    if m is None or t is None:
+        return []
+    return [make_event("nccl_init_timing", line, ctx, "info",
+                       {"host": m.group("host"), "pid": int(m.group("pid")),
+                        "nranks": int(t.group(2)), "total_s": float(t.group(3))},
+                       rank=int(t.group(1)), rank_source="content")]
 
 
 def init_start(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
@@ -229,5 +243,6 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b" NCCL ABORT ", warn),
     (b"Init COMPLETE", init_line),
     (b"Init START", init_start),
+    (b"Init timings: rank", init_timings),
     (b"Connection closed by localRank", local_peer_closed),
 ]

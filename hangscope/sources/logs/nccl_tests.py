@@ -33,10 +33,12 @@ _DONE = re.compile(r"^#\s*Avg bus bandwidth\s*:")
 
 
 def tests_output(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
-    if _HEAD.search(line.body) is None:
+    """From the ``nThread`` line, or from the result table's header where a paste starts there."""
+    table = _TABLE.match(line.body) is not None
+    if not table and _HEAD.search(line.body) is None:
         return []
-    fields: dict[str, str | int | float] = {"devices": 0, "header": 0, "rows": 0, "finished": 0,
-                                            "wrong": 0}
+    fields: dict[str, str | int | float] = {"devices": 0, "header": int(table), "rows": 0,
+                                            "finished": 0, "wrong": 0}
     for following in follow.lines():
         body = following.body
         if _HEAD.search(body):
@@ -45,6 +47,7 @@ def tests_output(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
             fields["devices"] = int(fields["devices"]) + 1
         elif _TABLE.match(body):
             fields["header"] = 1
+            follow.consume(following.line_no)
         elif (row := _ROW.match(body)) is not None:
             fields["rows"] = int(fields["rows"]) + 1
             fields["last_size"] = int(row.group("size"))
@@ -54,10 +57,21 @@ def tests_output(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
                 fields["wrong"] = int(fields["wrong"]) + 1
         elif _DONE.match(body):
             fields["finished"] = 1
+            follow.consume(following.line_no)
             break
     return [make_event("nccl_tests", line, ctx, "info", fields, rank=None, rank_source="")]
 
 
+def tests_done(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``# Avg bus bandwidth : N``: a test's closing line, also where the paste starts after
+    its header (no ``nccl_tests`` event then)."""
+    if _DONE.match(line.body.strip()) is None:
+        return []
+    return [make_event("nccl_tests_done", line, ctx, "info", {}, rank=None, rank_source="")]
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"nThread ", tests_output),
+    (b"#wrong", tests_output),
+    (b"Avg bus bandwidth", tests_done),
 ]

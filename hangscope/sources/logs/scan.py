@@ -76,10 +76,10 @@ _TRIGGERS = re.compile(b"|".join(re.escape(t) for t in sorted(_HANDLERS, key=len
 _ANCHORS = re.compile(
     rb"E(?:rror|xception \(either|xception in thread|RROR|nforceNotMet)"
     rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog|een collectives|aiting on [Rr]ank|aiting for [Rr]ank|aits on rank|aits for rank)|v(?:ersion:? \d)|V(?:ersion \d)"
-    rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node |hread )|H(?:eartbeat monitor)"
+    rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node |hread )|A(?:vg bus bandwidth)|#(?:wrong)|H(?:eartbeat monitor)"
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
     rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: )|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks|TRAGGLER DETECTION)"
-    rb"|F(?:ailures:)|P(?:G on this rank|G debug info|U relative performance:|U individual performance:)|R(?:unning collective: C|ecorder|eceived a dump|eceived \d+ death|eceived Signals\.)|i(?:ng to dump d|ng ncclUniqueId)"
+    rb"|F(?:ailures:)|P(?:G on this rank|G debug info|U relative performance:|U individual performance:)|I(?:nit timings)|R(?:unning collective: C|ecorder|eceived a dump|eceived \d+ death|eceived Signals\.)|i(?:ng to dump d|ng ncclUniqueId)"
     rb"|M(?:ISMATCH|ismatched collective d|issing communicator|issing ranks:|EMBER: |PLETE)|S(?:TART\b)|B(?:arrier in|arrier, but)"
     rb"|U(?:DA out of memory|DA error|nexpected |sing |nable to determine)"
     rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal |glers? detected|glers found)"

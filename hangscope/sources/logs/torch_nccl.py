@@ -72,7 +72,10 @@ from hangscope.sources.logs.common import (
 )
 
 _WATCHDOG = re.compile(
-    r"(?:Watchdog caught|Caught) collective operation timeout: WorkNCCL\((?P<work>(?:[^()]|\(ms\))*)\)"
+    # another process's output may cut the record mid-word ("collective operat<its text>ion
+    # timeout"): up to a few hundred characters in between are skipped
+    r"(?:Watchdog caught|Caught) collective operat(?:ion |.{1,400}?ion )?timeout: "
+    r"WorkNCCL\((?P<work>(?:[^()]|\(ms\))*)\)"
     r"(?: ran for (?P<ran>\d+) milliseconds before timing out)?")
 _CUT_BLANK = re.compile(r"(?<=[\w=]) (?=[\w=(])")
 _KV = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\)|TensorShape)=(\[[^\]]*\]|[^,)\s]+)")
@@ -391,6 +394,7 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"terminated with exception: CUDA error", cuda_error),
     (b"CUDA error: ", cuda_error),
     (b"Watchdog caught collective operation timeout", watchdog),
+    (b"Watchdog caught collective operat", watchdog),  # the same, cut by another process's text
     (b"Caught collective operation timeout", watchdog),  # torch <= 1.12 exception text
     (b"detected by watchdog at work", work_status),
     (b"Timeout at NCCL work", work_status),
