@@ -231,8 +231,9 @@ def logs_tests_clean(evidence: JobEvidence) -> str | None:
     if any(f for f in failures(evidence).values()) or any(e.kind in ECHO_KINDS for e in every):
         return None
     return ("rule tests-finished: nccl-tests ran to its closing bandwidth line "
-            f"({done[-1].where()}) with no result counted wrong: the collectives completed and checked out (whether "
-            "the bandwidth is what the links should give is for you to compare)")
+            f"({done[-1].where()}) with no result counted wrong: the collectives completed "
+            "and checked out (whether the bandwidth is what the links should give is for you "
+            "to compare)")
 
 
 def logs_setup_clean(evidence: JobEvidence) -> str | None:
