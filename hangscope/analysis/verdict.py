@@ -91,8 +91,10 @@ class Finding:
     def to_json(self) -> dict[str, Any]:
         collective = None
         if self.collective is not None:
+            # a log line that gives a seq but not its op (torch's work-status lines): "unknown",
+            # as the schema wants a name
             collective = {"pg": self.collective.pg, "seq": self.collective.seq,
-                          "op": self.collective.op}
+                          "op": self.collective.op or "unknown"}
             if self.collective.pg_desc:
                 collective["pg_desc"] = self.collective.pg_desc
             if self.collective.numbering:

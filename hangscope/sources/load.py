@@ -228,15 +228,14 @@ def _place_samples(path: str, samples: list[tuple[int | None, StackSample]],
     unranked: dict[int, int] = {}  # pid -> the rank number it is analyzed under
     for rank, sample in samples:
         rank = rank if rank is not None else name_rank
-        if rank is None and not is_worker:
+        worker = is_worker and rank is not None  # a worker of no known rank is read as a process
+        if rank is None:
             if sample.pid not in unranked:
                 unranked[sample.pid] = max(evidence.ranks, default=-1) + 1
                 evidence.rank(unranked[sample.pid])
             rank = unranked[sample.pid]
-        if rank is None:
-            continue
         rank_ev = evidence.rank(rank)
-        if is_worker:
+        if worker:
             rank_ev.worker_samples.setdefault(sample.pid, []).append(sample)
             if sample.pid not in rank_ev.worker_pids:
                 rank_ev.worker_pids.append(sample.pid)

@@ -259,16 +259,16 @@ def logical_tail(path: str, rank_hint: int | None = None) -> LogicalTail | None:
 
 def tail_candidates(path: str, rank_hint: int | None, candidate: re.Pattern[bytes]
                     ) -> tuple[Context, list[Line]] | None:
-    """The log tail's lines that ``candidate`` finds a word in, prefix-parsed (a line redrawn
-    with carriage returns: its last drawing), with the log's context; None when unreadable."""
-    read = tail_lines(path, rank_hint)
-    if read is None:
+    """The log tail's logical lines (wrapped records rebuilt, as ``logical_tail`` reads them)
+    that ``candidate`` finds a word in, prefix-parsed (a line redrawn with carriage returns: its
+    last drawing), with the log's context; None when unreadable."""
+    tail = logical_tail(path, rank_hint)
+    if tail is None:
         return None
-    ctx, first_line, lines, skip = read
-    return ctx, [parse_line(decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE),
-                            first_line + index, ctx)
-                 for index, raw in enumerate(lines)
-                 if index not in skip and candidate.search(raw, 0, MAX_LINE)]
+    return tail.ctx, [parse_line(decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE),
+                                 tail.line_no(index), tail.ctx)
+                      for index, raw in enumerate(tail.lines)
+                      if index not in tail.skip and candidate.search(raw, 0, MAX_LINE)]
 
 
 @dataclass(slots=True)
