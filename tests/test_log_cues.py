@@ -18,6 +18,11 @@ from hangscope.sources.logs.cues import classify
 
 
 @pytest.mark.parametrize(("line", "kind"), [
+    # c10d's socket.cpp when the store cannot open its socket (IPv6-less host)
+    ("[W socket.cpp:401] [c10d] The server socket cannot be initialized on [::]:29501 (errno: 97 - "
+     "Address family not supported by protocol).", "init_hang"),
+    # NCCL's socket transport listing the interfaces it uses (net_socket.cc), a docker bridge
+    ("[3]br-dd40dc616638:172.30.0.1<0>", "network_fault"),
     # NCCL init.cc's ncclInvalidUsage check
     ("host:2987:3398 [0] init.cc:497 NCCL WARN Duplicate GPU detected : rank 2 and rank 0 both "
      "on CUDA device 1000", "config_skew"),

@@ -35,7 +35,7 @@ STRENGTH = {
     "data-loading": 6,
     "init": 5.5, "p2p-words": 5, "thread-deadlock": 5, "watchdog-stuck": 5, "mismatch-words": 4,
     "version-skew": 4,
-    "network-words": 4, "peer-gone": 3, "slow-words": 3, "exit-nonzero": 2.5, "wait-timeout": 1,
+    "network-words": 4, "virtual-interface": 4.5, "peer-gone": 3, "slow-words": 3, "exit-nonzero": 2.5, "wait-timeout": 1,
     "busy-phase": 0.5,
 }
 BASIS = {
@@ -54,6 +54,9 @@ BASIS = {
     "mismatch-words": "ranks disagree on what they run (a mismatch)",
     "version-skew": "versions differ between processes",
     "network-words": "a network operation failed",
+    "virtual-interface": ("NCCL's socket transport uses a container bridge or a veth, an address "
+                          "peers on other hosts cannot reach (set NCCL_SOCKET_IFNAME to the real "
+                          "NIC)"),
     "peer-gone": "a peer's connection closed under a rank (the peer went away)",
     "slow-words": "some ranks are slower than the others",
     "exit-nonzero": "a process exited with an error",

@@ -76,6 +76,11 @@ CUES: tuple[Cue, ...] = (
     Cue("network-words", "network_fault", "cause", re.compile(
         r"(?i)\bNET/(?:IB|OFI|Socket|Plugin)\b|\bib(?:v|verbs)\b|\bmlx5|\bRoCE\b|\bEFA\b|\binfiniband\b|\bGDR\b|"
         r"gdrcopy|\bsocket\b|\bNCCL_SOCKET_IFNAME|\bNCCL_IB_\w+|\binterface\b|\bnetwork\b"), _FAIL, _NOT_NETWORK),
+    # NCCL's socket transport listing a container bridge or a veth among the interfaces it uses
+    # (NET/Socket : Using [1]br-05ab815fa14e:172.19.0.1<0>): traffic sent to an address the peer
+    # cannot reach (NVIDIA/nccl's advice: NCCL_SOCKET_IFNAME to the real NIC)
+    Cue("virtual-interface", "network_fault", "cause", re.compile(
+        r"\[\d+\](?:docker\d+|br-[0-9a-f]{12}|veth[0-9a-f]{6,}|virbr\d+|cni\d+|flannel\.\d+)[:%]")),
     Cue("peer-gone", "rank_died", "echo", re.compile(
         r"(?i)Connection (?:closed|reset) by (?:remote )?peer|ncclRemoteError|remote process exited|"
         r"peer (?:process )?(?:\w+ )?(?:closed|died|exited|hung up|disconnected)|Broken pipe|EPIPE|"
@@ -107,7 +112,9 @@ CUES: tuple[Cue, ...] = (
         r"rendezvous.{0,60}(?:timeout|timed out|fail|waiting|hang|stuck)|"
         r"init_process_group.{0,80}(?:hang|stuck|timed out|never|blocks)|"
         r"(?:hang|stuck|blocks|waiting)\w*.{0,40}init_process_group|"
-        r"client socket has (?:timed out|failed to connect)|Socket Timeout|ncclCommInitRank.{0,40}(?:fail|hang|stuck|timeout)|"
+        r"client socket has (?:timed out|failed to connect)|Socket Timeout|"
+        # c10d's store could not open its socket at all (socket.cpp: errno 97 on an IPv6-less host)
+        r"(?:server|client) socket cannot be initialized|server socket has failed to (?:listen|bind)|ncclCommInitRank.{0,40}(?:fail|hang|stuck|timeout)|"
         # NCCL's bootstrap finding no usable interface (socket.cc, bootstrap.cc)
         r"ncclSocketInit\b.{0,80}(?:neither|fail|error|invalid)|no socket interface found|"
         r"Bootstrap ?: ?no socket interface|NCCL_SOCKET_IFNAME.{0,80}(?:not found|no (?:such )?interface|does not exist)|"
