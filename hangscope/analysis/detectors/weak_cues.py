@@ -35,7 +35,8 @@ STRENGTH = {
     "data-loading": 6,
     "init": 5.5, "p2p-words": 5, "thread-deadlock": 5, "watchdog-stuck": 5, "mismatch-words": 4,
     "version-skew": 4,
-    "network-words": 4, "virtual-interface": 4.5, "peer-gone": 3, "slow-words": 3, "exit-nonzero": 2.5, "wait-timeout": 1,
+    "virtual-interface": 4.5, "network-words": 4, "peer-gone": 3, "slow-words": 3,
+    "exit-nonzero": 2.5, "wait-timeout": 1,
     "busy-phase": 0.5,
 }
 BASIS = {
