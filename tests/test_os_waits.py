@@ -85,6 +85,9 @@ def test_ranks_blocked_on_a_file_lock_name_the_rank_holding_it(tmp_path) -> None
     results = tmp_path / "results"
     with running_job("eval_summary_lock", ready_dir=tmp_path / "ready", jobs_dir=jobs,
                      env={"RESULTS_DIR": str(results)}) as job:
+        # a rank past its ready point may not have called flock yet on a loaded machine: the
+        # hang is whole once the kernel lists the three waiters
+        _wait_for_blocked_flocks(len(truth.waiting_ranks), deadline_s=60.0)
         time.sleep(1.0)
         # WHEN attached live with default options
         code, verdict = attach_quietly(job.pgid, out)
@@ -93,7 +96,8 @@ def test_ranks_blocked_on_a_file_lock_name_the_rank_holding_it(tmp_path) -> None
     assert code == ExitCode.HANG_FOUND
     assert (live["kind"], live["culprit_ranks"]) == (truth.kind, truth.culprit_ranks), \
         live["summary"]
-    assert live["waiting_ranks"] == truth.waiting_ranks
+    assert live["waiting_ranks"] == truth.waiting_ranks, (live["summary"],
+                                                          verdict["rank_classes"])
     assert f"file lock on {results / 'results.txt'}" in live["summary"]
     assert live["measures"]["holder"].startswith("rank 1 (pid ")
     assert "barrier" in live["summary"]
@@ -101,6 +105,18 @@ def test_ranks_blocked_on_a_file_lock_name_the_rank_holding_it(tmp_path) -> None
     root = bundle_verdict_moved_away(out, jobs).findings[0]
     assert (root.kind.value, root.culprit_ranks, root.summary) == (
         live["kind"], live["culprit_ranks"], live["summary"])
+
+
+def _wait_for_blocked_flocks(count: int, deadline_s: float) -> None:
+    """Until /proc/locks lists ``count`` blocked flock waiters (its ``->`` lines), or the
+    deadline: the test then attaches to what is there, and its assertions say what was missed."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        with open("/proc/locks") as locks:
+            blocked = sum(1 for line in locks if "->" in line and "FLOCK" in line)
+        if blocked >= count:
+            return
+        time.sleep(0.1)
 
 
 @pytest.mark.live

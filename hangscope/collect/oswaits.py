@@ -37,6 +37,8 @@ from hangscope.sources.oswaits import KIND, SCHEMA
 MAX_FDS = 256  # per process
 MAX_PROCS = 512
 MAX_LOCK_LINES = 4096
+LOCK_READS = 6  # /proc/locks reads, LOCK_READ_GAP_S apart (see _locks_over)
+LOCK_READ_GAP_S = 0.1
 
 
 def collect_into(writer: BundleWriter, ranks: Mapping[int, int],
@@ -70,7 +72,7 @@ def snapshot(ranks: Mapping[int, int], workers: Mapping[int, int],
         owner = rank if rank is not None else parent_rank
         queue += [(child, None, owner) for child in children_of(pid, proc_root)
                   if child not in known]
-    locks = _locks(proc_root)
+    locks = _locks_over(proc_root)
     # the holders of locks someone here waits on, wherever they are
     wanted = {lock["dev_ino"] for lock in locks if lock["blocked"] and lock["pid"] in known}
     for lock in locks:
@@ -146,6 +148,22 @@ def _flags(path: str) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def _locks_over(proc_root: str, reads: int = LOCK_READS, gap_s: float = LOCK_READ_GAP_S
+                ) -> list[dict[str, Any]]:
+    """/proc/locks read ``reads`` times ``gap_s`` apart, each lock and request once. Attach
+    samples stacks meanwhile, and a blocking py-spy dump stops its target: a request blocked in
+    flock is withdrawn while its process is stopped and made again when it resumes, so one read
+    can miss a waiter that every other moment shows."""
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for index in range(max(1, reads)):
+        if index:
+            time.sleep(gap_s)
+        for lock in _locks(proc_root):
+            seen.setdefault((lock["kind"], lock["mode"], lock["pid"], lock["dev_ino"],
+                             lock["blocked"]), lock)
+    return list(seen.values())
 
 
 def _locks(proc_root: str) -> list[dict[str, Any]]:
