@@ -176,9 +176,7 @@ def logs_finished(evidence: JobEvidence) -> str | None:
     if not done:
         return None
     finish = max(done, key=lambda e: (e.time or 0.0, e.line_no))
-    bad = [f.event for items in failures(evidence).values() for f in items]
-    bad += [e for e in every if e.kind in ECHO_KINDS or (e.kind == "traceback"
-                                                          and classify(e) is None)]
+    bad = _failed_or_echoed(evidence, every)
     if any(not _before(e, finish) for e in bad):
         return None
     return (f"rule run-finished: the log says the run finished ({finish.message.strip()[:120]}, "
@@ -203,9 +201,7 @@ def logs_report_clean(evidence: JobEvidence) -> str | None:
               and min(s.values()) >= THRESHOLD]
     if not clean or len(clean) < len(reports) + len(scored):
         return None
-    bad = [f.event for items in failures(evidence).values() for f in items]
-    bad += [e for e in every if e.kind in ECHO_KINDS or (e.kind == "traceback"
-                                                          and classify(e) is None)]
+    bad = _failed_or_echoed(evidence, every)
     if bad:
         return None
     return (f"rule straggler-report-clean: the job's straggler detector compared the ranks and "
@@ -228,7 +224,7 @@ def logs_tests_clean(evidence: JobEvidence) -> str | None:
         e.kind == "nccl_tests" and e.fields.get("finished"))]
     if not done or any(e.kind == "nccl_tests" and e.fields.get("wrong") for e in every):
         return None
-    if any(f for f in failures(evidence).values()) or any(e.kind in ECHO_KINDS for e in every):
+    if _failed_or_echoed(evidence, every):
         return None
     return ("rule tests-finished: nccl-tests ran to its closing bandwidth line "
             f"({done[-1].where()}) with no result counted wrong: the collectives completed "
@@ -260,6 +256,14 @@ def logs_setup_clean(evidence: JobEvidence) -> str | None:
             "WARN, and lines such as 'Failed to find ncclNetPlugin symbol' are INFO about a "
             "fallback, not a fault. If the job did hang, its stacks (py-spy) or a flight-recorder "
             "dump would show where")
+
+
+def _failed_or_echoed(evidence: JobEvidence, every: list[LogEvent]) -> list[LogEvent]:
+    """What keeps a log from reading healthy: every rank's own failures, and the echoes of
+    another's (a lost peer, a timeout, a traceback no failure class explains)."""
+    bad = [f.event for items in failures(evidence).values() for f in items]
+    return bad + [e for e in every if e.kind in ECHO_KINDS or (e.kind == "traceback"
+                                                               and classify(e) is None)]
 
 
 def _before(event: LogEvent, finish: LogEvent) -> bool:
