@@ -27,6 +27,7 @@ from operator import add, eq, itemgetter, lt
 from typing import Any
 
 from hangscope.model import FrEntry
+from hangscope.sources.flight_recorder import _time_ns
 
 # the fields a body is made of (besides sizes and dtypes), hashed per record
 _KEYED = ("profiling_name", "process_group", "state", "is_p2p", "timeout_ms", "thread_name",
@@ -152,9 +153,14 @@ def assemble(reducer: Any, cols: Columns) -> Any:  # noqa: C901
     """Fill ``reducer`` (an ``fr_digest._Reducer``) from the columns, as its record-by-record
     pass would: the same groups in the same order, the same body ids, the same records kept
     whole. Returns what that pass returns (``fr_digest.Read``), or None where a record kept
-    whole turns out unreadable (then the caller reads the dump record by record)."""
-    entries, convert = reducer.entries_raw, reducer.converter.convert
-    n, frames_from = len(entries), reducer.converter.frames_from
+    whole turns out unreadable (then the caller reads the dump record by record).
+
+    Only records of keys that are not plain history (not completed, p2p, unreadable) go through
+    the full loader's converter. The records of plain keys kept whole (the newest of the dump,
+    with their frames, and each group's newest ``TAIL``) are built from their key's body, which
+    holds every field but ids, seqs, times and frames (see :func:`_pre_shipped`)."""
+    entries, conv = reducer.entries_raw, reducer.converter
+    convert, n, frames_from = conv.convert, len(entries), conv.frames_from
     firsts = cols.firsts
     # each key, classified once from its first record: (group name, desc), backend, body
     info: dict[int, tuple[tuple[str, str], str, Any] | None] = {}
@@ -163,15 +169,12 @@ def assemble(reducer: Any, cols: Columns) -> Any:  # noqa: C901
             info[first] = reducer.classify(entries[first])
         except (TypeError, ValueError, OverflowError):
             info[first] = None  # every record of this key goes through the converter
-    # records kept whole: the newest, and those of keys whose records are not plain history
     whole_keys = {first for first, got in info.items() if got is None or got[2] is None}
-    tail = max(frames_from, 0)
-    whole = sorted(set(range(tail, n)).union(
-        compress(range(tail), map(whole_keys.__contains__, firsts))))
+    whole = list(compress(range(n), map(whole_keys.__contains__, firsts))) if whole_keys else []
     events: list[tuple[int, str, str, Any]] = []  # (index, group, desc, body): in record order
-    kept: dict[str, dict[int, FrEntry]] = {}
+    converted: dict[str, dict[int, FrEntry]] = {}
     p2p: dict[str, list[FrEntry]] = {}
-    whole_entries: dict[int, FrEntry] = {}
+    whole_entries: dict[int, Any] = {}
     backends: list[tuple[int, str]] = []
     for index in whole:
         entry = convert(index, entries[index])
@@ -183,59 +186,118 @@ def assemble(reducer: Any, cols: Columns) -> Any:  # noqa: C901
             p2p.setdefault(name, []).append(entry)
             events.append((index, name, entry.pg_desc, None))
         else:
-            kept.setdefault(name, {})[index] = entry
+            converted.setdefault(name, {})[index] = entry
             events.append((index, name, entry.pg_desc, body_of(entry)))
         backends.append((index, entry.backend))
     slot: dict[str, int] = {}
     for first, got in info.items():
-        if got is None:
+        if got is None or got[2] is None:
             continue
         (name, desc), backend, body = got
         slot.setdefault(name, len(slot))
         backends.append((first, backend))
-        if body is not None and first < frames_from:
-            events.append((first, name, desc, body))
-        elif body is None:
-            events.append((first, name, desc, None))
+        events.append((first, name, desc, body))
     events.sort(key=itemgetter(0))
     register = reducer.body
     body_ids: dict[int, int] = {}
     for index, name, desc, body in events:
-        group = reducer.group(name, desc)  # creates groups in record order, sets their desc
+        reducer.group(name, desc)  # creates groups in record order, sets their desc
         if body is not None:
             body_ids[index] = register(body)
-    # each record's group slot; -1 for records kept whole (placed below)
-    slot_of = {first: slot[got[0][0]] if got is not None and first not in whole_keys else -1
+    # each record's group slot; -1 for records converted whole (placed below)
+    slot_of = {first: -1 if got is None or first in whole_keys else slot[got[0][0]]
                for first, got in info.items()}
     record_slot = list(map(slot_of.__getitem__, firsts))
-    record_slot[tail:] = repeat(-1, n - tail)
     seqs, p2p_seqs, rids = cols.seqs, cols.p2p_seqs, cols.record_ids
+    tail = max(frames_from, 0)
+    pre = _PreShip(entries, cols, conv, info, frames_from)
+    pre.built.extend(whole)  # the converter takes a size equal to one it has seen for it
     for name, group in reducer.groups.items():
         number = slot.get(name)
         indices = [] if number is None else \
             list(compress(range(n), map(eq, record_slot, repeat(number))))
-        mine = kept.get(name)
-        if mine:  # the few records kept whole, placed by bisection (no pass over the group)
+        mine = converted.get(name, {})
+        where: dict[int, int] = {}
+        if mine:  # the few records converted whole, placed by bisection
             indices = sorted(chain(indices, mine))
-            where = {index: bisect_left(indices, index) for index in mine}
-            group.kept = {where[index]: entry for index, entry in mine.items()}
+            where = {bisect_left(indices, index): index for index in mine}
             bodies = list(map(body_ids.get, map(firsts.__getitem__, indices)))
-            for index, position in where.items():
+            for position, index in where.items():
                 bodies[position] = body_ids[index]
             group.bodies = bodies
         else:
             group.bodies = list(map(body_ids.__getitem__, map(firsts.__getitem__, indices)))
+        # kept whole, in the order the record-by-record pass keeps them: the records converted
+        # and those of the dump's newest, by record; then the group's newest TAIL not yet kept
+        m = len(indices)
+        newest = range(bisect_left(indices, tail), m)
+        kept: dict[int, Any] = {}
+        for position in sorted(where.keys() | newest) if where else newest:
+            index = indices[position]
+            kept[position] = mine[index] if position in where else pre(index)
+        for position in range(max(0, m - reducer.tail), m):
+            if position not in kept:
+                kept[position] = pre(indices[position])
+        group.kept = kept
         group.seqs = list(map(seqs.__getitem__, indices))
         group.p2p_seqs = list(map(p2p_seqs.__getitem__, indices))
         group.record_ids = list(map(rids.__getitem__, indices))
         group.raw_index = indices
         group.p2p = p2p.get(name, [])
+        for position, record in kept.items():
+            if position not in where:
+                whole_entries[indices[position]] = record
+    if not pre.exact():
+        return None  # sizes of another type than their key's first record's: read by record
     latest_rid = max(rids)
     latest_index = rids.index(latest_rid)
     backend = min((pair for pair in backends if pair[1]), default=(0, ""))[1]
     ordered = all(map(lt, rids, islice(rids, 1, None)))
     return (n, rids[0], (latest_rid, latest_index, whole_entries.get(latest_index)), backend,
             ordered and cols.timed)
+
+
+class _PreShip:
+    """A record of a plain key, whole, built from its key's body: ``fr_digest.Shipped`` but for
+    its stack, which is the frames tuple itself until the record is shipped (so that stacks are
+    numbered in the order the record-by-record pass numbers them).
+
+    Equal to what the converter makes of it: records of one key have equal fields under ``==``
+    (see :func:`scan`); only sizes of another type (4096.0 for 4096) could make the converter's
+    values differ from the body's, which :meth:`exact` checks on the records built here."""
+
+    __slots__ = ("built", "cols", "conv", "entries", "frames_from", "info")
+
+    def __init__(self, entries: list[Any], cols: Columns, conv: Any,
+                 info: dict[int, Any], frames_from: int) -> None:
+        self.entries, self.cols, self.conv, self.info = entries, cols, conv, info
+        self.frames_from = frames_from
+        self.built: list[int] = []
+
+    def __call__(self, index: int) -> tuple[Any, ...]:
+        raw, cols = self.entries[index], self.cols
+        (name, _desc), _backend, body = self.info[cols.firsts[index]]
+        desc, op, backend, is_p2p, state, completed, in_sizes, in_types, out_sizes, out_types, \
+            timeout, peer, thread_name = body
+        duration = raw.get("duration_ms")
+        self.built.append(index)
+        return (cols.record_ids[index], name, desc, cols.seqs[index], cols.p2p_seqs[index], op,
+                backend, is_p2p, state, completed, in_sizes, in_types, out_sizes, out_types,
+                _time_ns(raw.get("time_created_ns")),
+                _time_ns(raw.get("time_discovered_started_ns")),
+                _time_ns(raw.get("time_discovered_completed_ns")),
+                float(duration) if isinstance(duration, (int, float)) else None,
+                timeout, peer,
+                self.conv.frames(raw.get("frames")) if index >= self.frames_from else (),
+                thread_name)
+
+    def exact(self) -> bool:
+        """Whether every size of the records built here, of their keys' first records and of
+        the records converted is an ``int`` (then equal under ``==`` means the same value)."""
+        entries, firsts = self.entries, self.cols.firsts
+        rows = {*self.built, *map(firsts.__getitem__, self.built)}
+        dims = [dims for index in rows for field in _SIZES for dims in entries[index][field]]
+        return _types(chain.from_iterable(dims)) <= _INT
 
 
 def body_of(entry: FrEntry) -> tuple[Any, ...]:
