@@ -44,9 +44,10 @@ _STR, _INT = {str}, {int}
 class Columns:
     """What :func:`scan` read. Every record is a dict with the fields the full loader needs."""
 
-    record_ids: array  # type: ignore[type-arg]
-    seqs: array  # type: ignore[type-arg]
-    p2p_seqs: array  # type: ignore[type-arg]
+    # ints (read through array("q"), which takes what int() takes, as the converter reads them)
+    record_ids: list[int]
+    seqs: list[int]
+    p2p_seqs: list[int]
     timed: bool  # every record has a positive int creation time
     firsts: list[int]  # per record, the index of the first record with the same key
 
@@ -132,7 +133,8 @@ def _scan(entries: list[Any]) -> Columns | None:
         firsts = list(map(seen.setdefault, map(add, keys, zip(*nested)), range(len(entries))))
     if not all(map(_plain, (entries[first] for first in seen.values()))):
         return None
-    return Columns(record_ids=rids, seqs=seqs, p2p_seqs=p2p_seqs, timed=timed, firsts=firsts)
+    return Columns(record_ids=rids.tolist(), seqs=seqs.tolist(), p2p_seqs=p2p_seqs.tolist(),
+                   timed=timed, firsts=firsts)
 
 
 def _plain(raw: dict[str, Any]) -> bool:
@@ -158,7 +160,7 @@ def assemble(reducer: Any, cols: Columns) -> Any:  # noqa: C901
     Only records of keys that are not plain history (not completed, p2p, unreadable) go through
     the full loader's converter. The records of plain keys kept whole (the newest of the dump,
     with their frames, and each group's newest ``TAIL``) are built from their key's body, which
-    holds every field but ids, seqs, times and frames (see :func:`_pre_shipped`)."""
+    holds every field but ids, seqs, times and frames (see :class:`_PreShip`)."""
     entries, conv = reducer.entries_raw, reducer.converter
     convert, n, frames_from = conv.convert, len(entries), conv.frames_from
     firsts = cols.firsts
@@ -204,29 +206,32 @@ def assemble(reducer: Any, cols: Columns) -> Any:  # noqa: C901
         reducer.group(name, desc)  # creates groups in record order, sets their desc
         if body is not None:
             body_ids[index] = register(body)
-    # each record's group slot; -1 for records converted whole (placed below)
+    # each record's group slot and body id; -1 for records converted whole (placed below)
     slot_of = {first: -1 if got is None or first in whole_keys else slot[got[0][0]]
                for first, got in info.items()}
     record_slot = list(map(slot_of.__getitem__, firsts))
+    key_body = dict.fromkeys(info, -1)
+    key_body.update(body_ids)
+    record_body = list(map(key_body.__getitem__, firsts))
     seqs, p2p_seqs, rids = cols.seqs, cols.p2p_seqs, cols.record_ids
     tail = max(frames_from, 0)
     pre = _PreShip(entries, cols, conv, info, frames_from)
     pre.built.extend(whole)  # the converter takes a size equal to one it has seen for it
     for name, group in reducer.groups.items():
         number = slot.get(name)
-        indices = [] if number is None else \
-            list(compress(range(n), map(eq, record_slot, repeat(number))))
+        # the group's records, each column taken by one mask (compress, in C)
+        mask = list(map(eq, record_slot, repeat(number))) if number is not None else []
+        indices = list(compress(range(n), mask))
+        columns = (indices, list(compress(seqs, mask)), list(compress(p2p_seqs, mask)),
+                   list(compress(rids, mask)), list(compress(record_body, mask)))
         mine = converted.get(name, {})
         where: dict[int, int] = {}
-        if mine:  # the few records converted whole, placed by bisection
-            indices = sorted(chain(indices, mine))
-            where = {bisect_left(indices, index): index for index in mine}
-            bodies = list(map(body_ids.get, map(firsts.__getitem__, indices)))
-            for position, index in where.items():
-                bodies[position] = body_ids[index]
-            group.bodies = bodies
-        else:
-            group.bodies = list(map(body_ids.__getitem__, map(firsts.__getitem__, indices)))
+        for index in mine:  # the few records converted whole, inserted (in record order: each
+            position = bisect_left(indices, index)  # lands after those inserted before it)
+            for column, value in zip(columns, (index, seqs[index], p2p_seqs[index],
+                                               rids[index], body_ids[index])):
+                column.insert(position, value)
+            where[position] = index
         # kept whole, in the order the record-by-record pass keeps them: the records converted
         # and those of the dump's newest, by record; then the group's newest TAIL not yet kept
         m = len(indices)
@@ -239,20 +244,17 @@ def assemble(reducer: Any, cols: Columns) -> Any:  # noqa: C901
             if position not in kept:
                 kept[position] = pre(indices[position])
         group.kept = kept
-        group.seqs = list(map(seqs.__getitem__, indices))
-        group.p2p_seqs = list(map(p2p_seqs.__getitem__, indices))
-        group.record_ids = list(map(rids.__getitem__, indices))
-        group.raw_index = indices
+        group.raw_index, group.seqs, group.p2p_seqs, group.record_ids, group.bodies = columns
         group.p2p = p2p.get(name, [])
         for position, record in kept.items():
             if position not in where:
                 whole_entries[indices[position]] = record
     if not pre.exact():
         return None  # sizes of another type than their key's first record's: read by record
-    latest_rid = max(rids)
-    latest_index = rids.index(latest_rid)
-    backend = min((pair for pair in backends if pair[1]), default=(0, ""))[1]
     ordered = all(map(lt, rids, islice(rids, 1, None)))
+    latest_rid = rids[-1] if ordered else max(rids)
+    latest_index = n - 1 if ordered else rids.index(latest_rid)
+    backend = min((pair for pair in backends if pair[1]), default=(0, ""))[1]
     return (n, rids[0], (latest_rid, latest_index, whole_entries.get(latest_index)), backend,
             ordered and cols.timed)
 
