@@ -425,10 +425,9 @@ def ratio_table(rows: list[dict]) -> str:
         cols = [("base1", "baseline --jobs 1"), ("basen", "baseline --jobs N"), *cols]
     out = ["| row | " + " | ".join(f"{name}: wall / floor | cpu / floor cpu" for _k, name in cols)
            + " | result |", "|---|" + "---|---|" * len(cols) + "---|"]
-    for r in rows:
-        out.append(f"| {_label(r)} | " + " | ".join(
-            f"{_ratio(r.get(k), r.get('load'))} | {_cpu_ratio(r.get(k), r.get('load'))}"
-            for k, _n in cols) + f" | {r.get('hangscope_result', '-')} |")
+    out.extend(f"| {_label(r)} | " + " | ".join(
+        f"{_ratio(r.get(k), r.get('load'))} | {_cpu_ratio(r.get(k), r.get('load'))}"
+        for k, _n in cols) + f" | {r.get('hangscope_result', '-')} |" for r in rows)
     return "\n".join(out)
 
 
