@@ -9,7 +9,7 @@ import pytest
 
 from hangscope.sources import flight_recorder, fr_columns, fr_digest
 
-from fixtures import synth_fr
+from fixtures import fr_shapes, synth_fr
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,6 +58,17 @@ def test_benchmark_digests_are_the_same(tmp_path: Path, version: str, fault: str
     paths = _dumps(tmp_path)
     assert len(paths) == 16
     for path in paths:
+        # WHEN reduced both ways THEN equal, and read by columns
+        columnar, plain, scanned = _both(path)
+        assert columnar == plain, path
+        assert scanned, path
+
+
+@pytest.mark.parametrize("shape", sorted(fr_shapes.SHAPES))
+def test_shape_digests_are_the_same(tmp_path: Path, shape: str) -> None:
+    # GIVEN each of the benchmark's dump shapes at a small size
+    fr_shapes.write(tmp_path, shape, 32, 150)
+    for path in _dumps(tmp_path):
         # WHEN reduced both ways THEN equal, and read by columns
         columnar, plain, scanned = _both(path)
         assert columnar == plain, path
