@@ -151,118 +151,106 @@ def _plain(raw: dict[str, Any]) -> bool:
                 for field in _DTYPES)
 
 
-def assemble(reducer: Any, cols: Columns) -> Any:  # noqa: C901
+def assemble(reducer: Any, cols: Columns) -> Any:
     """Fill ``reducer`` (an ``fr_digest._Reducer``) from the columns, as its record-by-record
     pass would: the same groups in the same order, the same body ids, the same records kept
-    whole. Returns what that pass returns (``fr_digest.Read``), or None where a record kept
-    whole turns out unreadable (then the caller reads the dump record by record).
+    whole. Returns what that pass returns (``fr_digest.Read``), or None where that cannot be
+    promised (then the caller reads the dump record by record).
 
-    Only records of keys that are not plain history (not completed, p2p, unreadable) go through
-    the full loader's converter. The records of plain keys kept whole (the newest of the dump,
-    with their frames, and each group's newest ``TAIL``) are built from their key's body, which
-    holds every field but ids, seqs, times and frames (see :class:`_PreShip`)."""
-    entries, conv = reducer.entries_raw, reducer.converter
-    convert, n, frames_from = conv.convert, len(entries), conv.frames_from
+    Every record kept whole (the newest of the dump, with their frames; each group's newest
+    ``TAIL``; every op not completed and every send/recv) is built from its key's body, which
+    holds every field but ids, seqs, times and frames, not by the full loader's converter (see
+    :class:`_PreShip`): in a 3D-parallel job a third of the records are p2p."""
+    entries, n, frames_from = reducer.entries_raw, len(reducer.entries_raw), \
+        reducer.converter.frames_from
     firsts = cols.firsts
-    # each key, classified once from its first record: (group name, desc), backend, body
-    info: dict[int, tuple[tuple[str, str], str, Any] | None] = {}
-    for first in dict.fromkeys(firsts):
-        try:
+    # each key, classified once from its first record: (group name, desc), backend, body, plain
+    info: dict[int, tuple[tuple[str, str], str, Any, bool]] = {}
+    try:
+        for first in dict.fromkeys(firsts):
             info[first] = reducer.classify(entries[first])
-        except (TypeError, ValueError, OverflowError):
-            info[first] = None  # every record of this key goes through the converter
-    whole_keys = {first for first, got in info.items() if got is None or got[2] is None}
-    whole = list(compress(range(n), map(whole_keys.__contains__, firsts))) if whole_keys else []
-    events: list[tuple[int, str, str, Any]] = []  # (index, group, desc, body): in record order
-    converted: dict[str, dict[int, FrEntry]] = {}
-    p2p: dict[str, list[FrEntry]] = {}
-    whole_entries: dict[int, Any] = {}
-    backends: list[tuple[int, str]] = []
-    for index in whole:
-        entry = convert(index, entries[index])
-        if entry is None:
-            return None
-        whole_entries[index] = entry
-        name = entry.pg_name
-        if entry.is_p2p:
-            p2p.setdefault(name, []).append(entry)
-            events.append((index, name, entry.pg_desc, None))
-        else:
-            converted.setdefault(name, {})[index] = entry
-            events.append((index, name, entry.pg_desc, body_of(entry)))
-        backends.append((index, entry.backend))
+    except (TypeError, ValueError, OverflowError):
+        return None
     slot: dict[str, int] = {}
-    for first, got in info.items():
-        if got is None or got[2] is None:
-            continue
-        (name, desc), backend, body = got
+    events: list[tuple[int, str, str, Any]] = []  # (index, group, desc, body): in record order
+    for first, ((name, desc), _backend, body, _plain) in info.items():
         slot.setdefault(name, len(slot))
-        backends.append((first, backend))
-        events.append((first, name, desc, body))
+        events.append((first, name, desc, None if body[3] else body))  # p2p: no history
     events.sort(key=itemgetter(0))
     register = reducer.body
     body_ids: dict[int, int] = {}
-    for index, name, desc, body in events:
+    for first, name, desc, body in events:
         reducer.group(name, desc)  # creates groups in record order, sets their desc
         if body is not None:
-            body_ids[index] = register(body)
-    # each record's group slot and body id; -1 for records converted whole (placed below)
-    slot_of = {first: -1 if got is None or first in whole_keys else slot[got[0][0]]
-               for first, got in info.items()}
+            body_ids[first] = register(body)
+    # each record's group slot and body id; -1 for records not plain (kept whole, placed below)
+    special = {first for first, got in info.items() if not got[3]}
+    slot_of = {first: -1 if first in special else slot[got[0][0]] for first, got in info.items()}
     record_slot = list(map(slot_of.__getitem__, firsts))
     key_body = dict.fromkeys(info, -1)
     key_body.update(body_ids)
     record_body = list(map(key_body.__getitem__, firsts))
-    seqs, p2p_seqs, rids = cols.seqs, cols.p2p_seqs, cols.record_ids
-    tail = max(frames_from, 0)
-    pre = _PreShip(entries, cols, conv, info, frames_from)
-    pre.built.extend(whole)  # the converter takes a size equal to one it has seen for it
+    pre = _PreShip(entries, cols, reducer.converter, info, frames_from)
+    pending: dict[str, dict[int, Any]] = {}
+    p2p: dict[str, list[Any]] = {}
+    for index in compress(range(n), map(special.__contains__, firsts)) if special else ():
+        record = pre(index)
+        if record[7]:
+            p2p.setdefault(record[1], []).append(record)
+        else:
+            pending.setdefault(record[1], {})[index] = record
     for name, group in reducer.groups.items():
-        number = slot.get(name)
-        # the group's records, each column taken by one mask (compress, in C)
-        mask = list(map(eq, record_slot, repeat(number))) if number is not None else []
-        indices = list(compress(range(n), mask))
-        columns = (indices, list(compress(seqs, mask)), list(compress(p2p_seqs, mask)),
-                   list(compress(rids, mask)), list(compress(record_body, mask)))
-        mine = converted.get(name, {})
-        where: dict[int, int] = {}
-        for index in mine:  # the few records converted whole, inserted (in record order: each
-            position = bisect_left(indices, index)  # lands after those inserted before it)
-            for column, value in zip(columns, (index, seqs[index], p2p_seqs[index],
-                                               rids[index], body_ids[index])):
-                column.insert(position, value)
-            where[position] = index
-        # kept whole, in the order the record-by-record pass keeps them: the records converted
-        # and those of the dump's newest, by record; then the group's newest TAIL not yet kept
-        m = len(indices)
-        newest = range(bisect_left(indices, tail), m)
-        kept: dict[int, Any] = {}
-        for position in sorted(where.keys() | newest) if where else newest:
-            index = indices[position]
-            kept[position] = mine[index] if position in where else pre(index)
-        for position in range(max(0, m - reducer.tail), m):
-            if position not in kept:
-                kept[position] = pre(indices[position])
-        group.kept = kept
-        group.raw_index, group.seqs, group.p2p_seqs, group.record_ids, group.bodies = columns
+        _group(reducer, group, cols, pre, slot[name], record_slot, record_body,
+               pending.get(name, {}), body_ids)
         group.p2p = p2p.get(name, [])
-        for position, record in kept.items():
-            if position not in where:
-                whole_entries[indices[position]] = record
     if not pre.exact():
         return None  # sizes of another type than their key's first record's: read by record
+    rids = cols.record_ids
     ordered = all(map(lt, rids, islice(rids, 1, None)))
     latest_rid = rids[-1] if ordered else max(rids)
     latest_index = n - 1 if ordered else rids.index(latest_rid)
-    backend = min((pair for pair in backends if pair[1]), default=(0, ""))[1]
-    return (n, rids[0], (latest_rid, latest_index, whole_entries.get(latest_index)), backend,
-            ordered and cols.timed)
+    latest = pre.built.get(latest_index)
+    backend = min(((first, got[1]) for first, got in info.items() if got[1]),
+                  default=(0, ""))[1]
+    return (n, rids[0], (latest_rid, latest_index, latest), backend, ordered and cols.timed)
+
+
+def _group(reducer: Any, group: Any, cols: Columns, pre: _PreShip, number: int,
+           record_slot: list[int], record_body: list[int], mine: dict[int, Any],
+           body_ids: dict[int, int]) -> None:
+    """One group's columns, taken by one mask (compress, in C), and its records kept whole."""
+    seqs, p2p_seqs, rids, firsts = cols.seqs, cols.p2p_seqs, cols.record_ids, cols.firsts
+    mask = list(map(eq, record_slot, repeat(number)))
+    indices = list(compress(range(len(mask)), mask))
+    columns = (indices, list(compress(seqs, mask)), list(compress(p2p_seqs, mask)),
+               list(compress(rids, mask)), list(compress(record_body, mask)))
+    where: dict[int, int] = {}
+    for index in mine:  # the few ops not completed, inserted (in record order: each lands
+        position = bisect_left(indices, index)  # after those inserted before it)
+        for column, value in zip(columns, (index, seqs[index], p2p_seqs[index], rids[index],
+                                           body_ids[firsts[index]])):
+            column.insert(position, value)
+        where[position] = index
+    # kept whole, in the order the record-by-record pass keeps them: the ops not completed
+    # and the dump's newest, by record; then the group's newest TAIL not yet kept
+    m, tail = len(indices), max(pre.frames_from, 0)
+    newest = range(bisect_left(indices, tail), m)
+    kept: dict[int, Any] = {}
+    for position in sorted(where.keys() | newest) if where else newest:
+        index = indices[position]
+        kept[position] = mine[index] if position in where else pre(index)
+    for position in range(max(0, m - reducer.tail), m):
+        if position not in kept:
+            kept[position] = pre(indices[position])
+    group.kept = kept
+    group.raw_index, group.seqs, group.p2p_seqs, group.record_ids, group.bodies = columns
 
 
 class _PreShip:
-    """A record of a plain key, whole, built from its key's body: ``fr_digest.Shipped`` but for
-    its stack, which is the frames tuple itself until the record is shipped (so that stacks are
-    numbered in the order the record-by-record pass numbers them).
+    """A record kept whole, built from its key's body: ``fr_digest.Shipped`` but for its stack,
+    which is the frames tuple itself until the record is shipped (so that stacks are numbered in
+    the order the record-by-record pass numbers them). Frames as the converter takes them: for
+    the dump's newest records and for every op not completed.
 
     Equal to what the converter makes of it: records of one key have equal fields under ``==``
     (see :func:`scan`); only sizes of another type (4096.0 for 4096) could make the converter's
@@ -274,28 +262,30 @@ class _PreShip:
                  info: dict[int, Any], frames_from: int) -> None:
         self.entries, self.cols, self.conv, self.info = entries, cols, conv, info
         self.frames_from = frames_from
-        self.built: list[int] = []
+        self.built: dict[int, tuple[Any, ...]] = {}  # index -> record
 
     def __call__(self, index: int) -> tuple[Any, ...]:
         raw, cols = self.entries[index], self.cols
-        (name, _desc), _backend, body = self.info[cols.firsts[index]]
+        (name, _desc), _backend, body, _plain = self.info[cols.firsts[index]]
         desc, op, backend, is_p2p, state, completed, in_sizes, in_types, out_sizes, out_types, \
             timeout, peer, thread_name = body
         duration = raw.get("duration_ms")
-        self.built.append(index)
-        return (cols.record_ids[index], name, desc, cols.seqs[index], cols.p2p_seqs[index], op,
-                backend, is_p2p, state, completed, in_sizes, in_types, out_sizes, out_types,
-                _time_ns(raw.get("time_created_ns")),
-                _time_ns(raw.get("time_discovered_started_ns")),
-                _time_ns(raw.get("time_discovered_completed_ns")),
-                float(duration) if isinstance(duration, (int, float)) else None,
-                timeout, peer,
-                self.conv.frames(raw.get("frames")) if index >= self.frames_from else (),
-                thread_name)
+        record = self.built[index] = (
+            cols.record_ids[index], name, desc, cols.seqs[index], cols.p2p_seqs[index], op,
+            backend, is_p2p, state, completed, in_sizes, in_types, out_sizes, out_types,
+            _time_ns(raw.get("time_created_ns")),
+            _time_ns(raw.get("time_discovered_started_ns")),
+            _time_ns(raw.get("time_discovered_completed_ns")),
+            float(duration) if isinstance(duration, (int, float)) else None,
+            timeout, peer,
+            self.conv.frames(raw.get("frames"))
+            if index >= self.frames_from or completed is not True else (),
+            thread_name)
+        return record
 
     def exact(self) -> bool:
-        """Whether every size of the records built here, of their keys' first records and of
-        the records converted is an ``int`` (then equal under ``==`` means the same value)."""
+        """Whether every size of the records built here and of their keys' first records is an
+        ``int`` (then equal under ``==`` means the same value)."""
         entries, firsts = self.entries, self.cols.firsts
         rows = {*self.built, *map(firsts.__getitem__, self.built)}
         dims = [dims for index in rows for field in _SIZES for dims in entries[index][field]]

@@ -131,7 +131,7 @@ class _Group:
         self.bodies: list[int] = []
         # FrEntry, or (built by fr_columns) a Shipped whose stack is still the frames tuple
         self.kept: dict[int, FrEntry | tuple[Any, ...]] = {}
-        self.p2p: list[FrEntry] = []
+        self.p2p: list[FrEntry | tuple[Any, ...]] = []
         self.raw_index: list[int] = []  # where each collective is in the dump's entries
 
 
@@ -164,9 +164,10 @@ class _Reducer:
             group.desc = desc
         return group
 
-    def classify(self, raw: dict[str, Any]) -> tuple[tuple[str, str], str, Body | None]:
-        """A plain record's group, backend and body; body None if the record is kept whole
-        (not known to be completed, or p2p). Raises what the fast path raises on bad input."""
+    def classify(self, raw: dict[str, Any]) -> tuple[tuple[str, str], str, Body, bool]:
+        """A record's group, backend, body (every field but ids, seqs, times and frames, as the
+        converter reads them) and whether it is plain history (completed, not p2p). Raises
+        what the fast path raises on bad input."""
         conv = self.converter
         backend, op, peer, says_p2p = conv.parse_name(raw["profiling_name"])
         pg = conv.pg(raw)
@@ -175,14 +176,13 @@ class _Reducer:
         is_p2p = raw.get("is_p2p")
         if type(is_p2p) is not bool:
             is_p2p = says_p2p
-        if completed is not True or is_p2p:
-            return pg, backend, None
         timeout, thread_name = raw.get("timeout_ms"), raw.get("thread_name")
         return pg, backend, (
             pg[1], op, backend, is_p2p, state, completed,
             tuple(map(tuple, raw["input_sizes"])), tuple(raw["input_dtypes"]),
             tuple(map(tuple, raw["output_sizes"])), tuple(raw["output_dtypes"]),
-            timeout if type(timeout) is int else None, peer, thread_name)
+            timeout if type(timeout) is int else None, peer, thread_name), \
+            completed is True and not is_p2p
 
     def digest(self) -> DumpDigest:
         n_problems = len(self.problems)
