@@ -23,7 +23,7 @@ from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import chain, compress, islice, repeat
-from operator import add, eq, itemgetter, lt
+from operator import add, eq, itemgetter, lt, ne
 from typing import Any
 
 from hangscope.model import FrEntry
@@ -106,7 +106,7 @@ def _scan(entries: list[Any]) -> Columns | None:
     # Sizes are not type-checked per record (that pass over every list costs as much as the
     # comparison below): a record whose sizes equal its key's first record's under == (4096 and
     # 4096.0 do) shares that record's body, which is how the parent's body table (a dict keyed
-    # by bodies) and every detector compare them anyway. Records shown whole are converted.
+    # by bodies) and every detector compare them anyway (records kept whole: _PreShip.exact).
     durations = _column(entries, "duration_ms")
     if int in _types(durations):  # float() of a huge int overflows
         numbers = [d for d in durations if type(d) is int]
@@ -115,23 +115,32 @@ def _scan(entries: list[Any]) -> Columns | None:
     timed = _types(created) == _INT and min(created) > 0
     seen: dict[Any, int] = {}
     firsts = list(map(seen.setdefault, keys, range(len(entries))))
+    key_firsts = list(seen.values())
     lists = _rows(entries, _LISTS)
+    pairs = list(map(lists.__getitem__, firsts))
     # one comparison in C: each record's (sizes, dtypes) with its key's first record's
-    if lists != list(map(lists.__getitem__, firsts)):
-        # sizes differ among records of one key: make them part of it
-        in_sizes, out_sizes, in_types, out_types = zip(*lists)
+    if lists != pairs:
+        # Sizes differ among records of one key (DDP's buckets, say): the records whose sizes
+        # differ from their key's first record's are keyed by their sizes too. Every record
+        # with the key and sizes of such a record differs too, so the earliest of them is the
+        # first record with that key and those sizes, as for the others.
+        odd = list(compress(range(len(entries)), map(ne, lists, pairs)))
+        in_sizes, out_sizes, in_types, out_types = zip(*map(lists.__getitem__, odd))
         for column in (in_sizes, out_sizes, in_types, out_types):
             if _types(column) != {list}:
                 return None
         for sizes in (in_sizes, out_sizes):
             if _types(chain.from_iterable(sizes)) != {list}:
                 return None
-        seen = {}
+        more: dict[Any, int] = {}
         nested = [map(tuple, map(map, repeat(tuple), in_sizes)),
                   map(tuple, map(map, repeat(tuple), out_sizes)),
                   map(tuple, in_types), map(tuple, out_types)]
-        firsts = list(map(seen.setdefault, map(add, keys, zip(*nested)), range(len(entries))))
-    if not all(map(_plain, (entries[first] for first in seen.values()))):
+        firsts_of_odd = dict(zip(odd, map(more.setdefault, map(
+            add, map(keys.__getitem__, odd), zip(*nested)), odd)))
+        firsts = list(map(firsts_of_odd.get, range(len(entries)), firsts))
+        key_firsts += more.values()
+    if not all(map(_plain, map(entries.__getitem__, key_firsts))):
         return None
     return Columns(record_ids=rids.tolist(), seqs=seqs.tolist(), p2p_seqs=p2p_seqs.tolist(),
                    timed=timed, firsts=firsts)
