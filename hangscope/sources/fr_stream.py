@@ -107,6 +107,35 @@ class GroupEntries(Sequence[FrEntry]):
                        b[9], None, None, None, None, b[10], b[11], (), b[12])
 
 
+class Records(Sequence[FrEntry]):
+    """Records as shipped, each made an :class:`FrEntry` when first read: a 3D-parallel job's
+    dumps hold hundreds of sends and receives each, which only p2p matching over whole
+    histories and the report read."""
+
+    __slots__ = ("_items", "_unship")
+
+    def __init__(self, items: list[FrEntry | Shipped],
+                 unship: Callable[[Shipped], FrEntry]) -> None:
+        self._items, self._unship = items, unship
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> FrEntry: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[FrEntry]: ...
+
+    def __getitem__(self, index: int | slice) -> FrEntry | list[FrEntry]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        item = self._items[index]
+        if type(item) is tuple:
+            item = self._items[index] = self._unship(item)
+        return item  # type: ignore[return-value]
+
+
 @dataclass(slots=True)
 class RankGroup:
     """One rank's view of one group, from its digest (what ``correlate._rank_view`` computes)."""
@@ -114,7 +143,8 @@ class RankGroup:
     desc: str
     entries: GroupEntries
     pending: FrEntry | None
-    p2p: list[FrEntry]
+    p2p: Records
+    p2p_pending: list[FrEntry]  # the sends and receives not completed
 
 
 class DumpEntries(Sequence[FrEntry]):
@@ -248,8 +278,14 @@ def hydrate(digest: DumpDigest, tables: Tables) -> FrDump:
         if part.pending >= 0:
             pending = kept[part.pending] = entry(part.kept[part.pending])
         entries = GroupEntries(name, shared, part.record_ids, kept, tables.bodies, entry)
+        p2p: list[FrEntry | Shipped] = list(part.p2p)
+        p2p_pending = []
+        for position, shipped in enumerate(part.p2p):
+            if shipped[9] is False:  # completed
+                p2p[position] = made = entry(shipped)
+                p2p_pending.append(made)
         groups[name] = RankGroup(desc=part.desc, entries=entries, pending=pending,
-                                 p2p=[entry(shipped) for shipped in part.p2p])
+                                 p2p=Records(p2p, entry), p2p_pending=p2p_pending)
     latest = entry(digest.latest) if digest.latest is not None else None
     return FrDump(
         rank=digest.rank, path=digest.path, version=digest.version, backend=digest.backend,
