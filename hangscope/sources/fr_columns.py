@@ -23,16 +23,17 @@ from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import chain, compress, islice, repeat
-from operator import add, eq, itemgetter, lt, ne
+from operator import add, contains, eq, itemgetter, lt, ne
 from typing import Any
 
 from hangscope.model import FrEntry
 from hangscope.sources.flight_recorder import _time_ns
 
 # the fields a body is made of (besides sizes and dtypes), hashed per record
-_KEYED = ("profiling_name", "process_group", "state", "is_p2p", "timeout_ms", "thread_name",
-          "retired")
-_P2P, _TIMEOUT, _RETIRED = 3, 4, 6  # their places in a key
+# (thread_name last: before FR 2.10 no record has it, and then keys are made without it)
+_KEYED = ("profiling_name", "process_group", "state", "is_p2p", "timeout_ms", "retired",
+          "thread_name")
+_P2P, _TIMEOUT, _RETIRED = 3, 4, 5  # their places in a key
 _SIZES = ("input_sizes", "output_sizes")
 _DTYPES = ("input_dtypes", "output_dtypes")
 _LISTS = (*_SIZES, *_DTYPES)  # compared, not hashed
@@ -61,9 +62,20 @@ def _rows(entries: list[dict[str, Any]], fields: tuple[str, ...]) -> list[tuple[
     call per record, in C, where every record has them all."""
     try:
         return list(map(itemgetter(*fields), entries))
-    except KeyError:  # some record lacks one: read each field with a default
-        get = dict.get
-        return list(zip(*(map(get, entries, repeat(field)) for field in fields)))
+    except KeyError:
+        pass
+    # Fields no record has (thread_name before FR 2.10), if they come last, are left out of
+    # every tuple alike; else each field is read with a default, one pass per field.
+    present = fields[:len(fields) - sum(field not in entries[0] for field in fields)]
+    if len(present) > 1 and all(field in entries[0] for field in present) \
+            and not any(any(map(contains, entries, repeat(field)))
+                        for field in fields[len(present):]):
+        try:
+            return list(map(itemgetter(*present), entries))
+        except KeyError:
+            pass
+    get = dict.get
+    return list(zip(*(map(get, entries, repeat(field)) for field in fields)))
 
 
 def _column(entries: list[dict[str, Any]], field: str) -> list[Any]:
