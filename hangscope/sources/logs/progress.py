@@ -257,12 +257,13 @@ def logical_tail(path: str, rank_hint: int | None = None) -> LogicalTail | None:
     return LogicalTail(ctx, lines, skip, first_line, fixed)
 
 
-def tail_candidates(path: str, rank_hint: int | None, candidate: re.Pattern[bytes]
-                    ) -> tuple[Context, list[Line]] | None:
+def tail_candidates(path: str, rank_hint: int | None, candidate: re.Pattern[bytes],
+                    tail: LogicalTail | None = None) -> tuple[Context, list[Line]] | None:
     """The log tail's logical lines (wrapped records rebuilt, as ``logical_tail`` reads them)
     that ``candidate`` finds a word in, prefix-parsed (a line redrawn with carriage returns: its
-    last drawing), with the log's context; None when unreadable."""
-    tail = logical_tail(path, rank_hint)
+    last drawing), with the log's context; None when unreadable. ``tail``: the one the loader
+    already read and rebuilt, so a file is normalized once for every scan of its tail."""
+    tail = tail or logical_tail(path, rank_hint)
     if tail is None:
         return None
     return tail.ctx, [parse_line(decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE),

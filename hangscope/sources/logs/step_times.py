@@ -22,7 +22,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import Line, make_event
-from hangscope.sources.logs.progress import tail_candidates
+from hangscope.sources.logs.progress import LogicalTail, tail_candidates
 
 MAX_VALUES = 64
 _CANDIDATE = re.compile(rb"(?i)took|/step|s/it")
@@ -35,8 +35,9 @@ _WORDINGS = (
 )
 
 
-def scan_step_times(path: str, rank_hint: int | None = None) -> list[LogEvent]:
-    read = tail_candidates(path, rank_hint, _CANDIDATE)
+def scan_step_times(path: str, rank_hint: int | None = None,
+                    tail: LogicalTail | None = None) -> list[LogEvent]:
+    read = tail_candidates(path, rank_hint, _CANDIDATE, tail)
     if read is None:
         return []
     ctx, lines = read
