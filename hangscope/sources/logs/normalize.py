@@ -43,7 +43,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hangscope.sources.logs.common import ANSI_PATTERN, SRUN_PATTERN
+from hangscope.sources.logs.common import ANSI_PATTERN, CRI_PATTERN, SRUN_PATTERN
 
 NORMALIZE_MAX = 16 << 20
 MAX_JOIN = 8  # physical lines one logical line may be rebuilt from
@@ -66,6 +66,7 @@ _HEADS = (
     ("kubectl", re.compile(r"\[pod/[^\]\s]{1,200}\] ")),
     ("compose", re.compile(r"[\w.\-]{1,100} +\| ")),
     ("srun", re.compile(SRUN_PATTERN)),
+    ("cri", re.compile(CRI_PATTERN)),
 )
 HEAD_SAMPLE = 40  # first non-empty lines looked at to decide that a paste has a head
 HEAD_SHARE = 0.8  # of them that must carry it
@@ -94,7 +95,8 @@ _RECORD_START = re.compile(
 # bar that ends without a newline): the head of a C++ log line (``[rank1]:[W516 14:34:56...``) or
 # a head right after a bar's closing bracket.
 _RELAY_MIDLINE = re.compile(
-    r"(?<=\S) (?=\((?:[A-Za-z_][\w.\-]* )?pid=\d+(?:, ip=[\d.:a-fA-F]+)?\) )"
+    r"(?<=\S) (?=\((?:[A-Za-z_][\w.\-]*(?: (?:TP\d+|rank=\d+))? )?pid=\d+"
+    r"(?:, ip=[\d.:a-fA-F]+)?\) )"
     r"|(?<=\S)(?=\[rank\d{1,6}\]:\[[IWEF]\d{3,4} )|(?<=\])(?=\[rank\d{1,6}\]: )")
 _RELAY_MIDLINE_BYTES = re.compile(_RELAY_MIDLINE.pattern.encode())
 
