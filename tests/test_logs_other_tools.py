@@ -171,6 +171,9 @@ def test_container_runtime_and_inference_server_heads_name_the_rank() -> None:
     assert (line.rank, line.local_rank) == (None, 0)
     line = parse_line("(RayWorkerWrapper pid=4009) boom", 1, ctx)
     assert (line.rank, line.body) == (None, "boom")
+    # torchrun's --log-line-prefix-template "[${role_name}${local_rank}|${rank}]:" style
+    line = parse_line("[trainer0|0]:1|25|Loss: 1.26:  26%|", 1, ctx)
+    assert (line.local_rank, line.body) == (0, "1|25|Loss: 1.26:  26%|")
 
 
 def _timeouts(ranks: list[int], op: str = "ALLREDUCE", seq: int = 4178) -> str:

@@ -53,7 +53,7 @@ _P_RANK_LIGHTNING = re.compile(r"\[rank ?[:=] ?(\d+)\] ?(?:\|\| )?")
 _P_EMPTY = re.compile(r"\[\] ")  # an empty tag (a wrapper's container or task id, unset)
 _P_RANK_UPPER = re.compile(r"\[RANK (\d+)\]:? ?")
 _P_MPI = re.compile(r"\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>: ?")
-_P_ROLE = re.compile(r"\[([A-Za-z_][A-Za-z_\-]*?)(\d+)\]:")
+_P_ROLE = re.compile(r"\[([A-Za-z_][A-Za-z_\-]*?)(\d+)(?:\|\d+)?\]:")  # torchrun [default0]:, [trainer0|0]:
 _P_BARE = re.compile(r"\[(\d{1,4})\] (?=\S)")  # 5 digits and more: a pid ("[26236] ...")
 # Heads a container runtime or test runner puts before the process prefixes (peeled first, in any
 # order; ``srun -l``'s task id is ``_P_SRUN`` below): docker compose / kubectl
