@@ -137,6 +137,20 @@ def is_dataloader_wait(frame: Frame) -> str | None:
     return None
 
 
+# Another library's data pipeline (fairseq's BufferedIterator, a streaming dataset, webdataset):
+# the iterator protocol in a module of a data package or named for one. Read only where the thread
+# blocks in a queue, lock or sleep under it (``classify_thread``): its own batches are late.
+_DATA_MODULE = re.compile(r"(?:^|/)(?:data|datasets?|dataloaders?|loaders?|input_pipeline)/|"
+                          r"(?:iterators?|data_?loader|datasets?|data_?pipe\w*)\.py$")
+_DATA_ITER_FUNCS = frozenset({"__next__", "__iter__", "_next_data", "next_batch", "get_batch"})
+
+
+def is_data_iterator(frame: Frame) -> bool:
+    """A frame of a data pipeline's iterator outside torch's DataLoader."""
+    return not frame.native and _func(frame) in _DATA_ITER_FUNCS \
+        and _DATA_MODULE.search(frame.filename.replace("\\", "/")) is not None
+
+
 def is_init_wait(frame: Frame) -> str | None:
     """Process-group setup, rendezvous, the c10d store, and torchrun's elastic agent."""
     if _in(frame, *_C10D, "torch/distributed/device_mesh.py") and frame.name in INIT_OPS:
@@ -220,6 +234,9 @@ _LOCK_FUNCS = {
     "concurrent/futures/_base.py": {"Future.result", "Future.exception", "wait", "as_completed"},
     "asyncio/base_events.py": {"BaseEventLoop.run_until_complete"},
 }
+# py-spy before Python 3.11 names a frame by its function alone ("wait", "get"): the same waits
+_LOCK_BARE = {path: {name.rsplit(".", 1)[-1] for name in names}
+              for path, names in _LOCK_FUNCS.items()}
 _LOCK_NATIVE = frozenset({"lock_PyThread_acquire_lock", "rlock_acquire",
                           "PyThread_acquire_lock_timed", "_multiprocessing_SemLock_acquire_impl",
                           "semlock_acquire", "pthread_join"})
@@ -242,8 +259,9 @@ def is_lock_wait(frame: Frame) -> str | None:
         if lock is not None:
             return lock
         return "lock.acquire" if frame.name in _LOCK_NATIVE else None
-    names = _LOCK_FUNCS.get(module_path(frame.filename))
-    if names and frame.name in names:
+    path = module_path(frame.filename)
+    names = _LOCK_FUNCS.get(path)
+    if names and (frame.name in names or frame.name in _LOCK_BARE[path]):
         base = module_path(frame.filename).removesuffix(".py").replace("/", ".")
         return f"{base}.{frame.name}"
     return None
@@ -371,6 +389,9 @@ def classify_thread(thread: ThreadStack) -> ThreadActivity:
                 best = (kind, op, frame)
                 break
     if best is not None:
+        if best[0] in ("lock", "sleep") and (data := next(
+                (f for f in frames if is_data_iterator(f)), None)) is not None:
+            return make("dataloader", f"{data.name} via {best[1]}", data)
         return make(*best)
     if thread.active:
         return make("compute", None, frames[0] if frames else None)
