@@ -80,7 +80,6 @@ KNOWN_MISSES = {
     "e_nccl_1610_two_thread_alltoall_same_comm": "two threads sharing one communicator: watchdog timeouts on two groups; no rule yet for concurrent use of one comm",
     "e_nccl_1634_net_plugin_on_some_nodes": "config_skew: the NCCL INFO lines show the net plugin (libnccl-net.so) loaded on some nodes only; no rule compares NCCL's INFO lines across nodes yet",
     "e_pytorch_130102_new_group_different_ranks": "only the users' prints ('0 before barrier: [0, 3]', '1 before barrier: [1, 2]'): no error, no timeout; no rule reads group membership from prints",
-    "e_pytorch_87995_rank0_dataloader_pyspy": "a py-spy dump pasted in a text log under 'The stack for rank0:': stack dumps inside a log file are not read as that rank's stacks",
     "e_rccl_429_allgather_allreduce_rank2": "the RCCL COLL lines that show rank 2 in AllGather are summarised in the thread, not in the pasted log (stacks of 0,1,3 only)",
     "e_xtuner_1790_data_bound_slow_ranks": "a training-log analyzer's table of per-rank data-loading times: not parsed",
 }

@@ -161,6 +161,55 @@ def logs_advance(evidence: JobEvidence) -> str | None:
             "and stacks, to tell them apart")
 
 
+def logs_moving(evidence: JobEvidence) -> str | None:
+    """Rule ``logs-advance``: where the logs are all there is, a note when a stream of them shows
+    training move (two of its progress lines, or two drawings of its bar, at different positions:
+    ``sources/logs/progress.py``'s ``advanced``) and nothing in any of them is a fault: no
+    failure, no echo of one, no error line, no word of a fault (``cue``), no step times that
+    swing by ``ERRATIC`` or more; where the lines name
+    ranks, every rank of a job of known size left a log. Basis: a job that
+    advanced to the last line of its log and logged nothing wrong was running when the log was
+    taken; a hang begins after a log's last line leaves no trace in it, which the note says."""
+    every = list(evidence.all_logs())
+    moving = [e for e in every if e.kind == "progress" and e.fields.get("advanced")]
+    if not moving or _failed_or_echoed(evidence, every):
+        return None
+    if any(e.severity in ("error", "fatal") or (e.kind == "cue" and e.fields.get("cue") not in
+                                                 _NOT_A_FAULT) for e in every):
+        return None
+    logs = rank_logs(evidence)
+    if any(log.lost_peer or log.echoed for log in logs.values()):
+        return None
+    if any(_erratic(e) for e in every if e.kind == "step_times"):
+        return None  # its steps took wildly different times: moving, but not evenly
+    if logs and evidence.world_size and len(logs) < evidence.world_size:
+        return None  # the logs name ranks, and some ranks of the job left none: they may hang
+    latest = max(moving, key=lambda e: (e.time or 0.0, e.line_no))
+    return (f"rule logs-advance: the log shows training moving ({describe_progress(latest)} at "
+            f"{latest.where()}) and nothing failing: no error, no timeout, no lost peer. Logs "
+            "cannot show a hang that began after their last line: if the job is stuck now, "
+            "attach to it (hangscope attach) or keep its stacks and FR dumps")
+
+
+ERRATIC = 4.0  # slowest over fastest of a stream's recent step times, its first step left out
+
+
+def _erratic(event: LogEvent) -> bool:
+    """A stream's step times (``sources/logs/step_times.py``) that swing by ``ERRATIC`` or more:
+    steps stalling and resuming (slow steps every few), which reads as a slow job, not an even
+    one."""
+    try:
+        values = [float(v) for v in str(event.fields.get("values", "")).split(",") if v][1:]
+    except ValueError:
+        return False
+    recent = values[-16:]
+    return len(recent) >= 3 and min(recent) > 0 and max(recent) >= ERRATIC * min(recent)
+
+
+# cue words that name no fault of their own (a phase one rank runs while the others wait)
+_NOT_A_FAULT = frozenset({"busy-phase"})
+
+
 def logs_finished(evidence: JobEvidence) -> str | None:
     """Rule ``run-finished``: where the logs are all there is, a note when one says the run
     finished (``sources/logs/finish.py``: the trainer's own words, or the declared last epoch's
