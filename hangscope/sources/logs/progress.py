@@ -324,7 +324,7 @@ class _Times:
 
 def _continuations(lines: list[bytes]) -> set[int]:
     """Indented lines that continue a rank-prefixed line's message (a report block): they are
-    no stream of their own. Prefixes start with ``[`` or ``(``: that is all this looks at."""
+    no stream of their own."""
     found = set()
     prefixed = False
     for index, raw in enumerate(lines):
@@ -334,8 +334,15 @@ def _continuations(lines: list[bytes]) -> set[int]:
             if prefixed:
                 found.add(index)
             continue
-        prefixed = raw[:1] in (b"[", b"(")
+        prefixed = _PROCESS_HEAD.match(raw) is not None
     return found
+
+
+# a process's head (``[rank3]:``, ``[default0]:``, ``[1,0]<stderr>:``, ``[3] ``, Ray's
+# ``(Worker pid=7)``), not any bracket (``[Errno 28] No space left``, ``(base) $``)
+_PROCESS_HEAD = re.compile(rb"\[(?:rank|RANK|Rank|default|trainer|worker)\s?[:=]?\s?\d|"
+                           rb"\[(?:\d+,)?\d+\](?:<|:| )|\[[A-Za-z_]+\d+(?:\|\d+)?\]:|"
+                           rb"\((?:[\w.\-]+ )*pid=\d+")
 
 
 def position(event: LogEvent) -> tuple[float | None, int | None]:
