@@ -435,3 +435,23 @@ def test_moving_logs_with_a_fault_or_erratic_steps_are_not_healthy(tmp_path: Pat
     (tmp_path / "b").mkdir()
     verdict = _verdict(tmp_path / "b", **{"train.log": erratic})
     assert verdict.status.value != "healthy", verdict.evidence_gaps
+
+
+def test_nccl_setup_with_the_ib_fallback_under_a_collector_timestamp_is_healthy(
+        tmp_path: Path) -> None:
+    # GIVEN NCCL's set-up lines behind AzureML's timestamp and mpirun's head, with NCCL's WARN
+    # that it found no libibverbs (ibvwrap.cc), after which it uses its socket transport
+    stamp = "2020-11-08 20:25:49 [1,0]<stdout>:"
+    log = "".join(stamp + line + "\n" for line in (
+        "node1:993:993 [3] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
+        "node1:993:993 [3] NCCL INFO NET/Socket : Using [0]ib0:172.16.1.10<0>",
+        "node1:994:994 [4] NCCL INFO Bootstrap : Using [0]ib0:172.16.1.10<0>",
+        "node1:994:994 [4] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so)."))
+    verdict = _verdict(tmp_path, **{"train.log": log})
+    # THEN the head is peeled (rank 0 from mpirun's [1,0]) and the set-up reads clean
+    assert verdict.status.value == "healthy", verdict.evidence_gaps
+    assert any("nccl-setup-clean" in gap for gap in verdict.evidence_gaps)
+    # and any other NCCL WARN keeps it from healthy
+    (tmp_path / "b").mkdir()
+    other = log + stamp + "node1:993:993 [3] NCCL WARN NET/Socket : recv failed\n"
+    assert _verdict(tmp_path / "b", **{"train.log": other}).status.value != "healthy"

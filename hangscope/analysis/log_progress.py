@@ -17,6 +17,7 @@ is hung rather than dead (timeouts alone cannot tell the two apart: the reading 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -260,7 +261,15 @@ def logs_report_clean(evidence: JobEvidence) -> str | None:
 
 # what NCCL's INFO set-up lines give (sources/logs/nccl_debug.py, runtime_lines.py)
 _SETUP_KINDS = frozenset({"runtime_config", "nccl_device", "nccl_init_done", "nccl_init_start",
-                          "nccl_comm_ready", "nccl_init_timing", "log_end"})
+                          "nccl_comm_ready", "nccl_init_timing", "log_end", "size_line"})
+# NCCL WARNs of set-up that it recovers from on its own: without the IB verbs library it uses its
+# socket transport (ibvwrap.cc, then "NET/Socket : Using ...")
+_SETUP_FALLBACK = re.compile(r"^Failed to open libibverbs\.so")
+
+
+def _setup_line(event: LogEvent) -> bool:
+    return event.kind in _SETUP_KINDS or (event.kind == "nccl_warn" and _SETUP_FALLBACK.match(
+        str(event.fields.get("text", ""))) is not None)
 
 
 def logs_tests_clean(evidence: JobEvidence) -> str | None:
@@ -283,15 +292,17 @@ def logs_tests_clean(evidence: JobEvidence) -> str | None:
 
 def logs_setup_clean(evidence: JobEvidence) -> str | None:
     """Rule ``nccl-setup-clean``: where the logs are all there is, a note when all they hold is
-    NCCL's INFO set-up lines (interfaces, plugins, versions, communicators) with no WARN, no error,
+    NCCL's INFO set-up lines (interfaces, plugins, versions, communicators) with no WARN but a
+    fallback it recovers from (no libibverbs: sockets), no error,
     no timeout, no word of a failure and no communicator left between ``Init START`` and
     ``Init COMPLETE``; else None. Basis: NCCL reports every failure as WARN (and torch as an
     error); its INFO lines describe set-up, including lines that read like failures to a user
     ("NET/Plugin: Failed to find ncclNetPlugin_v8 symbol": it falls back to its own transport)."""
     every = list(evidence.all_logs())
-    if not every or any(e.kind not in _SETUP_KINDS for e in every):
+    if not every or any(not _setup_line(e) for e in every):
         return None
-    if not any(e.kind != "log_end" and (e.kind != "runtime_config" or str(
+    if not any(e.kind not in ("log_end", "size_line", "nccl_warn") and (
+            e.kind != "runtime_config" or str(
             e.fields.get("key", "")).startswith(("nccl", "cuda"))) for e in every):
         return None
     ready = {(e.fields.get("host"), e.fields.get("pid"), e.fields.get("comm"))
@@ -299,7 +310,7 @@ def logs_setup_clean(evidence: JobEvidence) -> str | None:
     if any(e.kind == "nccl_init_start" and (e.fields.get("host"), e.fields.get("pid"),
                                             e.fields.get("comm")) not in ready for e in every):
         return None
-    first = next(e for e in every if e.kind != "log_end")
+    first = next(e for e in every if e.kind not in ("log_end", "size_line"))
     return ("rule nccl-setup-clean: the logs hold only NCCL's INFO set-up lines (from "
             f"{first.where()}) and no WARN, error, timeout or failure: NCCL reports failures as "
             "WARN, and lines such as 'Failed to find ncclNetPlugin symbol' are INFO about a "

@@ -67,6 +67,10 @@ _P_PYTEST = re.compile(r"E {2,8}(?=\S)")
 # ``2025-07-25T07:53:08.217487+08:00 stdout F ``; ``P`` marks a line split at 16 KiB)
 CRI_PATTERN = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) (?:stdout|stderr) [FP] "
 _P_CRI = re.compile(CRI_PATTERN)
+# a collector's timestamp before the launcher's process head (AzureML's, ``kubectl logs
+# --timestamps``): ``2020-11-08 20:25:49 [1,0]<stdout>:``; peeled only where a head follows
+_P_STAMP = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) "
+                      r"(?=\[(?:\d+,)?\d+\]<|\[rank\d|\[RANK \d|\[default\d|\[rank ?[:=])")
 # Ray's worker prefix: ``(RayWorkerWrapper pid=4009) `` or ``(RayTrainWorker pid=9, ip=10.0.0.1) ``
 # vLLM's workers under its own executor name their parallel rank there: ``(VllmWorker TP2 pid=7) ``,
 # ``(VllmWorker rank=2 pid=7) ``, ``(Worker_PP1_TP0 pid=7) ``
@@ -183,9 +187,12 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
     indent = len(text) - len(text.lstrip(" \t"))
     if indent and _P_INDENTED.match(text, indent):
         pos = indent  # a paste indented as a code block or a quote: "    [rank7]:[E816 ..."
+    stamp = None
     for _ in range(3):
         head = _P_PIPE.match(text, pos) or _P_KUBE.match(text, pos) \
             or _P_PYTEST.match(text, pos) or _P_CRI.match(text, pos)
+        if head is None and stamp is None:
+            head = stamp = _P_STAMP.match(text, pos)
         if not head:
             break
         pos = head.end()
@@ -284,6 +291,8 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
                 return line
     if m:
         line.body = rest[m.end():]
+    if stamp is not None and line.time is None:
+        _iso(stamp.group(1) + " ", line)  # the collector's time, where the line has none
     return line
 
 

@@ -245,11 +245,17 @@ def _split_head(line: str, head: tuple[str, re.Pattern[str]]) -> tuple[str, str]
     return "", line[m.end():]
 
 
+# NCCL's "host:pid:tid [dev] NCCL INFO ..." cut between "NCCL" and its level: the level word
+# starts the wrapped piece, and is no record of its own
+_NCCL_CUT = re.compile(r"\] NCCL ?$")
+_NCCL_LEVEL = re.compile(r"(?:INFO|WARN) ")
+
+
 def _continues(before: str, after: str) -> bool:
     """Whether ``after`` may continue ``before``: it starts no record of its own, and does not open
     the way ``before`` opens (two lines of one stream share their head; a line and its wrapped
     tail do not)."""
-    if _RECORD_START.match(after):
+    if _RECORD_START.match(after) and not (_NCCL_LEVEL.match(after) and _NCCL_CUT.search(before)):
         return False
     head = min(HEAD, len(before))
     return head < 4 or before[:head] != after[:head]
