@@ -18,8 +18,10 @@ then times, each in its own child process, one after the other:
 Dumps are pickled the way c10's Pickler writes real ones (--writer c10, the default:
 fixtures/c10_pickle.py) or with the pickle module (--writer python); --version picks the FR
 format (2.2 to 2.10), --fmt json writes JSON dumps (2.7 on), --no-timing writes dumps as with
-TORCH_NCCL_ENABLE_TIMING off (no duration_ms; synth_fr's write_large). Only the tp x dp
-layout is built. Tool "split" runs one `--jobs 1` analysis in-process with a CPU-time
+TORCH_NCCL_ENABLE_TIMING off (no duration_ms; synth_fr's write_large). --shape picks one or more
+of fixtures/fr_shapes.py's shapes instead (plain data-parallel, 3D-parallel with p2p, long stacks,
+without durations or times, FR 2.2 to 2.7, JSON), each with an injected missing rank whose
+culprit the result column checks. Tool "split" runs one `--jobs 1` analysis in-process with a CPU-time
 counter around each stage and reports the seconds spent reading, unpickling, reducing,
 hydrating, matching and rendering.
 
@@ -299,11 +301,16 @@ def summarize_hangscope(res: dict, out_dir: Path, truth: dict, timeout: float) -
 
 def ensure_dumps(work: Path, n: int, entries: int, version: str,
                  writer: str = "c10", fmt: str = "pickle",
-                 timing: bool = True) -> tuple[Path, dict, dict]:
-    from fixtures import synth_fr
+                 timing: bool = True, shape: str | None = None) -> tuple[Path, dict, dict]:
+    """The dumps of one row, written once (cached under work): with ``shape``, one of
+    fixtures/fr_shapes.py's SHAPES; else the tp x dp layout in the given version and form."""
+    from fixtures import fr_shapes, synth_fr
 
-    d = work / (f"fr_{n}x{entries}_v{version}_{writer}" + ("_json" if fmt == "json" else "")
-                + ("" if timing else "_untimed"))
+    if shape is not None:
+        d = work / f"fr_{shape}_{n}x{entries}_{writer}"
+    else:
+        d = work / (f"fr_{n}x{entries}_v{version}_{writer}" + ("_json" if fmt == "json" else "")
+                    + ("" if timing else "_untimed"))
     truth_p = d / "expected.json"
     info = {"generated": False, "gen_s": None}
     if truth_p.exists() and len(list(d.glob(PREFIX + "*"))) == n:
@@ -312,8 +319,11 @@ def ensure_dumps(work: Path, n: int, entries: int, version: str,
         if d.exists():
             shutil.rmtree(d)
         t0 = time.monotonic()
-        truth = synth_fr.write_large(d, n, entries, version, fmt, progress=n >= 1024,
-                                      writer=writer, timing=timing)
+        if shape is not None:
+            truth = fr_shapes.write(d, shape, n, entries, writer)
+        else:
+            truth = synth_fr.write_large(d, n, entries, version, fmt, progress=n >= 1024,
+                                          writer=writer, timing=timing)
         info = {"generated": True, "gen_s": time.monotonic() - t0}
     info["bytes"] = sum(p.stat().st_size for p in d.glob(PREFIX + "*"))
     return d, truth, info
@@ -366,6 +376,10 @@ def _ratio(a: dict | None, b: dict | None) -> str:
     return f"{a['wall_s'] / b['wall_s']:.2f}x"
 
 
+def _label(r: dict) -> str:
+    return (f"{r['shape']}: " if r.get("shape") else "") + f"{r['ranks']} x {r['entries']}"
+
+
 def table(rows: list[dict]) -> str:
     base = any("basen" in r or "base1" in r for r in rows)
     out = [
@@ -381,7 +395,7 @@ def table(rows: list[dict]) -> str:
         based = (f"| {fmt_cell(r.get('base1'))} | {fmt_cell(r.get('basen'))} "
                  f"| {_ratio(r.get('basen'), r.get('load'))} ") if base else ""
         out.append(
-            f"| {r['ranks']} x {r['entries']} | {r['bytes'] / 1024**2:.0f} MiB "
+            f"| {_label(r)} | {r['bytes'] / 1024**2:.0f} MiB "
             f"| {fmt_cell(r.get('load'))} {based}| {fmt_cell(r.get('hs1'))} "
             f"| {fmt_cell(r.get('hsn'))} "
             f"| {_ratio(r.get('hsn'), r.get('load'))} | {fmt_cell(r.get('frtrace'))} "
@@ -396,6 +410,27 @@ SPLIT_COLS = ("reading", "unpickle", "reduce", "hydrate", "match (analysis)",
               "read again for the report", "render (verdict, html)", "total")
 
 
+def _cpu_ratio(a: dict | None, b: dict | None) -> str:
+    if not a or not b or not a.get("cpu_s") or not b.get("cpu_s"):
+        return "-"
+    return f"{a['cpu_s'] / b['cpu_s']:.2f}x"
+
+
+def ratio_table(rows: list[dict]) -> str:
+    """Each tool against the floor of the same row: wall time, and CPU seconds (which a
+    shared machine inflates less)."""
+    base = any("basen" in r or "base1" in r for r in rows)
+    cols = [("hs1", "--jobs 1"), ("hsn", "--jobs N")]
+    if base:
+        cols = [("base1", "baseline --jobs 1"), ("basen", "baseline --jobs N"), *cols]
+    out = ["| row | " + " | ".join(f"{name}: wall / floor | cpu / floor cpu" for _k, name in cols)
+           + " | result |", "|---|" + "---|---|" * len(cols) + "---|"]
+    out.extend(f"| {_label(r)} | " + " | ".join(
+        f"{_ratio(r.get(k), r.get('load'))} | {_cpu_ratio(r.get(k), r.get('load'))}"
+        for k, _n in cols) + f" | {r.get('hangscope_result', '-')} |" for r in rows)
+    return "\n".join(out)
+
+
 def split_table(rows: list[dict]) -> str:
     """Where the CPU time of one `--jobs 1` run goes, seconds."""
     out = ["| ranks x entries | " + " | ".join(SPLIT_COLS) + " |",
@@ -404,7 +439,7 @@ def split_table(rows: list[dict]) -> str:
         sp = r.get("split")
         if not sp:
             continue
-        out.append(f"| {r['ranks']} x {r['entries']} | "
+        out.append(f"| {_label(r)} | "
                    + " | ".join(f"{sp.get(c, 0.0):.2f} s" for c in SPLIT_COLS) + " |")
     return "\n".join(out) if len(out) > 2 else ""
 
@@ -494,6 +529,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="c10: pickled the way c10's Pickler writes real dumps (strings memoized "
                     "by value, shared frames); python: the pickle module (slower to unpickle)")
     ap.add_argument("--fmt", default="pickle", choices=("pickle", "json"))
+    ap.add_argument("--shape", default=None,
+                    help="comma-separated shapes of fixtures/fr_shapes.py (tpdp, dp, 3d, longstack, "
+                    "nodur, notimes, v2.2 ... v2.7, json), each with its injected fault; "
+                    "replaces --version/--fmt/--no-timing")
     ap.add_argument("--no-timing", action="store_true",
                     help="dumps as with timing off: no duration_ms")
     ap.add_argument("--baseline", default=None,
@@ -543,10 +582,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
-    for n in [int(x) for x in args.ranks.split(",") if x]:
+    shapes = args.shape.split(",") if args.shape else [None]
+    for shape, n in [(shape, int(x)) for shape in shapes for x in args.ranks.split(",") if x]:
         d, truth, info = ensure_dumps(work, n, args.entries, args.version, args.writer,
-                                      args.fmt, not args.no_timing)
+                                      args.fmt, not args.no_timing, shape)
+        tag = f"{shape}_{n}" if shape else str(n)
         row = {
+            "shape": shape,
             "ranks": n,
             "entries": args.entries,
             "bytes": info["bytes"],
@@ -554,12 +596,12 @@ def main(argv: list[str] | None = None) -> int:
             "truth": {k: truth.get(k) for k in ("kind", "culprit_ranks", "collective")},
         }
         if info["generated"]:
-            print(f"[{n}] generated {info['bytes'] / 1024**2:.0f} MiB in {info['gen_s']:.1f} s",
+            print(f"[{tag}] generated {info['bytes'] / 1024**2:.0f} MiB in {info['gen_s']:.1f} s",
                   flush=True)
         if "load" in tools:
             row["load"] = run_child([sys.executable, __file__, "_load_only", str(d)],
-                                    logs / f"load_{n}.log", args.timeout, args.mem_limit_gb)
-            print(f"[{n}] floor          {fmt_cell(row['load'])}", flush=True)
+                                    logs / f"load_{tag}.log", args.timeout, args.mem_limit_gb)
+            print(f"[{tag}] floor          {fmt_cell(row['load'])}", flush=True)
         runs = [("hs1", 1, ROOT), ("hsn", args.jobs_n, ROOT)]
         if args.baseline:
             runs = [("base1", 1, Path(args.baseline)), ("basen", args.jobs_n,
@@ -567,36 +609,36 @@ def main(argv: list[str] | None = None) -> int:
         for key, jobs, tree in runs:
             if key.replace("base", "hs") not in tools:
                 continue
-            out = work / f"hangscope_out_{n}_j{jobs}{'_base' if key.startswith('base') else ''}"
+            out = work / f"hangscope_out_{tag}_j{jobs}{'_base' if key.startswith('base') else ''}"
             if out.exists():
                 shutil.rmtree(out)
             env = {**os.environ, "PYTHONPATH": str(tree)}
             r = run_child([sys.executable, "-m", "hangscope", "analyze", str(d), "--out", str(out),
                            "--json", "--jobs", str(jobs)],
-                          logs / f"{key}_{n}_j{jobs}.log", args.timeout, args.mem_limit_gb,
+                          logs / f"{key}_{tag}_j{jobs}.log", args.timeout, args.mem_limit_gb,
                           env=env, cwd=tree)  # python -m puts the cwd first on sys.path
             if key.startswith("base"):
                 row[key] = r
-                print(f"[{n}] baseline -j{jobs:<3} {fmt_cell(r)}", flush=True)
+                print(f"[{tag}] baseline -j{jobs:<3} {fmt_cell(r)}", flush=True)
                 continue
             result = summarize_hangscope(r, out, truth, args.timeout) + _cited_records(out)
             if (out / "verdict.json").exists() or r["timed_out"]:
                 row[key] = r
             if key == "hsn" or "hsn" not in tools:
                 row["hangscope_result"] = result
-            print(f"[{n}] hangscope -j{jobs:<3} {fmt_cell(row.get(key))}  {result}", flush=True)
+            print(f"[{tag}] hangscope -j{jobs:<3} {fmt_cell(row.get(key))}  {result}", flush=True)
             if key == "hsn" and "report" in tools:
                 row["report_load_s"] = report_load_s(out / "report.html")
-                print(f"[{n}] report opens   {row['report_load_s']}", flush=True)
+                print(f"[{tag}] report opens   {row['report_load_s']}", flush=True)
         if "split" in tools:
-            out = work / f"hangscope_split_{n}"
+            out = work / f"hangscope_split_{tag}"
             if out.exists():
                 shutil.rmtree(out)
             r = run_child([sys.executable, __file__, "_split", str(d), str(out)],
-                          logs / f"split_{n}.log", args.timeout, args.mem_limit_gb)
+                          logs / f"split_{tag}.log", args.timeout, args.mem_limit_gb)
             lines = [ln for ln in _tail(r["log"]).splitlines() if ln.startswith("SPLIT ")]
             row["split"] = json.loads(lines[-1][6:]) if lines else None
-            print(f"[{n}] split          {row['split']}", flush=True)
+            print(f"[{tag}] split          {row['split']}", flush=True)
         if "frtrace" in tools:
             if frtrace is None:
                 row["frtrace_result"] = "not available (torchfrtrace not on PATH)"
@@ -605,10 +647,10 @@ def main(argv: list[str] | None = None) -> int:
                                          "of memory at 16 GiB at 4096 x 2000)")
             else:
                 r = run_child([frtrace, str(d), *args.frtrace_args.split()],
-                              logs / f"frtrace_{n}.log", args.timeout, args.mem_limit_gb)
+                              logs / f"frtrace_{tag}.log", args.timeout, args.mem_limit_gb)
                 row["frtrace"] = r
                 row["frtrace_result"] = summarize_frtrace(r, truth, args.timeout)
-                print(f"[{n}] torchfrtrace   {fmt_cell(r)}  {row['frtrace_result']}", flush=True)
+                print(f"[{tag}] torchfrtrace   {fmt_cell(r)}  {row['frtrace_result']}", flush=True)
         rows.append(row)
         if args.json_out:  # after every size: a long run that is cut short keeps its rows
             Path(args.json_out).write_text(json.dumps(
@@ -618,6 +660,10 @@ def main(argv: list[str] | None = None) -> int:
     m = machine()
     print()
     print(table(rows))
+    print()
+    print(ratio_table(rows))
+    print()
+    print(split_table(rows))
     if args.write_docs:
         write_docs(Path(args.write_docs), render_section(rows, m, args))
         print(f"\nwrote {args.write_docs}")

@@ -9,7 +9,7 @@ import pytest
 
 from hangscope.sources import flight_recorder, fr_columns, fr_digest
 
-from fixtures import synth_fr
+from fixtures import fr_shapes, synth_fr
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,3 +62,33 @@ def test_benchmark_digests_are_the_same(tmp_path: Path, version: str, fault: str
         columnar, plain, scanned = _both(path)
         assert columnar == plain, path
         assert scanned, path
+
+
+@pytest.mark.parametrize("shape", sorted(fr_shapes.SHAPES))
+def test_shape_digests_are_the_same(tmp_path: Path, shape: str) -> None:
+    # GIVEN each of the benchmark's dump shapes at a small size
+    fr_shapes.write(tmp_path, shape, 32, 150)
+    for path in _dumps(tmp_path):
+        # WHEN reduced both ways THEN equal, and read by columns
+        columnar, plain, scanned = _both(path)
+        assert columnar == plain, path
+        assert scanned, path
+
+
+def test_sizes_of_another_type_are_read_as_the_converter_reads_them(tmp_path: Path) -> None:
+    # GIVEN a dump whose newest completed records have sizes equal to, but not of the type of,
+    # those of the first record of their kind (4096.0 for 4096, True for 1)
+    synth_fr.write_large(tmp_path, 16, 300, "2.10", fault="none", writer="c10")
+    raw, entries = flight_recorder.read_raw(str(_dumps(tmp_path)[0]))
+    for entry, kind in zip(entries[-30:], (float, bool) * 15):
+        entry["input_sizes"] = [[kind(dim) for dim in dims] for dims in entry["input_sizes"]]
+    # WHEN reduced by columns and record by record
+    columnar = fr_digest._Reducer("d", 0, raw, entries, []).digest()
+    reducer = fr_digest._Reducer("d", 0, raw, entries, [])
+    plain = reducer.finish(*reducer.by_record())
+    # THEN the records kept whole show the sizes as the converter reads them (which takes a
+    # value equal to one it has seen for that one)
+    assert repr(columnar) == repr(plain)
+    dims = [dim for part in columnar.groups.values() for shipped in part.kept.values()
+            for sizes in shipped[10] for dim in sizes]
+    assert bool in set(map(type, dims))

@@ -27,7 +27,7 @@ from hangscope.sources import fr_digest, fr_stream
 from hangscope.sources.fr_stream import DumpEntries
 from hangscope.sources.load import load_paths
 
-from fixtures import synth_fr
+from fixtures import fr_shapes, synth_fr
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -119,6 +119,18 @@ def test_benchmark_faults_do_not_change(tmp_path: Path, monkeypatch: pytest.Monk
     # THEN the injected culprit is named by all of them
     first = verdict["findings"][0] if verdict["findings"] else {"culprit_ranks": []}
     assert first["culprit_ranks"] == truth["culprit_ranks"], (first, truth)
+
+
+@pytest.mark.parametrize("shape", sorted(fr_shapes.SHAPES))
+def test_benchmark_shapes_do_not_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        shape: str) -> None:
+    # GIVEN each of the benchmark's dump shapes at a small size (3D with p2p and an autograd
+    # thread, plain data-parallel, long stacks, without times, older formats, JSON)
+    truth = fr_shapes.write(tmp_path, shape, 32, 150)
+    # WHEN analyzed in full, reduced, and by a pool
+    verdict = _assert_same([str(tmp_path)], monkeypatch)
+    # THEN the injected culprit is named by all of them
+    assert verdict["findings"][0]["culprit_ranks"] == truth["culprit_ranks"], verdict
 
 
 def test_ranks_share_histories(tmp_path: Path) -> None:

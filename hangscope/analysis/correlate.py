@@ -44,7 +44,7 @@ class RankInGroup:
     entries: Sequence[FrEntry]  # same order as seqs
     pending: FrEntry | None  # first op not completed: what the rank is blocked in on this group
     p2p_pending: list[FrEntry] = field(default_factory=list)
-    p2p: list[FrEntry] = field(default_factory=list)  # every send/recv, in record order
+    p2p: Sequence[FrEntry] = field(default_factory=list)  # every send/recv, in record order
     # the history this rank shares with others, when its dump was reduced (sources.fr_digest)
     history: SharedHistory | None = None
 
@@ -306,7 +306,7 @@ def _digest_view(rank: int, part: RankGroup) -> RankInGroup:
     """What :func:`_rank_view` gives, from a reduced dump (``sources.fr_digest``)."""
     return RankInGroup(rank=rank, seqs=part.entries.shared.seqs, entries=part.entries,
                        pending=part.pending,
-                       p2p_pending=[e for e in part.p2p if e.completed is False], p2p=part.p2p,
+                       p2p_pending=part.p2p_pending, p2p=part.p2p,
                        history=part.entries.shared)
 
 

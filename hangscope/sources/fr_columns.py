@@ -23,15 +23,17 @@ from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import chain, compress, islice, repeat
-from operator import add, eq, itemgetter, lt
+from operator import add, contains, eq, itemgetter, lt, ne
 from typing import Any
 
 from hangscope.model import FrEntry
+from hangscope.sources.flight_recorder import _time_ns
 
 # the fields a body is made of (besides sizes and dtypes), hashed per record
-_KEYED = ("profiling_name", "process_group", "state", "is_p2p", "timeout_ms", "thread_name",
-          "retired")
-_P2P, _TIMEOUT, _RETIRED = 3, 4, 6  # their places in a key
+# (thread_name last: before FR 2.10 no record has it, and then keys are made without it)
+_KEYED = ("profiling_name", "process_group", "state", "is_p2p", "timeout_ms", "retired",
+          "thread_name")
+_P2P, _TIMEOUT, _RETIRED = 3, 4, 5  # their places in a key
 _SIZES = ("input_sizes", "output_sizes")
 _DTYPES = ("input_dtypes", "output_dtypes")
 _LISTS = (*_SIZES, *_DTYPES)  # compared, not hashed
@@ -43,9 +45,10 @@ _STR, _INT = {str}, {int}
 class Columns:
     """What :func:`scan` read. Every record is a dict with the fields the full loader needs."""
 
-    record_ids: array  # type: ignore[type-arg]
-    seqs: array  # type: ignore[type-arg]
-    p2p_seqs: array  # type: ignore[type-arg]
+    # ints (read through array("q"), which takes what int() takes, as the converter reads them)
+    record_ids: list[int]
+    seqs: list[int]
+    p2p_seqs: list[int]
     timed: bool  # every record has a positive int creation time
     firsts: list[int]  # per record, the index of the first record with the same key
 
@@ -59,9 +62,20 @@ def _rows(entries: list[dict[str, Any]], fields: tuple[str, ...]) -> list[tuple[
     call per record, in C, where every record has them all."""
     try:
         return list(map(itemgetter(*fields), entries))
-    except KeyError:  # some record lacks one: read each field with a default
-        get = dict.get
-        return list(zip(*(map(get, entries, repeat(field)) for field in fields)))
+    except KeyError:
+        pass
+    # Fields no record has (thread_name before FR 2.10), if they come last, are left out of
+    # every tuple alike; else each field is read with a default, one pass per field.
+    present = fields[:len(fields) - sum(field not in entries[0] for field in fields)]
+    if len(present) > 1 and all(field in entries[0] for field in present) \
+            and not any(any(map(contains, entries, repeat(field)))
+                        for field in fields[len(present):]):
+        try:
+            return list(map(itemgetter(*present), entries))
+        except KeyError:
+            pass
+    get = dict.get
+    return list(zip(*(map(get, entries, repeat(field)) for field in fields)))
 
 
 def _column(entries: list[dict[str, Any]], field: str) -> list[Any]:
@@ -104,7 +118,7 @@ def _scan(entries: list[Any]) -> Columns | None:
     # Sizes are not type-checked per record (that pass over every list costs as much as the
     # comparison below): a record whose sizes equal its key's first record's under == (4096 and
     # 4096.0 do) shares that record's body, which is how the parent's body table (a dict keyed
-    # by bodies) and every detector compare them anyway. Records shown whole are converted.
+    # by bodies) and every detector compare them anyway (records kept whole: _PreShip.exact).
     durations = _column(entries, "duration_ms")
     if int in _types(durations):  # float() of a huge int overflows
         numbers = [d for d in durations if type(d) is int]
@@ -113,25 +127,35 @@ def _scan(entries: list[Any]) -> Columns | None:
     timed = _types(created) == _INT and min(created) > 0
     seen: dict[Any, int] = {}
     firsts = list(map(seen.setdefault, keys, range(len(entries))))
+    key_firsts = list(seen.values())
     lists = _rows(entries, _LISTS)
+    pairs = list(map(lists.__getitem__, firsts))
     # one comparison in C: each record's (sizes, dtypes) with its key's first record's
-    if lists != list(map(lists.__getitem__, firsts)):
-        # sizes differ among records of one key: make them part of it
-        in_sizes, out_sizes, in_types, out_types = zip(*lists)
+    if lists != pairs:
+        # Sizes differ among records of one key (DDP's buckets, say): the records whose sizes
+        # differ from their key's first record's are keyed by their sizes too. Every record
+        # with the key and sizes of such a record differs too, so the earliest of them is the
+        # first record with that key and those sizes, as for the others.
+        odd = list(compress(range(len(entries)), map(ne, lists, pairs)))
+        in_sizes, out_sizes, in_types, out_types = zip(*map(lists.__getitem__, odd))
         for column in (in_sizes, out_sizes, in_types, out_types):
             if _types(column) != {list}:
                 return None
         for sizes in (in_sizes, out_sizes):
             if _types(chain.from_iterable(sizes)) != {list}:
                 return None
-        seen = {}
+        more: dict[Any, int] = {}
         nested = [map(tuple, map(map, repeat(tuple), in_sizes)),
                   map(tuple, map(map, repeat(tuple), out_sizes)),
                   map(tuple, in_types), map(tuple, out_types)]
-        firsts = list(map(seen.setdefault, map(add, keys, zip(*nested)), range(len(entries))))
-    if not all(map(_plain, (entries[first] for first in seen.values()))):
+        firsts_of_odd = dict(zip(odd, map(more.setdefault, map(
+            add, map(keys.__getitem__, odd), zip(*nested)), odd)))
+        firsts = list(map(firsts_of_odd.get, range(len(entries)), firsts))
+        key_firsts += more.values()
+    if not all(map(_plain, map(entries.__getitem__, key_firsts))):
         return None
-    return Columns(record_ids=rids, seqs=seqs, p2p_seqs=p2p_seqs, timed=timed, firsts=firsts)
+    return Columns(record_ids=rids.tolist(), seqs=seqs.tolist(), p2p_seqs=p2p_seqs.tolist(),
+                   timed=timed, firsts=firsts)
 
 
 def _plain(raw: dict[str, Any]) -> bool:
@@ -148,94 +172,145 @@ def _plain(raw: dict[str, Any]) -> bool:
                 for field in _DTYPES)
 
 
-def assemble(reducer: Any, cols: Columns) -> Any:  # noqa: C901
+def assemble(reducer: Any, cols: Columns) -> Any:
     """Fill ``reducer`` (an ``fr_digest._Reducer``) from the columns, as its record-by-record
     pass would: the same groups in the same order, the same body ids, the same records kept
-    whole. Returns what that pass returns (``fr_digest.Read``), or None where a record kept
-    whole turns out unreadable (then the caller reads the dump record by record)."""
-    entries, convert = reducer.entries_raw, reducer.converter.convert
-    n, frames_from = len(entries), reducer.converter.frames_from
+    whole. Returns what that pass returns (``fr_digest.Read``), or None where that cannot be
+    promised (then the caller reads the dump record by record).
+
+    Every record kept whole (the newest of the dump, with their frames; each group's newest
+    ``TAIL``; every op not completed and every send/recv) is built from its key's body, which
+    holds every field but ids, seqs, times and frames, not by the full loader's converter (see
+    :class:`_PreShip`): in a 3D-parallel job a third of the records are p2p."""
+    entries, n, frames_from = reducer.entries_raw, len(reducer.entries_raw), \
+        reducer.converter.frames_from
     firsts = cols.firsts
-    # each key, classified once from its first record: (group name, desc), backend, body
-    info: dict[int, tuple[tuple[str, str], str, Any] | None] = {}
-    for first in dict.fromkeys(firsts):
-        try:
+    # each key, classified once from its first record: (group name, desc), backend, body, plain
+    info: dict[int, tuple[tuple[str, str], str, Any, bool]] = {}
+    try:
+        for first in dict.fromkeys(firsts):
             info[first] = reducer.classify(entries[first])
-        except (TypeError, ValueError, OverflowError):
-            info[first] = None  # every record of this key goes through the converter
-    # records kept whole: the newest, and those of keys whose records are not plain history
-    whole_keys = {first for first, got in info.items() if got is None or got[2] is None}
-    tail = max(frames_from, 0)
-    whole = sorted(set(range(tail, n)).union(
-        compress(range(tail), map(whole_keys.__contains__, firsts))))
-    events: list[tuple[int, str, str, Any]] = []  # (index, group, desc, body): in record order
-    kept: dict[str, dict[int, FrEntry]] = {}
-    p2p: dict[str, list[FrEntry]] = {}
-    whole_entries: dict[int, FrEntry] = {}
-    backends: list[tuple[int, str]] = []
-    for index in whole:
-        entry = convert(index, entries[index])
-        if entry is None:
-            return None
-        whole_entries[index] = entry
-        name = entry.pg_name
-        if entry.is_p2p:
-            p2p.setdefault(name, []).append(entry)
-            events.append((index, name, entry.pg_desc, None))
-        else:
-            kept.setdefault(name, {})[index] = entry
-            events.append((index, name, entry.pg_desc, body_of(entry)))
-        backends.append((index, entry.backend))
+    except (TypeError, ValueError, OverflowError):
+        return None
     slot: dict[str, int] = {}
-    for first, got in info.items():
-        if got is None:
-            continue
-        (name, desc), backend, body = got
+    events: list[tuple[int, str, str, Any]] = []  # (index, group, desc, body): in record order
+    for first, ((name, desc), _backend, body, _plain) in info.items():
         slot.setdefault(name, len(slot))
-        backends.append((first, backend))
-        if body is not None and first < frames_from:
-            events.append((first, name, desc, body))
-        elif body is None:
-            events.append((first, name, desc, None))
+        events.append((first, name, desc, None if body[3] else body))  # p2p: no history
     events.sort(key=itemgetter(0))
     register = reducer.body
     body_ids: dict[int, int] = {}
-    for index, name, desc, body in events:
-        group = reducer.group(name, desc)  # creates groups in record order, sets their desc
+    for first, name, desc, body in events:
+        reducer.group(name, desc)  # creates groups in record order, sets their desc
         if body is not None:
-            body_ids[index] = register(body)
-    # each record's group slot; -1 for records kept whole (placed below)
-    slot_of = {first: slot[got[0][0]] if got is not None and first not in whole_keys else -1
-               for first, got in info.items()}
+            body_ids[first] = register(body)
+    # each record's group slot and body id; -1 for records not plain (kept whole, placed below)
+    special = {first for first, got in info.items() if not got[3]}
+    slot_of = {first: -1 if first in special else slot[got[0][0]] for first, got in info.items()}
     record_slot = list(map(slot_of.__getitem__, firsts))
-    record_slot[tail:] = repeat(-1, n - tail)
-    seqs, p2p_seqs, rids = cols.seqs, cols.p2p_seqs, cols.record_ids
-    for name, group in reducer.groups.items():
-        number = slot.get(name)
-        indices = [] if number is None else \
-            list(compress(range(n), map(eq, record_slot, repeat(number))))
-        mine = kept.get(name)
-        if mine:  # the few records kept whole, placed by bisection (no pass over the group)
-            indices = sorted(chain(indices, mine))
-            where = {index: bisect_left(indices, index) for index in mine}
-            group.kept = {where[index]: entry for index, entry in mine.items()}
-            bodies = list(map(body_ids.get, map(firsts.__getitem__, indices)))
-            for index, position in where.items():
-                bodies[position] = body_ids[index]
-            group.bodies = bodies
+    key_body = dict.fromkeys(info, -1)
+    key_body.update(body_ids)
+    record_body = list(map(key_body.__getitem__, firsts))
+    pre = _PreShip(entries, cols, reducer.converter, info, frames_from)
+    pending: dict[str, dict[int, Any]] = {}
+    p2p: dict[str, list[Any]] = {}
+    for index in compress(range(n), map(special.__contains__, firsts)) if special else ():
+        record = pre(index)
+        if record[7]:
+            p2p.setdefault(record[1], []).append(record)
         else:
-            group.bodies = list(map(body_ids.__getitem__, map(firsts.__getitem__, indices)))
-        group.seqs = list(map(seqs.__getitem__, indices))
-        group.p2p_seqs = list(map(p2p_seqs.__getitem__, indices))
-        group.record_ids = list(map(rids.__getitem__, indices))
-        group.raw_index = indices
+            pending.setdefault(record[1], {})[index] = record
+    for name, group in reducer.groups.items():
+        _group(reducer, group, cols, pre, slot[name], record_slot, record_body,
+               pending.get(name, {}), body_ids)
         group.p2p = p2p.get(name, [])
-    latest_rid = max(rids)
-    latest_index = rids.index(latest_rid)
-    backend = min((pair for pair in backends if pair[1]), default=(0, ""))[1]
+    if not pre.exact():
+        return None  # sizes of another type than their key's first record's: read by record
+    rids = cols.record_ids
     ordered = all(map(lt, rids, islice(rids, 1, None)))
-    return (n, rids[0], (latest_rid, latest_index, whole_entries.get(latest_index)), backend,
-            ordered and cols.timed)
+    latest_rid = rids[-1] if ordered else max(rids)
+    latest_index = n - 1 if ordered else rids.index(latest_rid)
+    latest = pre.built.get(latest_index)
+    backend = min(((first, got[1]) for first, got in info.items() if got[1]),
+                  default=(0, ""))[1]
+    return (n, rids[0], (latest_rid, latest_index, latest), backend, ordered and cols.timed)
+
+
+def _group(reducer: Any, group: Any, cols: Columns, pre: _PreShip, number: int,
+           record_slot: list[int], record_body: list[int], mine: dict[int, Any],
+           body_ids: dict[int, int]) -> None:
+    """One group's columns, taken by one mask (compress, in C), and its records kept whole."""
+    seqs, p2p_seqs, rids, firsts = cols.seqs, cols.p2p_seqs, cols.record_ids, cols.firsts
+    mask = list(map(eq, record_slot, repeat(number)))
+    indices = list(compress(range(len(mask)), mask))
+    columns = (indices, list(compress(seqs, mask)), list(compress(p2p_seqs, mask)),
+               list(compress(rids, mask)), list(compress(record_body, mask)))
+    where: dict[int, int] = {}
+    for index in mine:  # the few ops not completed, inserted (in record order: each lands
+        position = bisect_left(indices, index)  # after those inserted before it)
+        for column, value in zip(columns, (index, seqs[index], p2p_seqs[index], rids[index],
+                                           body_ids[firsts[index]])):
+            column.insert(position, value)
+        where[position] = index
+    # kept whole, in the order the record-by-record pass keeps them: the ops not completed
+    # and the dump's newest, by record; then the group's newest TAIL not yet kept
+    m, tail = len(indices), max(pre.frames_from, 0)
+    newest = range(bisect_left(indices, tail), m)
+    kept: dict[int, Any] = {}
+    for position in sorted(where.keys() | newest) if where else newest:
+        index = indices[position]
+        kept[position] = mine[index] if position in where else pre(index)
+    for position in range(max(0, m - reducer.tail), m):
+        if position not in kept:
+            kept[position] = pre(indices[position])
+    group.kept = kept
+    group.raw_index, group.seqs, group.p2p_seqs, group.record_ids, group.bodies = columns
+
+
+class _PreShip:
+    """A record kept whole, built from its key's body: ``fr_digest.Shipped`` but for its stack,
+    which is the frames tuple itself until the record is shipped (so that stacks are numbered in
+    the order the record-by-record pass numbers them). Frames as the converter takes them: for
+    the dump's newest records and for every op not completed.
+
+    Equal to what the converter makes of it: records of one key have equal fields under ``==``
+    (see :func:`scan`); only sizes of another type (4096.0 for 4096) could make the converter's
+    values differ from the body's, which :meth:`exact` checks on the records built here."""
+
+    __slots__ = ("built", "cols", "conv", "entries", "frames_from", "info")
+
+    def __init__(self, entries: list[Any], cols: Columns, conv: Any,
+                 info: dict[int, Any], frames_from: int) -> None:
+        self.entries, self.cols, self.conv, self.info = entries, cols, conv, info
+        self.frames_from = frames_from
+        self.built: dict[int, tuple[Any, ...]] = {}  # index -> record
+
+    def __call__(self, index: int) -> tuple[Any, ...]:
+        raw, cols = self.entries[index], self.cols
+        (name, _desc), _backend, body, _plain = self.info[cols.firsts[index]]
+        desc, op, backend, is_p2p, state, completed, in_sizes, in_types, out_sizes, out_types, \
+            timeout, peer, thread_name = body
+        duration = raw.get("duration_ms")
+        record = self.built[index] = (
+            cols.record_ids[index], name, desc, cols.seqs[index], cols.p2p_seqs[index], op,
+            backend, is_p2p, state, completed, in_sizes, in_types, out_sizes, out_types,
+            _time_ns(raw.get("time_created_ns")),
+            _time_ns(raw.get("time_discovered_started_ns")),
+            _time_ns(raw.get("time_discovered_completed_ns")),
+            float(duration) if isinstance(duration, (int, float)) else None,
+            timeout, peer,
+            self.conv.frames(raw.get("frames"))
+            if index >= self.frames_from or completed is not True else (),
+            thread_name)
+        return record
+
+    def exact(self) -> bool:
+        """Whether every size of the records built here and of their keys' first records is an
+        ``int`` (then equal under ``==`` means the same value)."""
+        entries, firsts = self.entries, self.cols.firsts
+        rows = {*self.built, *map(firsts.__getitem__, self.built)}
+        dims = [dims for index in rows for field in _SIZES for dims in entries[index][field]]
+        return _types(chain.from_iterable(dims)) <= _INT
 
 
 def body_of(entry: FrEntry) -> tuple[Any, ...]:

@@ -58,7 +58,8 @@ Body = tuple[Any, ...]
 # a record as shipped: FrEntry's fields in order, frames replaced by an index into ``stacks``
 Shipped = tuple[Any, ...]
 RanksSpec = tuple[int, int, int] | tuple[int, ...] | None
-Latest = tuple[int, int, FrEntry | None] | None  # record id, index, the record if kept whole
+# record id, index, the record if kept whole (an FrEntry, or a record fr_columns built)
+Latest = tuple[int, int, FrEntry | tuple[Any, ...] | None] | None
 # what reading the records gives: valid records, first record id, latest, backend, tail exact
 Read = tuple[int, int | None, Latest, str, bool]
 
@@ -128,12 +129,15 @@ class _Group:
         self.p2p_seqs: list[int] = []
         self.record_ids: list[int] = []
         self.bodies: list[int] = []
-        self.kept: dict[int, FrEntry] = {}
-        self.p2p: list[FrEntry] = []
+        # FrEntry, or (built by fr_columns) a Shipped whose stack is still the frames tuple
+        self.kept: dict[int, FrEntry | tuple[Any, ...]] = {}
+        self.p2p: list[FrEntry | tuple[Any, ...]] = []
         self.raw_index: list[int] = []  # where each collective is in the dump's entries
 
 
 class _Reducer:
+    tail = TAIL
+
     def __init__(self, path: str, rank: int, raw: dict[str, Any], entries_raw: list[Any],
                  problems: list[str]) -> None:
         self.path, self.rank, self.raw, self.entries_raw = path, rank, raw, entries_raw
@@ -160,9 +164,10 @@ class _Reducer:
             group.desc = desc
         return group
 
-    def classify(self, raw: dict[str, Any]) -> tuple[tuple[str, str], str, Body | None]:
-        """A plain record's group, backend and body; body None if the record is kept whole
-        (not known to be completed, or p2p). Raises what the fast path raises on bad input."""
+    def classify(self, raw: dict[str, Any]) -> tuple[tuple[str, str], str, Body, bool]:
+        """A record's group, backend, body (every field but ids, seqs, times and frames, as the
+        converter reads them) and whether it is plain history (completed, not p2p). Raises
+        what the fast path raises on bad input."""
         conv = self.converter
         backend, op, peer, says_p2p = conv.parse_name(raw["profiling_name"])
         pg = conv.pg(raw)
@@ -171,14 +176,13 @@ class _Reducer:
         is_p2p = raw.get("is_p2p")
         if type(is_p2p) is not bool:
             is_p2p = says_p2p
-        if completed is not True or is_p2p:
-            return pg, backend, None
         timeout, thread_name = raw.get("timeout_ms"), raw.get("thread_name")
         return pg, backend, (
             pg[1], op, backend, is_p2p, state, completed,
             tuple(map(tuple, raw["input_sizes"])), tuple(raw["input_dtypes"]),
             tuple(map(tuple, raw["output_sizes"])), tuple(raw["output_dtypes"]),
-            timeout if type(timeout) is int else None, peer, thread_name)
+            timeout if type(timeout) is int else None, peer, thread_name), \
+            completed is True and not is_p2p
 
     def digest(self) -> DumpDigest:
         n_problems = len(self.problems)
@@ -294,7 +298,7 @@ class _Reducer:
                     whole = convert(index, self.entries_raw[index])
                     assert whole is not None  # the fast path read it
                     group.kept[position] = whole
-        newest = None
+        newest: FrEntry | tuple[Any, ...] | None = None
         if latest is not None:
             newest = latest[2] or convert(latest[1], self.entries_raw[latest[1]])
         dump = flight_recorder.dump_of(self.path, self.rank, self.raw, [], backend_seen)
@@ -326,11 +330,11 @@ class _Reducer:
                 group.kept, group.p2p_seqs, group.record_ids, group.bodies
         pending = -1
         for new in sorted(kept):
-            if kept[new].completed is False:
+            if _completed(kept[new]) is False:
                 pending = new
                 break
         if pending < 0 and n and (last := kept.get(n - 1)) is not None \
-                and last.completed is None:
+                and _completed(last) is None:
             pending = n - 1
         return GroupPart(
             desc=group.desc, seqs=array("q", seqs), p2p_seqs=array("q", p2p_seqs),
@@ -338,20 +342,30 @@ class _Reducer:
             kept={new: self.ship(entry) for new, entry in kept.items()},
             pending=pending, p2p=[self.ship(entry) for entry in group.p2p])
 
-    def ship(self, entry: FrEntry) -> Shipped:
+    def stack(self, frames: tuple[Frame, ...]) -> int:
         # by identity: the converter interns frame tuples, and hashing one by value goes
         # through each Frame's Python-level __hash__ (the tuple is held, so its id stays its own)
-        known = self.stack_ids.get(id(entry.frames))
+        known = self.stack_ids.get(id(frames))
         if known is None:
-            known = self.stack_ids[id(entry.frames)] = (entry.frames, len(self.stacks))
-            self.stacks.append(tuple((f.name, f.filename, f.line) for f in entry.frames))
-        stack = known[1]
+            known = self.stack_ids[id(frames)] = (frames, len(self.stacks))
+            self.stacks.append(tuple((f.name, f.filename, f.line) for f in frames))
+        return known[1]
+
+    def ship(self, entry: FrEntry | tuple[Any, ...]) -> Shipped:
+        if type(entry) is tuple:  # built by fr_columns: only its stack is left to number
+            return (*entry[:20], self.stack(entry[20]), entry[21])
+        assert isinstance(entry, FrEntry)
+        stack = self.stack(entry.frames)
         return (entry.record_id, entry.pg_name, entry.pg_desc, entry.collective_seq_id,
                 entry.p2p_seq_id, entry.op, entry.backend, entry.is_p2p, entry.state,
                 entry.completed, entry.input_sizes, entry.input_dtypes, entry.output_sizes,
                 entry.output_dtypes, entry.time_created_ns, entry.time_started_ns,
                 entry.time_completed_ns, entry.duration_ms, entry.timeout_ms, entry.peer, stack,
                 entry.thread_name)
+
+
+def _completed(entry: FrEntry | tuple[Any, ...]) -> bool | None:
+    return entry[9] if type(entry) is tuple else entry.completed  # type: ignore[union-attr]
 
 
 class _Whole(Exception):  # noqa: N818 - control flow: this record is kept whole

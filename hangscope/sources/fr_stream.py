@@ -18,7 +18,7 @@ import multiprocessing
 import os
 import threading
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import overload
@@ -60,17 +60,21 @@ class SharedHistory:
 
 class GroupEntries(Sequence[FrEntry]):
     """One rank's collectives of one group, as ``RankInGroup.entries``: records are rebuilt on
-    access from the shared history, the rank's record ids and its records kept whole."""
+    access from the shared history, the rank's record ids and its records kept whole. Those
+    stay as shipped until something reads them (the report, for the few ranks it details):
+    most never are, and at 4096 ranks they are 300,000 records."""
 
-    __slots__ = ("_bodies", "kept", "pg_name", "record_ids", "shared")
+    __slots__ = ("_bodies", "_unship", "kept", "pg_name", "record_ids", "shared")
 
     def __init__(self, pg_name: str, shared: SharedHistory, record_ids: array,  # type: ignore[type-arg]
-                 kept: dict[int, FrEntry], bodies: list[Body]) -> None:
+                 kept: dict[int, FrEntry | Shipped], bodies: list[Body],
+                 unship: Callable[[Shipped], FrEntry]) -> None:
         self.pg_name = pg_name
         self.shared = shared
         self.record_ids = record_ids
         self.kept = kept
         self._bodies = bodies
+        self._unship = unship
 
     def __len__(self) -> int:
         return len(self.record_ids)
@@ -93,12 +97,43 @@ class GroupEntries(Sequence[FrEntry]):
     def _at(self, index: int) -> FrEntry:
         entry = self.kept.get(index)
         if entry is not None:
-            return entry
+            if type(entry) is tuple:
+                entry = self.kept[index] = self._unship(entry)
+            return entry  # type: ignore[return-value]
         shared = self.shared
         b = self._bodies[shared.bodies[index]]
         return FrEntry(self.record_ids[index], self.pg_name, b[0], shared.seqs[index],
                        shared.p2p_seqs[index], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8],
                        b[9], None, None, None, None, b[10], b[11], (), b[12])
+
+
+class Records(Sequence[FrEntry]):
+    """Records as shipped, each made an :class:`FrEntry` when first read: a 3D-parallel job's
+    dumps hold hundreds of sends and receives each, which only p2p matching over whole
+    histories and the report read."""
+
+    __slots__ = ("_items", "_unship")
+
+    def __init__(self, items: list[FrEntry | Shipped],
+                 unship: Callable[[Shipped], FrEntry]) -> None:
+        self._items, self._unship = items, unship
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> FrEntry: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[FrEntry]: ...
+
+    def __getitem__(self, index: int | slice) -> FrEntry | list[FrEntry]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        item = self._items[index]
+        if type(item) is tuple:
+            item = self._items[index] = self._unship(item)
+        return item  # type: ignore[return-value]
 
 
 @dataclass(slots=True)
@@ -108,7 +143,8 @@ class RankGroup:
     desc: str
     entries: GroupEntries
     pending: FrEntry | None
-    p2p: list[FrEntry]
+    p2p: Records
+    p2p_pending: list[FrEntry]  # the sends and receives not completed
 
 
 class DumpEntries(Sequence[FrEntry]):
@@ -217,14 +253,17 @@ class Tables:
 
 def hydrate(digest: DumpDigest, tables: Tables) -> FrDump:
     """The dump a digest stands for, sharing histories and frames with the dumps before it."""
-    stacks = [tables.stack(raw) for raw in digest.stacks]
+    raw_stacks = digest.stacks
+    stacks: dict[int, tuple[Frame, ...]] = {-1: ()}
     body_map = tables.body_map(digest.bodies)
     identity = body_map == list(range(len(body_map)))
 
     def entry(shipped: Shipped) -> FrEntry:
         stack = shipped[20]
-        return FrEntry(*shipped[:20], stacks[stack] if stack >= 0 else (),  # type: ignore[call-arg]
-                       shipped[21])
+        frames = stacks.get(stack)
+        if frames is None:
+            frames = stacks[stack] = tables.stack(raw_stacks[stack])
+        return FrEntry(*shipped[:20], frames, shipped[21])  # type: ignore[call-arg]
 
     groups: dict[str, RankGroup] = {}
     for name, part in digest.groups.items():
@@ -234,11 +273,19 @@ def hydrate(digest: DumpDigest, tables: Tables) -> FrDump:
         shared = tables.histories.get(key)
         if shared is None:
             shared = tables.histories[key] = SharedHistory(part.seqs, part.p2p_seqs, ids)
-        kept = {position: entry(shipped) for position, shipped in part.kept.items()}
-        entries = GroupEntries(name, shared, part.record_ids, kept, tables.bodies)
-        groups[name] = RankGroup(desc=part.desc, entries=entries,
-                                 pending=kept[part.pending] if part.pending >= 0 else None,
-                                 p2p=[entry(shipped) for shipped in part.p2p])
+        kept: dict[int, FrEntry | Shipped] = dict(part.kept)  # made records when read
+        pending = None
+        if part.pending >= 0:
+            pending = kept[part.pending] = entry(part.kept[part.pending])
+        entries = GroupEntries(name, shared, part.record_ids, kept, tables.bodies, entry)
+        p2p: list[FrEntry | Shipped] = list(part.p2p)
+        p2p_pending = []
+        for position, shipped in enumerate(part.p2p):
+            if shipped[9] is False:  # completed
+                p2p[position] = made = entry(shipped)
+                p2p_pending.append(made)
+        groups[name] = RankGroup(desc=part.desc, entries=entries, pending=pending,
+                                 p2p=Records(p2p, entry), p2p_pending=p2p_pending)
     latest = entry(digest.latest) if digest.latest is not None else None
     return FrDump(
         rank=digest.rank, path=digest.path, version=digest.version, backend=digest.backend,
