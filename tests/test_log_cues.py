@@ -167,3 +167,33 @@ def test_a_phase_line_behind_a_launcher_prefix_is_a_cue(tmp_path: Path) -> None:
     # THEN the phase line is read as rank 0's (the cue anchored at the body's start still applies)
     cues = {(e.rank, e.fields["cue"]) for e in scan_cues(str(log))}
     assert (0, "busy-phase") in cues
+
+
+# c10d's socket.cpp (TCPStore server start-up) and torch elastic's agent, as they log set-up
+_SETUP_LINES = [
+    "[I socket.cpp:462] [c10d - debug] The server socket is attempting to listen on [::]:23456.",
+    "[I socket.cpp:522] [c10d] The server socket has started to listen on [::]:23456.",
+]
+
+
+def test_a_log_that_stops_in_process_group_setup_is_an_init_hang(tmp_path: Path) -> None:
+    # GIVEN a log whose last lines are the store's server starting to listen, nothing after
+    verdict = _verdict(tmp_path, "\n".join(["Using distributed PyTorch with gloo backend",
+                                            *_SETUP_LINES, ""]))
+    # THEN rule cue-words reads it as set-up that never completed, naming no culprit
+    first = verdict.findings[0]
+    assert (first.kind.value, first.culprit_ranks) == ("init_hang", [])
+    assert first.measures.get("cue") == "setup-stops"
+    assert "stops in process-group set-up" in first.summary
+
+
+def test_setup_lines_followed_by_training_are_not_a_hang(tmp_path: Path) -> None:
+    # GIVEN the same set-up lines, then the job's own output past them
+    verdict = _verdict(tmp_path, "\n".join([*_SETUP_LINES, "Train Epoch: 1 [0/60000] loss: 2.30",
+                                            "Train Epoch: 1 [640/60000] loss: 1.20",
+                                            "Train Epoch: 1 [1280/60000] loss: 0.80", ""]))
+    # THEN set-up is not what the log stops in
+    assert all(f.measures.get("cue") != "setup-stops" for f in verdict.findings)
+    # and a set-up line that says it completed is no set-up cue either
+    assert classify("[c10d] Rank 0: Completed store-based barrier for key:store_based_barrier_key:1"
+                    " with 2 nodes.") is None

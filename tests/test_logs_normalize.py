@@ -176,3 +176,17 @@ def test_a_padded_row_wrapped_at_the_width_keeps_the_next_row_next() -> None:
     # THEN the padding's wrapped rest is no blank line between the rows
     assert fixed is not None
     assert [ln.rstrip() for ln in fixed.data.decode().splitlines()] == rows
+
+
+def test_an_nccl_line_cut_between_nccl_and_its_level_is_rejoined() -> None:
+    # NCCL's "host:pid:tid [dev] NCCL INFO ..." wrapped at 80 right after "NCCL ": the level word
+    # that starts the next row is the line's own, not a record of its own
+    head = "2020-11-08 20:25:49 [1,0]<stdout>:az-scus-v100-2-worker-mgfopa:993:993 [3] NCCL "
+    assert len(head) == 80
+    paste = (head + "\nINFO NET/Socket : Using [0]ib0:172.16.1.10<0>\n"
+             + head + "\nINFO Bootstrap : Using [0]ib0:172.16.1.10<0>\n")
+    fixed = normalize(paste.encode())
+    assert fixed is not None
+    assert fixed.data.decode().splitlines() == [
+        head + "INFO NET/Socket : Using [0]ib0:172.16.1.10<0>",
+        head + "INFO Bootstrap : Using [0]ib0:172.16.1.10<0>"]

@@ -150,6 +150,32 @@ def test_heads_before_the_process_prefix() -> None:
     assert line.body == "loss | 0.5"
 
 
+def test_container_runtime_and_inference_server_heads_name_the_rank() -> None:
+    """CRI's node log head (what kubectl reads) is peeled; sglang's and vLLM's heads carry the
+    process's tensor-parallel rank, which is its rank only where no DP/PP rank but 0 is named."""
+    ctx = Context(path="x", year=2025, now=0.0)
+    line = parse_line("2025-07-25T07:53:08.21748708+08:00 stdout F [2025-07-25 07:53:08 TP2] "
+                      "Scheduler hit an exception: Traceback", 1, ctx)
+    assert (line.rank, line.rank_source, line.body) == (2, "prefix",
+                                                        "Scheduler hit an exception: Traceback")
+    assert line.time is not None
+    line = parse_line("[2025-07-25 07:53:08 DP1 TP3] boom", 1, ctx)
+    assert (line.rank, line.local_rank, line.body) == (None, 3, "boom")
+    line = parse_line("[2025-07-25 07:53:08 DP0 TP3 EP3] boom", 1, ctx)
+    assert (line.rank, line.body) == (3, "boom")
+    line = parse_line("(VllmWorker TP1 pid=4312) ERROR 03-01 10:00:00 boom", 1, ctx)
+    assert line.rank == 1
+    line = parse_line("(VllmWorker rank=5 pid=4312) boom", 1, ctx)
+    assert (line.rank, line.body) == (5, "boom")
+    line = parse_line("(Worker_PP1_TP0 pid=4312) boom", 1, ctx)
+    assert (line.rank, line.local_rank) == (None, 0)
+    line = parse_line("(RayWorkerWrapper pid=4009) boom", 1, ctx)
+    assert (line.rank, line.body) == (None, "boom")
+    # torchrun's --log-line-prefix-template "[${role_name}${local_rank}|${rank}]:" style
+    line = parse_line("[trainer0|0]:1|25|Loss: 1.26:  26%|", 1, ctx)
+    assert (line.local_rank, line.body) == (0, "1|25|Loss: 1.26:  26%|")
+
+
 def _timeouts(ranks: list[int], op: str = "ALLREDUCE", seq: int = 4178) -> str:
     """torch <= 2.3's watchdog line (ProcessGroupNCCL.cpp) for each of ``ranks``."""
     return "".join(f"[E ProcessGroupNCCL.cpp:821] [Rank {r}] Watchdog caught collective operation "

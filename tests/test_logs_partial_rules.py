@@ -401,3 +401,57 @@ def test_one_process_setup_cut_short_is_not_an_init_hang(tmp_path: Path) -> None
            + "".join(f"71f4:6101:6320 [0] NCCL INFO Channel {c:02d}/32 :    0\n" for c in range(4)))
     verdict = _verdict(tmp_path, **{"nccl.log": one})
     assert not any(f.measures.get("rule") == "nccl-init-never-completed" for f in verdict.findings)
+
+
+# --- logs-advance -----------------------------------------------------------------------------
+
+# nanoGPT's train.py prints one such line per iteration (its own wording)
+_ITERS = "".join(f"iter {n}: loss {4.0 - n / 1000:.4f}, time {562 + n % 3:.2f}ms\n"
+                 for n in range(1631, 1642))
+
+
+def test_a_log_that_shows_training_move_and_nothing_failing_is_healthy(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"train.log": _ITERS})
+    assert verdict.status.value == "healthy", verdict.evidence_gaps
+    note = next(gap for gap in verdict.evidence_gaps if gap.startswith("rule logs-advance"))
+    assert "iter 1641" in note and "after their last line" in note
+
+
+def test_one_progress_line_is_no_movement(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"train.log": _ITERS.splitlines()[-1] + "\n"})
+    assert verdict.status.value != "healthy"
+
+
+def test_moving_logs_with_a_fault_or_erratic_steps_are_not_healthy(tmp_path: Path) -> None:
+    # a watchdog timeout after the steps (torch's ProcessGroupNCCL wording)
+    timeout = ("[rank0]:[E ProcessGroupNCCL.cpp:1575] [PG 0 (default_pg) Rank 0] Watchdog caught "
+               "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, "
+               "NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.\n")
+    (tmp_path / "a").mkdir()
+    assert _verdict(tmp_path / "a", **{"train.log": _ITERS + timeout}).status.value != "healthy"
+    # steps that stall and resume: 44 s, 5 s, 44 s, 5 s (a loop's own "Time/step" field)
+    erratic = "".join(f"Epoch: 1/30, Step: {n}/951, Loss: 3.25, Time/step: "
+                      f"{44.2 if n % 2 else 4.7}\n" for n in range(1, 10))
+    (tmp_path / "b").mkdir()
+    verdict = _verdict(tmp_path / "b", **{"train.log": erratic})
+    assert verdict.status.value != "healthy", verdict.evidence_gaps
+
+
+def test_nccl_setup_with_the_ib_fallback_under_a_collector_timestamp_is_healthy(
+        tmp_path: Path) -> None:
+    # GIVEN NCCL's set-up lines behind AzureML's timestamp and mpirun's head, with NCCL's WARN
+    # that it found no libibverbs (ibvwrap.cc), after which it uses its socket transport
+    stamp = "2020-11-08 20:25:49 [1,0]<stdout>:"
+    log = "".join(stamp + line + "\n" for line in (
+        "node1:993:993 [3] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
+        "node1:993:993 [3] NCCL INFO NET/Socket : Using [0]ib0:172.16.1.10<0>",
+        "node1:994:994 [4] NCCL INFO Bootstrap : Using [0]ib0:172.16.1.10<0>",
+        "node1:994:994 [4] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so)."))
+    verdict = _verdict(tmp_path, **{"train.log": log})
+    # THEN the head is peeled (rank 0 from mpirun's [1,0]) and the set-up reads clean
+    assert verdict.status.value == "healthy", verdict.evidence_gaps
+    assert any("nccl-setup-clean" in gap for gap in verdict.evidence_gaps)
+    # and any other NCCL WARN keeps it from healthy
+    (tmp_path / "b").mkdir()
+    other = log + stamp + "node1:993:993 [3] NCCL WARN NET/Socket : recv failed\n"
+    assert _verdict(tmp_path / "b", **{"train.log": other}).status.value != "healthy"

@@ -64,7 +64,7 @@ class TestSmallJob:
         culprit = small["details"]["2"]
         main = culprit["stacks"]["threads"]
         names = [S(small, small["frames"]["name"][f]) for f in main["stack"][0]]
-        assert names[:2] == ["wait", "load_batch"]
+        assert names[:2] == ["load_batch", "main"]
         assert culprit["proc"]["rss"] == [2 << 30]
         assert [S(small, w) for w in culprit["logs"]["where"]] == ["logs/rank2.log:122"]
 

@@ -20,14 +20,17 @@ if str(ROOT) not in sys.path:
 from hangscope.analysis.stacks import (  # noqa: E402
     ThreadActivity,
     classify_thread,
-    frame_key,
-    group_by_stack,
     is_library,
     main_thread,
     module_path,
+)
+from hangscope.analysis.stacktree import (  # noqa: E402
+    format_tree,
+    frame_key,
+    group_by_stack,
+    merge_prefix_tree,
     stack_key,
 )
-from hangscope.analysis.stacktree import format_tree, merge_prefix_tree  # noqa: E402
 from hangscope.collect.pyspy import DumpResult, dump_once  # noqa: E402
 from hangscope.model import Frame, StackSample, ThreadStack  # noqa: E402
 from hangscope.sources.pyspy import load_pyspy_file, parse_pyspy_json  # noqa: E402
@@ -358,6 +361,36 @@ def test_sampler_iteration_is_a_dataloader_wait() -> None:
     assert activity.user_frame is not None and activity.user_frame.name == "train"
     alone = ThreadStack(1, (_f("_next_index", data + "dataloader.py", 512),))
     assert classify_thread(alone).op == "_next_index"
+
+
+def test_another_librarys_data_iterator_blocked_on_its_queue_is_a_dataloader_wait() -> None:
+    # GIVEN py-spy's view (Python < 3.11: bare function names) of a main thread whose batches come
+    # from a library's own background-thread iterator (a BufferedIterator over a queue.Queue)
+    thread = ThreadStack(1, (_f("wait", "threading.py", 302), _f("get", "queue.py", 170),
+                             _f("__next__", "mylib/data/iterators.py", 648),
+                             _f("__iter__", "mylib/logging/progress_bar.py", 256),
+                             _f("train", "/job/train.py", 274)), "MainThread", False, False)
+    # THEN the queue wait is the data iterator's: its producer delivers nothing
+    activity = classify_thread(thread)
+    assert (activity.kind, activity.op) == ("dataloader", "__next__ via queue.get")
+    # and the same queue wait under no data iterator stays a queue wait
+    plain = ThreadStack(1, (_f("wait", "threading.py", 302), _f("get", "queue.py", 170),
+                            _f("__next__", "/job/results.py", 12),
+                            _f("train", "/job/train.py", 274)), "MainThread", False, False)
+    assert (classify_thread(plain).kind, classify_thread(plain).op) == ("lock", "queue.get")
+    # and a process forked under the iterator (a worker) that waits in its own code is no data wait
+    # of its parent's: the fork keeps the parent's frames below its own
+    worker = ThreadStack(1, (_f("wait", "threading.py", 302), _f("forever", "/job/ds.py", 9),
+                             _f("_bootstrap", "multiprocessing/process.py", 314),
+                             _f("__next__", "mylib/data/iterators.py", 648)), "MainThread",
+                         False, False)
+    assert classify_thread(worker).kind == "lock"
+    # and a collective the data iterator calls is that collective (a data-parallel broadcast)
+    c10d = "torch/distributed/distributed_c10d.py"
+    inside = ThreadStack(1, (_f("broadcast", c10d, 2400),
+                             _f("__next__", "mylib/data/iterators.py", 648),
+                             _f("train", "/job/train.py", 274)))
+    assert classify_thread(inside).kind == "collective"
 
 
 def test_library_wrappers_name_the_collective() -> None:

@@ -11,7 +11,7 @@ from hangscope.analysis.rank_state import RankStackState
 from hangscope.analysis.stacks import user_frame
 from hangscope.analysis.verdict import EvidenceItem, Finding
 from hangscope.analysis.waitgraph import WaitGraph
-from hangscope.model import FrEntry, JobEvidence
+from hangscope.model import FrEntry, JobEvidence, LogEvent
 
 
 @dataclass(slots=True)
@@ -47,6 +47,19 @@ class Context:
         where = main.user_frame.where() if main and main.user_frame else (state.sample_path or "")
         detail = f"{what}{state.describe()}"
         return EvidenceItem(source="py-spy", rank=rank, detail=detail, where=where)
+
+
+    def log_events(self, kind: str) -> list[LogEvent]:
+        """Every log event of one kind, in file order: the order a reader of the logs meets them."""
+        found = [e for e in self.evidence.all_logs() if e.kind == kind]
+        return sorted(found, key=lambda e: (e.path, e.line_no))
+
+
+def log_evidence(event: LogEvent, fold: bool = False) -> EvidenceItem:
+    """Cite one log event, cut at 300 characters; ``fold`` puts a block (or a line padded with
+    runs of blanks) on one line."""
+    text = " ".join(event.message.split()) if fold else event.message.strip()
+    return EvidenceItem("log", event.rank, text[:300], event.where())
 
 
 def _args(entry: FrEntry) -> str:

@@ -15,6 +15,7 @@ from hangscope.analysis.log_progress import (
     log_states,
     logs_advance,
     logs_finished,
+    logs_moving,
     logs_report_clean,
     logs_setup_clean,
     logs_tests_clean,
@@ -63,7 +64,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
     gaps = list(evidence.gaps) + ctx.picture.notes + ras_unmapped(evidence)
     findings = order_findings(_one_straggler(order_findings(reconcile(ctx, findings, gaps))))
     findings, differences = config_skew.explain(ctx, findings)
-    findings = order_findings(findings)
+    findings = _stuck_over_slow(order_findings(findings))
     if not any(f.culprit_ranks for f in findings) and (
             note := stack_only_note(ctx.picture, ctx.stacks)):
         gaps.append(note)  # stacks cannot tell an ordering deadlock: say so
@@ -101,6 +102,19 @@ def _moving_not_hung(findings: list[Finding]) -> list[Finding]:
     if not any(f.kind is Kind.STRAGGLER and _seen_moving(f) for f in findings):
         return findings
     return [f for f in findings if f.kind is Kind.STRAGGLER or not _from_stacks_alone(f)]
+
+
+def _stuck_over_slow(findings: list[Finding]) -> list[Finding]:
+    """A straggler the logs reported (step times printed earlier) never comes before a hang the
+    stacks show now (ranks that wait for another): the logs say how the job ran, the stacks
+    where it is."""
+    if not findings or findings[0].kind is not Kind.STRAGGLER or _seen_moving(findings[0]):
+        return findings
+    stuck = [f for f in findings[1:] if f.kind is not Kind.STRAGGLER and f.waiting_ranks
+             and any(item.source == "py-spy" for item in f.evidence)]
+    if not stuck:
+        return findings
+    return stuck + [f for f in findings if f not in stuck]
 
 
 def _seen_moving(finding: Finding) -> bool:
@@ -239,6 +253,9 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
                                                       or logs_setup_clean(ctx.evidence)
                                                       or logs_tests_clean(ctx.evidence)):
         gaps.append(note)  # the run said it reached its end, or ran evenly, and nothing failed
+        return Status.HEALTHY
+    if not ctx.picture.dumps and not ctx.stacks and (note := logs_moving(ctx.evidence)):
+        gaps.append(note)  # it moved to its last line and nothing failed
         return Status.HEALTHY
     if not ctx.picture.dumps and not ctx.stacks and (note := logs_advance(ctx.evidence)):
         # logs are all there is and they say it trained without a fault; a job that trained

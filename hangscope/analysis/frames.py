@@ -59,3 +59,18 @@ def is_nccl_comm_init(name: str) -> bool:
 def is_nccl_group_launch(name: str) -> bool:
     """A grouped NCCL launch (``ncclGroupEnd``, torch's ``endCoalescing``)."""
     return _NCCL_GROUP.search(name) is not None
+
+
+# MPI's own blocking calls (Horovod's coordinator loop, mpi4py, torch's MPI backend); the
+# request waits (MPI_Wait*) are left out: they finish a send, a receive or a collective alike
+_MPI_CALL = re.compile(r"^P?MPI_(Allreduce|Reduce|Reduce_scatter\w*|Allgatherv?|Gatherv?|Scatterv?|"
+                       r"Bcast|Barrier|Alltoallv?|Send|Recv|Sendrecv)\b")
+_MPI_P2P = frozenset({"Send", "Recv", "Sendrecv"})
+
+
+def mpi_call(name: str) -> tuple[bool, str] | None:
+    """(is point-to-point, ``MPI_Gather``) for a native frame of an MPI call that blocks."""
+    m = _MPI_CALL.match(name)
+    if m is None:
+        return None
+    return m.group(1) in _MPI_P2P, f"MPI_{m.group(1)}"

@@ -30,6 +30,7 @@ class RankGpu:
     uuid: str
     how: str  # "pid" | "CUDA_VISIBLE_DEVICES" | "nccl" | "local rank"
     readings: tuple[GpuReading, ...]  # every nvidia-smi reading of this GPU, oldest first
+    tie_where: str = ""  # the line that tied the GPU to the rank (an NCCL init line), if one
 
     def label(self) -> str:
         return f"GPU {self.index} ({self.pci})" if self.index is not None else f"GPU {self.pci}"
@@ -92,6 +93,7 @@ def rank_gpus(evidence: JobEvidence) -> dict[int, RankGpu]:
         by_pci.setdefault(reading.pci, []).append(reading)
     pids = pid_ranks(evidence)
     tied: dict[int, tuple[str, str]] = {}  # rank -> (pci, how)
+    tie_lines: dict[int, str] = {}  # rank -> file:line of the NCCL line that tied it
     nvml: dict[str, int] = {}  # pci -> NVML index (nvidia-smi's), as NCCL printed it
     for pci, readings in by_pci.items():
         for reading in readings:
@@ -101,7 +103,9 @@ def rank_gpus(evidence: JobEvidence) -> dict[int, RankGpu]:
     for rank, pci in _visible(evidence, by_pci).items():
         tied.setdefault(rank, (pci, "CUDA_VISIBLE_DEVICES"))
     for rank, event in _nccl_devices(evidence):
-        tied.setdefault(rank, (str(event.fields["pci"]), "nccl"))
+        if rank not in tied:
+            tied[rank] = (str(event.fields["pci"]), "nccl")
+            tie_lines[rank] = event.where()
         if isinstance(event.fields.get("nvml_dev"), int):
             nvml[str(event.fields["pci"])] = int(event.fields["nvml_dev"])
     hosts = {ev.host for ev in evidence.ranks.values() if ev.host} | \
@@ -117,7 +121,7 @@ def rank_gpus(evidence: JobEvidence) -> dict[int, RankGpu]:
         kept = tuple(by_pci.get(pci, ()))
         index = next((r.index for r in kept if r.index is not None), nvml.get(pci))
         uuid = next((r.uuid for r in kept if r.uuid), "")
-        result[rank] = RankGpu(rank, pci, index, uuid, how, kept)
+        result[rank] = RankGpu(rank, pci, index, uuid, how, kept, tie_lines.get(rank, ""))
     return result
 
 
@@ -178,5 +182,6 @@ def cite_gpus(root: Finding | None, gpus: dict[int, RankGpu], limit: int = 4) ->
     for rank in root.culprit_ranks[:limit]:
         gpu = gpus.get(rank)
         if gpu is not None and rank not in cited:
-            where = gpu.readings[-1].where if gpu.readings else ""
-            root.evidence.append(EvidenceItem("gpu", rank, gpu.describe(), where))
+            where = gpu.readings[-1].where if gpu.readings else gpu.tie_where
+            if where:  # a GPU line is cited only with the line it stands on
+                root.evidence.append(EvidenceItem("gpu", rank, gpu.describe(), where))

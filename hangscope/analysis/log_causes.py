@@ -95,9 +95,16 @@ def classify(event: LogEvent) -> str | None:
     if kind == "nccl_error" and (event.fields.get("code") == "ncclUnhandledCudaError"
                                  or "Cuda failure" in str(event.fields.get("last_error", ""))):
         return "gpu"  # NCCL's CUDA call failed on this rank's own GPU
+    if kind == "nccl_error" and _SETUP_CAUSE.search(str(event.fields.get("last_error", ""))):
+        return None  # NCCL's bootstrap could not set its sockets up: set-up, not this rank
     if kind in ("gloo_enforce_fail", "nccl_error"):
         return "collective_error"
     return None
+
+
+# NCCL's "Last error:" of a bootstrap that found no usable socket (socket.cc, bootstrap.cc): the
+# job's network set-up is wrong on every rank alike (the cue tier reads it as init)
+_SETUP_CAUSE = re.compile(r"ncclSocketInit|[Bb]ootstrap ?:|no socket interface|NCCL_SOCKET_IFNAME")
 
 
 def rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:

@@ -17,6 +17,7 @@ is hung rather than dead (timeouts alone cannot tell the two apart: the reading 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -161,6 +162,55 @@ def logs_advance(evidence: JobEvidence) -> str | None:
             "and stacks, to tell them apart")
 
 
+def logs_moving(evidence: JobEvidence) -> str | None:
+    """Rule ``logs-advance``: where the logs are all there is, a note when a stream of them shows
+    training move (two of its progress lines, or two drawings of its bar, at different positions:
+    ``sources/logs/progress.py``'s ``advanced``) and nothing in any of them is a fault: no
+    failure, no echo of one, no error line, no word of a fault (``cue``), no step times that
+    swing by ``ERRATIC`` or more; where the lines name
+    ranks, every rank of a job of known size left a log. Basis: a job that
+    advanced to the last line of its log and logged nothing wrong was running when the log was
+    taken; a hang begins after a log's last line leaves no trace in it, which the note says."""
+    every = list(evidence.all_logs())
+    moving = [e for e in every if e.kind == "progress" and e.fields.get("advanced")]
+    if not moving or _failed_or_echoed(evidence, every):
+        return None
+    if any(e.severity in ("error", "fatal") or (e.kind == "cue" and e.fields.get("cue") not in
+                                                 _NOT_A_FAULT) for e in every):
+        return None
+    logs = rank_logs(evidence)
+    if any(log.lost_peer or log.echoed for log in logs.values()):
+        return None
+    if any(_erratic(e) for e in every if e.kind == "step_times"):
+        return None  # its steps took wildly different times: moving, but not evenly
+    if logs and evidence.world_size and len(logs) < evidence.world_size:
+        return None  # the logs name ranks, and some ranks of the job left none: they may hang
+    latest = max(moving, key=lambda e: (e.time or 0.0, e.line_no))
+    return (f"rule logs-advance: the log shows training moving ({describe_progress(latest)} at "
+            f"{latest.where()}) and nothing failing: no error, no timeout, no lost peer. Logs "
+            "cannot show a hang that began after their last line: if the job is stuck now, "
+            "attach to it (hangscope attach) or keep its stacks and FR dumps")
+
+
+ERRATIC = 4.0  # slowest over fastest of a stream's recent step times, its first step left out
+
+
+def _erratic(event: LogEvent) -> bool:
+    """A stream's step times (``sources/logs/step_times.py``) that swing by ``ERRATIC`` or more:
+    steps stalling and resuming (slow steps every few), which reads as a slow job, not an even
+    one."""
+    try:
+        values = [float(v) for v in str(event.fields.get("values", "")).split(",") if v][1:]
+    except ValueError:
+        return False
+    recent = values[-16:]
+    return len(recent) >= 3 and min(recent) > 0 and max(recent) >= ERRATIC * min(recent)
+
+
+# cue words that name no fault of their own (a phase one rank runs while the others wait)
+_NOT_A_FAULT = frozenset({"busy-phase"})
+
+
 def logs_finished(evidence: JobEvidence) -> str | None:
     """Rule ``run-finished``: where the logs are all there is, a note when one says the run
     finished (``sources/logs/finish.py``: the trainer's own words, or the declared last epoch's
@@ -211,7 +261,15 @@ def logs_report_clean(evidence: JobEvidence) -> str | None:
 
 # what NCCL's INFO set-up lines give (sources/logs/nccl_debug.py, runtime_lines.py)
 _SETUP_KINDS = frozenset({"runtime_config", "nccl_device", "nccl_init_done", "nccl_init_start",
-                          "nccl_comm_ready", "nccl_init_timing", "log_end"})
+                          "nccl_comm_ready", "nccl_init_timing", "log_end", "size_line"})
+# NCCL WARNs of set-up that it recovers from on its own: without the IB verbs library it uses its
+# socket transport (ibvwrap.cc, then "NET/Socket : Using ...")
+_SETUP_FALLBACK = re.compile(r"^Failed to open libibverbs\.so")
+
+
+def _setup_line(event: LogEvent) -> bool:
+    return event.kind in _SETUP_KINDS or (event.kind == "nccl_warn" and _SETUP_FALLBACK.match(
+        str(event.fields.get("text", ""))) is not None)
 
 
 def logs_tests_clean(evidence: JobEvidence) -> str | None:
@@ -234,15 +292,17 @@ def logs_tests_clean(evidence: JobEvidence) -> str | None:
 
 def logs_setup_clean(evidence: JobEvidence) -> str | None:
     """Rule ``nccl-setup-clean``: where the logs are all there is, a note when all they hold is
-    NCCL's INFO set-up lines (interfaces, plugins, versions, communicators) with no WARN, no error,
+    NCCL's INFO set-up lines (interfaces, plugins, versions, communicators) with no WARN but a
+    fallback it recovers from (no libibverbs: sockets), no error,
     no timeout, no word of a failure and no communicator left between ``Init START`` and
     ``Init COMPLETE``; else None. Basis: NCCL reports every failure as WARN (and torch as an
     error); its INFO lines describe set-up, including lines that read like failures to a user
     ("NET/Plugin: Failed to find ncclNetPlugin_v8 symbol": it falls back to its own transport)."""
     every = list(evidence.all_logs())
-    if not every or any(e.kind not in _SETUP_KINDS for e in every):
+    if not every or any(not _setup_line(e) for e in every):
         return None
-    if not any(e.kind != "log_end" and (e.kind != "runtime_config" or str(
+    if not any(e.kind not in ("log_end", "size_line", "nccl_warn") and (
+            e.kind != "runtime_config" or str(
             e.fields.get("key", "")).startswith(("nccl", "cuda"))) for e in every):
         return None
     ready = {(e.fields.get("host"), e.fields.get("pid"), e.fields.get("comm"))
@@ -250,7 +310,7 @@ def logs_setup_clean(evidence: JobEvidence) -> str | None:
     if any(e.kind == "nccl_init_start" and (e.fields.get("host"), e.fields.get("pid"),
                                             e.fields.get("comm")) not in ready for e in every):
         return None
-    first = next(e for e in every if e.kind != "log_end")
+    first = next(e for e in every if e.kind not in ("log_end", "size_line"))
     return ("rule nccl-setup-clean: the logs hold only NCCL's INFO set-up lines (from "
             f"{first.where()}) and no WARN, error, timeout or failure: NCCL reports failures as "
             "WARN, and lines such as 'Failed to find ncclNetPlugin symbol' are INFO about a "

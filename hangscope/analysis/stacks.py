@@ -40,6 +40,7 @@ from hangscope.analysis.frames import (
     is_library_frame,
     is_nccl_comm_init,
     is_nccl_group_launch,
+    mpi_call,
     native_lock,
 )
 from hangscope.model import Frame, StackSample, ThreadStack
@@ -137,6 +138,28 @@ def is_dataloader_wait(frame: Frame) -> str | None:
     return None
 
 
+# Another library's data pipeline (fairseq's BufferedIterator, a streaming dataset, webdataset):
+# the iterator protocol in a module of a data package or named for one. Read only where the thread
+# blocks in a queue, lock or sleep under it (``classify_thread``): its own batches are late.
+_DATA_MODULE = re.compile(r"(?:^|/)(?:data|datasets?|dataloaders?|loaders?|input_pipeline)/|"
+                          r"(?:iterators?|data_?loader|datasets?|data_?pipe\w*)\.py$")
+_DATA_ITER_FUNCS = frozenset({"__next__", "__iter__", "_next_data", "next_batch", "get_batch"})
+
+
+def is_data_iterator(frame: Frame) -> bool:
+    """A frame of a data pipeline's iterator outside torch's DataLoader (whose own frames
+    ``is_dataloader_wait`` reads)."""
+    return not frame.native and _func(frame) in _DATA_ITER_FUNCS \
+        and _DATA_MODULE.search(frame.filename.replace("\\", "/")) is not None \
+        and not _under(frame, "torch/utils/data/")
+
+
+def _in_child_process(frames: Sequence[Frame]) -> bool:
+    """A process multiprocessing started (a DataLoader worker): forked, it still shows the
+    frames of the parent that started it, the data iterator's among them."""
+    return any(_in(f, "multiprocessing/process.py") and _func(f) == "_bootstrap" for f in frames)
+
+
 def is_init_wait(frame: Frame) -> str | None:
     """Process-group setup, rendezvous, the c10d store, and torchrun's elastic agent."""
     if _in(frame, *_C10D, "torch/distributed/device_mesh.py") and frame.name in INIT_OPS:
@@ -185,6 +208,8 @@ def is_c10d_op(frame: Frame) -> tuple[Kind, str] | None:
                 return "collective", "wait"
         if is_nccl_group_launch(frame.name):
             return "p2p", "coalesced" if "Coalescing" in frame.name else "ncclGroupEnd"
+        if (mpi := mpi_call(frame.name)) is not None:
+            return ("p2p" if mpi[0] else "collective"), mpi[1]
     return None
 
 
@@ -220,6 +245,9 @@ _LOCK_FUNCS = {
     "concurrent/futures/_base.py": {"Future.result", "Future.exception", "wait", "as_completed"},
     "asyncio/base_events.py": {"BaseEventLoop.run_until_complete"},
 }
+# py-spy before Python 3.11 names a frame by its function alone ("wait", "get"): the same waits
+_LOCK_BARE = {path: {name.rsplit(".", 1)[-1] for name in names}
+              for path, names in _LOCK_FUNCS.items()}
 _LOCK_NATIVE = frozenset({"lock_PyThread_acquire_lock", "rlock_acquire",
                           "PyThread_acquire_lock_timed", "_multiprocessing_SemLock_acquire_impl",
                           "semlock_acquire", "pthread_join"})
@@ -242,8 +270,9 @@ def is_lock_wait(frame: Frame) -> str | None:
         if lock is not None:
             return lock
         return "lock.acquire" if frame.name in _LOCK_NATIVE else None
-    names = _LOCK_FUNCS.get(module_path(frame.filename))
-    if names and frame.name in names:
+    path = module_path(frame.filename)
+    names = _LOCK_FUNCS.get(path)
+    if names and (frame.name in names or frame.name in _LOCK_BARE[path]):
         base = module_path(frame.filename).removesuffix(".py").replace("/", ".")
         return f"{base}.{frame.name}"
     return None
@@ -371,6 +400,9 @@ def classify_thread(thread: ThreadStack) -> ThreadActivity:
                 best = (kind, op, frame)
                 break
     if best is not None:
+        if best[0] in ("lock", "sleep") and not _in_child_process(frames) and (data := next(
+                (f for f in frames if is_data_iterator(f)), None)) is not None:
+            return make("dataloader", f"{data.name} via {best[1]}", data)
         return make(*best)
     if thread.active:
         return make("compute", None, frames[0] if frames else None)
@@ -390,38 +422,3 @@ def main_thread(sample: StackSample) -> ThreadStack | None:
             return found
     return threads[0] if threads else None
 
-
-# --------------------------------------------------------------------------------------------------
-# Equivalence classes (the STAT prefix tree built on these keys is in analysis/stacktree.py)
-
-FrameKey = tuple[str, str, int | None]
-_ADDRESS = re.compile(r"^0x[0-9a-fA-F]+$")
-
-
-def frame_key(frame: Frame) -> FrameKey | None:
-    """How a frame compares across ranks. Library frames: function + module path, no line (so
-    ranks on hosts with different install prefixes or patch versions still group). The job's own
-    frames keep their line: two calls to all_reduce from different lines are different states.
-    Unsymbolised native frames (``0x7f...``) differ per process (ASLR) and are dropped (None)."""
-    if frame.native:
-        if _ADDRESS.match(frame.name):
-            return None
-        return (frame.name, frame.filename.rsplit("/", 1)[-1], None)
-    if is_library(frame):
-        return (frame.name, module_path(frame.filename), None)
-    return (frame.name, frame.filename, frame.line)
-
-
-def stack_key(frames: Sequence[Frame]) -> tuple[FrameKey, ...]:
-    """Hashable key of a whole stack (innermost first), equal for ranks in the same state."""
-    return tuple(key for key in map(frame_key, frames) if key is not None)
-
-
-def group_by_stack(stacks: dict[int, tuple[Frame, ...]]) -> list[tuple[tuple[Frame, ...],
-                                                                       list[int]]]:
-    """Ranks with equal :func:`stack_key`, largest group first: (a representative stack, ranks)."""
-    groups: dict[tuple[FrameKey, ...], tuple[tuple[Frame, ...], list[int]]] = {}
-    for rank in sorted(stacks):
-        frames = stacks[rank]
-        groups.setdefault(stack_key(frames), (frames, []))[1].append(rank)
-    return sorted(groups.values(), key=lambda group: (-len(group[1]), group[1][0]))

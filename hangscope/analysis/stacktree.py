@@ -11,11 +11,12 @@ One builder, :func:`merge_stacks`, serves both users; they differ only in its pa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from hangscope.analysis.stacks import FrameKey, frame_key, short_where
+from hangscope.analysis.stacks import is_library, module_path, short_where
 from hangscope.model import Frame
 from hangscope.ranges import format_ranks
 
@@ -115,3 +116,39 @@ def format_tree(root: PrefixNode[K], max_depth: int = 64) -> Iterator[str]:
         if node.frame is None or depth > max_depth:
             continue
         yield f"{'  ' * (depth - 1)}[{node.rank_text()}] {short_where(node.frame)}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Equivalence classes: the keys ranks in one state share
+
+FrameKey = tuple[str, str, int | None]
+_ADDRESS = re.compile(r"^0x[0-9a-fA-F]+$")
+
+
+def frame_key(frame: Frame) -> FrameKey | None:
+    """How a frame compares across ranks. Library frames: function + module path, no line (so
+    ranks on hosts with different install prefixes or patch versions still group). The job's own
+    frames keep their line: two calls to all_reduce from different lines are different states.
+    Unsymbolised native frames (``0x7f...``) differ per process (ASLR) and are dropped (None)."""
+    if frame.native:
+        if _ADDRESS.match(frame.name):
+            return None
+        return (frame.name, frame.filename.rsplit("/", 1)[-1], None)
+    if is_library(frame):
+        return (frame.name, module_path(frame.filename), None)
+    return (frame.name, frame.filename, frame.line)
+
+
+def stack_key(frames: Sequence[Frame]) -> tuple[FrameKey, ...]:
+    """Hashable key of a whole stack (innermost first), equal for ranks in the same state."""
+    return tuple(key for key in map(frame_key, frames) if key is not None)
+
+
+def group_by_stack(stacks: dict[int, tuple[Frame, ...]]) -> list[tuple[tuple[Frame, ...],
+                                                                       list[int]]]:
+    """Ranks with equal :func:`stack_key`, largest group first: (a representative stack, ranks)."""
+    groups: dict[tuple[FrameKey, ...], tuple[tuple[Frame, ...], list[int]]] = {}
+    for rank in sorted(stacks):
+        frames = stacks[rank]
+        groups.setdefault(stack_key(frames), (frames, []))[1].append(rank)
+    return sorted(groups.values(), key=lambda group: (-len(group[1]), group[1][0]))

@@ -296,7 +296,8 @@ def _native_followup(dumps: dict[int, list[pyspy.DumpResult]], rank_of_pid: dict
     distinct stack.
     """
     from hangscope.analysis.rank_state import refine_idle  # imported by then: see collect()
-    from hangscope.analysis.stacks import classify_thread, main_thread, stack_key
+    from hangscope.analysis.stacks import classify_thread, main_thread
+    from hangscope.analysis.stacktree import stack_key
 
     chosen: dict[object, int] = {}
     for pid, results in dumps.items():

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hangscope.analysis.stacks import main_thread, stack_key
+from hangscope.analysis.stacks import main_thread
+from hangscope.analysis.stacktree import stack_key
 from hangscope.collect.pyspy import DumpResult
 from hangscope.model import ProcessState
 

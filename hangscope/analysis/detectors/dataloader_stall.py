@@ -33,10 +33,16 @@ def detect(ctx: Context) -> list[Finding]:
         waiting = sorted({r for _, (sources, targets) in ctx.graph.waits.items()
                           if rank in targets for r in sources} - {rank})
         where = state.main.user_frame.where() if state.main.user_frame else "its DataLoader"
-        summary = (f"rank {rank}'s main thread waits for a batch from its DataLoader "
-                   f"({where}); " + ("; ".join(workers) if workers else
-                                     "no DataLoader worker was seen (num_workers=0 means the "
-                                     "dataset itself blocks in the main process)"))
+        op = state.main.op or ""
+        if " via " in op:  # another library's data iterator (stacks.py)
+            summary = (f"rank {rank}'s main thread waits for its next batch in a data iterator "
+                       f"({where}, blocked in {op.split(' via ')[1]}): the thread or "
+                       "process that fills it delivers nothing")
+        else:
+            summary = (f"rank {rank}'s main thread waits for a batch from its DataLoader "
+                       f"({where}); " + ("; ".join(workers) if workers else
+                                         "no DataLoader worker was seen (num_workers=0 means the "
+                                         "dataset itself blocks in the main process)"))
         if waiting:
             summary += f"; {ranks_do(waiting, 'wait')} for it"
         confidence = 0.9 if rank in waited_on else 0.6

@@ -12,8 +12,8 @@ False positive: a paste that cut a rank's lines early (the finding cites each ra
 
 from __future__ import annotations
 
-from hangscope.analysis.context import Context
-from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
+from hangscope.analysis.context import Context, log_evidence
+from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import ranks_do, ranks_phrase
 
@@ -42,7 +42,7 @@ def detect(ctx: Context) -> list[Finding]:
                f"{ranks_phrase(behind)} trails ({trail}): they never issued {where}, which the "
                "others wait in (a collective skipped or added on those ranks, or a rank stuck "
                "before it)")
-    evidence = [EvidenceItem("log", e.rank, e.message.strip()[:300], e.where())
+    evidence = [log_evidence(e)
                 for e in [latest[r] for r in behind[:4]] + [lead]]
     return [Finding(kind=Kind.MISSING_RANK, culprit_ranks=behind, waiting_ranks=ahead,
                     confidence=0.6, summary=summary, evidence=evidence,

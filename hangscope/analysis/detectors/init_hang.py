@@ -36,7 +36,7 @@ before its COMPLETE lines (the finding says so).
 
 from __future__ import annotations
 
-from hangscope.analysis.context import Context
+from hangscope.analysis.context import Context, log_evidence
 from hangscope.analysis.majority import odd_ones_out
 from hangscope.analysis.stacks import short_where
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
@@ -95,7 +95,7 @@ def _never_completed(ctx: Context) -> list[Finding]:
                "do not name (or the paste was cut before the COMPLETE lines). Next: "
                "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET on every node, and py-spy dump of a "
                "rank")
-    evidence = [EvidenceItem("log", e.rank, e.message.strip()[:300], e.where())
+    evidence = [log_evidence(e)
                 for e in setup[:3]]
     return [Finding(kind=Kind.INIT_HANG, culprit_ranks=[], waiting_ranks=[], confidence=0.4,
                     summary=summary, evidence=evidence,
@@ -130,7 +130,7 @@ def _started_not_completed(ctx: Context) -> list[Finding]:
                "on every node, and py-spy dump of a rank")
     return [Finding(kind=Kind.INIT_HANG, culprit_ranks=[], waiting_ranks=[], confidence=0.4,
                     summary=summary,
-                    evidence=[EvidenceItem("log", e.rank, e.message.strip()[:300], e.where())
+                    evidence=[log_evidence(e)
                               for e in open_[:3]],
                     measures={"rule": "nccl-init-started-not-completed"})]
 

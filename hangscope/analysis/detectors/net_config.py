@@ -13,8 +13,8 @@ lines (the job got past setup).
 
 from __future__ import annotations
 
-from hangscope.analysis.context import Context
-from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
+from hangscope.analysis.context import Context, log_evidence
+from hangscope.analysis.verdict import Finding, Kind
 from hangscope.model import LogEvent
 
 _REFUSED = ("Connection refused", "connect timeout", "Connection timed out", "No route to host")
@@ -39,7 +39,7 @@ def detect(ctx: Context) -> list[Finding]:
                "rank alike" + (f" (the logs show it: {refused[0].message.strip()[:160]})"
                                if refused else "")
                + "; set NCCL_SOCKET_IFNAME to the routable interface (e.g. eth0, or ^lo,docker0)")
-    evidence = [EvidenceItem("log", e.rank, e.message.strip()[:300], e.where())
+    evidence = [log_evidence(e)
                 for e in (loops[:3] + refused[:2])]
     return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=[],
                     confidence=0.7 if refused else 0.6, summary=summary, evidence=evidence,

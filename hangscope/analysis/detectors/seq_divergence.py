@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from hangscope.analysis.context import Context
+from hangscope.analysis.context import Context, log_evidence
 from hangscope.analysis.log_causes import rank_events
-from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
+from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
 from hangscope.model import LogEvent
 
 _P2P = ("send", "recv")
@@ -100,7 +100,7 @@ def _timed_out_past(timeouts: dict[tuple[int, int], LogEvent]) -> Finding | None
         return Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=culprits,
                        waiting_ranks=sorted(set(by_rank) - set(culprits)),
                        confidence=0.55 if rooted or not pg else 0.65, summary=summary,
-                       evidence=[_item(stuck), _item(ahead)],
+                       evidence=[log_evidence(stuck), log_evidence(ahead)],
                        collective=CollectiveRef(pg=pg or None, seq=seqs[0], op=op_b,
                                                 numbering="watchdog"),
                        measures={"rule": "timed-out-past-peer"})
@@ -145,8 +145,8 @@ def _diverged(pg: str, by_rank: dict[int, LogEvent],
                    "behind; the lines do not say which rank took the other path" if issued_more
                    else f"; rank {b} also issued fewer collectives than rank {a}, so the reading "
                    f"that rank {b} is behind (a missing rank) is likelier"))
-            evidence = [_item(ahead), _item(stuck)]
-            evidence += [_item(e) for e in (timeouts.get((a, int(ahead.fields["seq"]))),
+            evidence = [log_evidence(ahead), log_evidence(stuck)]
+            evidence += [log_evidence(e) for e in (timeouts.get((a, int(ahead.fields["seq"]))),
                                             timeouts.get((b, seq_b))) if e is not None]
             return Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=[],
                            waiting_ranks=sorted(by_rank),
@@ -156,7 +156,3 @@ def _diverged(pg: str, by_rank: dict[int, LogEvent],
                                                     numbering="watchdog"),
                            measures={"rule": "completed-past-peer"})
     return None
-
-
-def _item(event: LogEvent) -> EvidenceItem:
-    return EvidenceItem("log", event.rank, event.message[:300], event.where())

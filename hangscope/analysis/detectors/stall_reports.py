@@ -35,8 +35,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from hangscope.analysis.context import Context
-from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
+from hangscope.analysis.context import Context, log_evidence
+from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import format_ranks, ranks_phrase
 
@@ -47,18 +47,12 @@ def _ranks(text: object) -> set[int]:
     return {int(p) for p in str(text or "").split(",") if p.strip().isdigit()}
 
 
-def _events(ctx: Context, kind: str) -> list[LogEvent]:
-    out = [e for r in ctx.evidence.ranks.values() for e in r.logs if e.kind == kind]
-    out += [e for e in ctx.evidence.unattributed_logs if e.kind == kind]
-    return sorted(out, key=lambda e: (e.path, e.line_no))
-
-
 def detect(ctx: Context) -> list[Finding]:
     return _reports(ctx) + _fr_culprits(ctx) + _nccl_device_mismatch(ctx) + _stated_cycle(ctx)
 
 
 def _reports(ctx: Context) -> list[Finding]:
-    events = _events(ctx, "stall_report")
+    events = ctx.log_events("stall_report")
     if not events:
         return []
     named = set().union(*(_ranks(e.fields.get("missing")) | _ranks(e.fields.get("ready"))
@@ -105,7 +99,7 @@ def _reports(ctx: Context) -> list[Finding]:
     if only_ready and guessed:
         basis += (f" (read from the ready ranks, taking the world as ranks 0-{world - 1}: the "
                   "highest rank named)")
-    evidence = [_item(first[op]) for op in ops[:4]]
+    evidence = [log_evidence(first[op]) for op in ops[:4]]
     return [Finding(kind=Kind.MISSING_RANK, culprit_ranks=sorted(absent), waiting_ranks=waiting,
                     confidence=0.6 if only_ready and guessed else 0.8, summary=basis,
                     evidence=evidence, collective=_ref(first[ops[0]]),
@@ -134,7 +128,7 @@ def _split(ctx: Context, ready: dict[str, set[int]], first: dict[str, LogEvent],
     return Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=culprits,
                    waiting_ranks=sorted(large if culprits else small | large),
                    confidence=0.7, summary=summary,
-                   evidence=[_item(first[op_small]), _item(first[op_large])],
+                   evidence=[log_evidence(first[op_small]), log_evidence(first[op_large])],
                    collective=_ref(first[op_large]), measures={"rule": "split-submissions"})
 
 
@@ -169,13 +163,13 @@ def _crossed(missing: dict[str, set[int]], first: dict[str, LogEvent], tool: str
     ops = sorted((op for op, _ in sides), key=lambda op: first[op].line_no)
     return Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=culprits,
                    waiting_ranks=sorted(covered - set(culprits)), confidence=0.65,
-                   summary=summary, evidence=[_item(first[op]) for op in ops[:4]],
+                   summary=summary, evidence=[log_evidence(first[op]) for op in ops[:4]],
                    collective=_ref(first[ops[0]]), measures={"rule": "crossed-submissions"})
 
 
 def _fr_culprits(ctx: Context) -> list[Finding]:
     out = []
-    for event in _events(ctx, "fr_analyzer_error"):
+    for event in ctx.log_events("fr_analyzer_error"):
         culprits = sorted(_ranks(event.fields.get("culprits")))
         kind_name = str(event.fields.get("error_type", ""))
         if not culprits or "MISMATCH" not in kind_name:
@@ -188,12 +182,13 @@ def _fr_culprits(ctx: Context) -> list[Finding]:
         out.append(Finding(kind=kind, culprit_ranks=culprits, waiting_ranks=[], confidence=0.85,
                            summary=(f"torch's flight-recorder analyzer names "
                                     f"{ranks_phrase(culprits)} as culprit ({kind_name}){detail}"),
-                           evidence=[_item(event)], measures={"rule": "fr-analyzer-culprit"}))
+                           evidence=[log_evidence(event)],
+                           measures={"rule": "fr-analyzer-culprit"}))
     return out[:1]
 
 
 def _nccl_device_mismatch(ctx: Context) -> list[Finding]:
-    events = _events(ctx, "nccl_device_mismatch")
+    events = ctx.log_events("nccl_device_mismatch")
     if not events:
         return []
     around = sorted({int(r) for e in events if isinstance(r := e.fields.get("around_rank"), int)})
@@ -206,7 +201,8 @@ def _nccl_device_mismatch(ctx: Context) -> list[Finding]:
                "say which side called the wrong one (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL, a "
                "flight-recorder dump or TORCH_DISTRIBUTED_DEBUG=DETAIL shows each rank's call)")
     return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=[], waiting_ranks=[],
-                    confidence=0.75, summary=summary, evidence=[_item(e) for e in events[:4]],
+                    confidence=0.75, summary=summary,
+                    evidence=[log_evidence(e) for e in events[:4]],
                     measures={"rule": "nccl-device-mismatch"})]
 
 
@@ -215,7 +211,7 @@ _BLOCK_GAP = 3  # lines between two edges of one written-out chain
 
 
 def _stated_cycle(ctx: Context) -> list[Finding]:
-    edges = _events(ctx, "stated_wait")
+    edges = ctx.log_events("stated_wait")
     blocks: list[list[LogEvent]] = []
     for event in edges:
         if blocks and blocks[-1][-1].path == event.path \
@@ -272,12 +268,8 @@ def _cycle_finding(cycle: list[LogEvent]) -> Finding | None:
     summary = (f"the log writes out a wait cycle: {chain}; {ranks_phrase(ranks)} wait on each "
                f"other, {how}, so none can move (no single rank is shown at fault: all are named)")
     return Finding(kind=kind, culprit_ranks=ranks, waiting_ranks=[], confidence=0.6,
-                   summary=summary, evidence=[_item(e) for e in cycle[:6]],
+                   summary=summary, evidence=[log_evidence(e) for e in cycle[:6]],
                    measures={"rule": "stated-wait-cycle"})
-
-
-def _item(event: LogEvent) -> EvidenceItem:
-    return EvidenceItem("log", event.rank, event.message[:300], event.where())
 
 
 def _ref(event: LogEvent) -> CollectiveRef:

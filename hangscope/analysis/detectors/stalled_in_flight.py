@@ -23,19 +23,15 @@ finding says what to check. Rules, named in ``measures["rule"]``:
 
 from __future__ import annotations
 
-from hangscope.analysis.context import Context
+from hangscope.analysis.context import Context, log_evidence
 from hangscope.analysis.log_causes import failures
-from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
+from hangscope.analysis.verdict import Finding, Kind
 from hangscope.model import LogEvent
 
 _TIMEOUTS = ("nccl_watchdog_timeout", "nccl_work_status")
 _CHECK = ("check GPU peer access (NCCL_P2P_LEVEL / NCCL_P2P_DISABLE=1 as a test; IOMMU "
           "passthrough 'iommu=pt' and PCIe ACS off on bare metal), the NICs and links "
           "(NCCL_DEBUG=INFO WARN lines, ibstat), and each GPU's state (nvidia-smi / rocm-smi)")
-
-
-def _item(event: LogEvent) -> EvidenceItem:
-    return EvidenceItem("log", event.rank, " ".join(event.message.split())[:300], event.where())
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -60,7 +56,8 @@ def _ras_clean(every: list[LogEvent]) -> list[Finding]:
                + _CHECK[0].upper() + _CHECK[1:])
     waiting = sorted({e.rank for e in timeouts if e.rank is not None})
     return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=waiting,
-                    confidence=0.45, summary=summary, evidence=[_item(clean[0]), _item(first)],
+                    confidence=0.45, summary=summary,
+                    evidence=[log_evidence(clean[0], fold=True), log_evidence(first, fold=True)],
                     measures={"rule": "ras-clean-timeout"})]
 
 
@@ -83,7 +80,8 @@ def _tests(every: list[LogEvent]) -> list[Finding]:
                "lock-step, so no rank is missing: the transport between them stalled. " +
                _CHECK[0].upper() + _CHECK[1:])
     return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=[],
-                    confidence=0.35 if rows else 0.45, summary=summary, evidence=[_item(run)],
+                    confidence=0.35 if rows else 0.45, summary=summary,
+                    evidence=[log_evidence(run, fold=True)],
                     measures={"rule": "tests-no-result"})]
 
 
@@ -98,5 +96,5 @@ def _tests_wrong(every: list[LogEvent]) -> list[Finding]:
                "protocol chosen between unlike nodes) corrupts it. " + _CHECK[0].upper() +
                _CHECK[1:] + "; also try NCCL_PROTO=Simple and compare NCCL versions across nodes")
     return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=[],
-                    confidence=0.45, summary=summary, evidence=[_item(run)],
+                    confidence=0.45, summary=summary, evidence=[log_evidence(run, fold=True)],
                     measures={"rule": "tests-wrong-results"})]

@@ -16,8 +16,8 @@ hang that other evidence shows; they rank below the detectors of waits and death
 
 from __future__ import annotations
 
-from hangscope.analysis.context import Context
-from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
+from hangscope.analysis.context import Context, log_evidence
+from hangscope.analysis.verdict import Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import ranks_phrase
 from hangscope.sources.logs.perf_reports import THRESHOLD, parse_scores
@@ -25,21 +25,12 @@ from hangscope.sources.logs.perf_reports import THRESHOLD, parse_scores
 MAX_CITED = 4
 
 
-def _events(ctx: Context, kind: str) -> list[LogEvent]:
-    found = [e for e in ctx.evidence.all_logs() if e.kind == kind]
-    return sorted(found, key=lambda e: (e.path, e.line_no))
-
-
-def _item(event: LogEvent) -> EvidenceItem:
-    return EvidenceItem("log", event.rank, event.message[:300], event.where())
-
-
 def detect(ctx: Context) -> list[Finding]:
     return _warned(ctx) or _low_scores(ctx)
 
 
 def _warned(ctx: Context) -> list[Finding]:
-    warned = [e for e in _events(ctx, "straggler_report") if e.fields.get("verdict") == "found"]
+    warned = [e for e in ctx.log_events("straggler_report") if e.fields.get("verdict") == "found"]
     ranks = sorted({int(r) for e in warned for r in str(e.fields.get("ranks", "")).split(",")
                     if r.strip().isdigit()})
     if not ranks:
@@ -49,12 +40,12 @@ def _warned(ctx: Context) -> list[Finding]:
                f"rest ({' and '.join(measures)} performance below its threshold): the job runs "
                "at the pace of its slowest rank")
     return [Finding(kind=Kind.STRAGGLER, culprit_ranks=ranks, waiting_ranks=[], confidence=0.75,
-                    summary=summary, evidence=[_item(e) for e in warned[:MAX_CITED]],
+                    summary=summary, evidence=[log_evidence(e) for e in warned[:MAX_CITED]],
                     measures={"rule": "straggler-report"})]
 
 
 def _low_scores(ctx: Context) -> list[Finding]:
-    reports = _events(ctx, "gpu_perf_scores")
+    reports = ctx.log_events("gpu_perf_scores")
     low: dict[int, float] = {}
     cited: list[LogEvent] = []
     for event in reports:
@@ -71,5 +62,5 @@ def _low_scores(ctx: Context) -> list[Finding]:
     summary = (f"the straggler detector's scores (1.0 = the best rank) put {ranks_phrase(ranks)} "
                f"under {THRESHOLD} ({worst}) while the others score above it")
     return [Finding(kind=Kind.STRAGGLER, culprit_ranks=ranks, waiting_ranks=[], confidence=0.6,
-                    summary=summary, evidence=[_item(e) for e in cited[:MAX_CITED]],
+                    summary=summary, evidence=[log_evidence(e) for e in cited[:MAX_CITED]],
                     measures={"rule": "low-perf-score"})]

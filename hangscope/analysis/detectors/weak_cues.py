@@ -37,7 +37,7 @@ STRENGTH = {
     "version-skew": 4,
     "virtual-interface": 4.5, "network-words": 4, "peer-gone": 3, "slow-words": 3,
     "exit-nonzero": 2.5, "wait-timeout": 1,
-    "busy-phase": 0.5,
+    "setup-stops": 0.8, "busy-phase": 0.5,
 }
 BASIS = {
     "duplicate-gpu": "two ranks were placed on one GPU (a launch setting wrong on some processes)",
@@ -62,6 +62,8 @@ BASIS = {
     "slow-words": "some ranks are slower than the others",
     "exit-nonzero": "a process exited with an error",
     "wait-timeout": "ranks timed out waiting in a collective",
+    "setup-stops": ("the log stops in process-group set-up (its last lines start the store, the "
+                    "rendezvous or init_process_group, and nothing after says it completed)"),
     "busy-phase": "a process was in a long phase of its own (evaluation, saving, a data scan)",
 }
 _NAMES_CULPRIT = {"out-of-memory", "gpu-fault", "signal-death", "abort", "data-loading",

@@ -53,8 +53,8 @@ _P_RANK_LIGHTNING = re.compile(r"\[rank ?[:=] ?(\d+)\] ?(?:\|\| )?")
 _P_EMPTY = re.compile(r"\[\] ")  # an empty tag (a wrapper's container or task id, unset)
 _P_RANK_UPPER = re.compile(r"\[RANK (\d+)\]:? ?")
 _P_MPI = re.compile(r"\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>: ?")
-_P_ROLE = re.compile(r"\[([A-Za-z_][A-Za-z_\-]*?)(\d+)\]:")
-_P_BARE = re.compile(r"\[(\d{1,6})\] (?=\S)")
+_P_ROLE = re.compile(r"\[([A-Za-z_][A-Za-z_\-]*?)(\d+)(?:\|\d+)?\]:")  # torchrun [default0]:, [trainer0|0]:
+_P_BARE = re.compile(r"\[(\d{1,4})\] (?=\S)")  # 5 digits and more: a pid ("[26236] ...")
 # Heads a container runtime or test runner puts before the process prefixes (peeled first, in any
 # order; ``srun -l``'s task id is ``_P_SRUN`` below): docker compose / kubectl
 # ``name  | `` (a name with a separator character, or padded by two spaces), kubectl --prefix
@@ -63,8 +63,22 @@ _P_PIPE = re.compile(r"(?:[\w][\w.\-/]*[.\-/][\w.\-/]*|[\w.\-/]+(?= {2})) *\| ")
 _P_KUBE = re.compile(r"\[pod/[^\]\s]+\] ")
 _P_INDENTED = re.compile(r"\[(?:rank ?[:=]? ?\d+|RANK \d+|\d+,\d+\]<std|[A-Za-z_]+\d+\]:|[IWEF]\d{4} )")
 _P_PYTEST = re.compile(r"E {2,8}(?=\S)")
+# the container runtime's own log file (CRI, what ``kubectl logs`` reads from the node:
+# ``2025-07-25T07:53:08.217487+08:00 stdout F ``; ``P`` marks a line split at 16 KiB)
+CRI_PATTERN = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) (?:stdout|stderr) [FP] "
+_P_CRI = re.compile(CRI_PATTERN)
+# a collector's timestamp before the launcher's process head (AzureML's, ``kubectl logs
+# --timestamps``): ``2020-11-08 20:25:49 [1,0]<stdout>:``; peeled only where a head follows
+_P_STAMP = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) "
+                      r"(?=\[(?:\d+,)?\d+\]<|\[rank\d|\[RANK \d|\[default\d|\[rank ?[:=])")
 # Ray's worker prefix: ``(RayWorkerWrapper pid=4009) `` or ``(RayTrainWorker pid=9, ip=10.0.0.1) ``
-_P_RAY = re.compile(r"\((?:[\w.\-]+ )?pid=\d+(?:, ip=[^)]*)?\) ")
+# vLLM's workers under its own executor name their parallel rank there: ``(VllmWorker TP2 pid=7) ``,
+# ``(VllmWorker rank=2 pid=7) ``, ``(Worker_PP1_TP0 pid=7) ``
+_P_RAY = re.compile(r"\((?:(?P<who>[\w.\-]+(?: (?:TP\d+|rank=\d+))?) )?pid=\d+(?:, ip=[^)]*)?\) ")
+# sglang's head names the process's parallel ranks after the time: ``[2025-07-25 07:53:08 TP2] ``,
+# ``[2025-07-25 07:53:08 DP1 TP3 EP3] ``
+_T_SGLANG = re.compile(r"\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?P<tags>(?: (?:DP|PP|TP|EP|CP)\d+)+)\] ")
+_PARALLEL_TAG = re.compile(r"(?<![A-Za-z])(DP|PP|TP|EP|CP|rank=)(\d+)")
 SRUN_PATTERN = r" {0,5}(\d{1,6}): "  # ``srun -l``'s task label (normalize peels it too)
 _P_SRUN = re.compile(SRUN_PATTERN)
 
@@ -173,14 +187,20 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
     indent = len(text) - len(text.lstrip(" \t"))
     if indent and _P_INDENTED.match(text, indent):
         pos = indent  # a paste indented as a code block or a quote: "    [rank7]:[E816 ..."
+    stamp = None
     for _ in range(3):
-        head = _P_PIPE.match(text, pos) or _P_KUBE.match(text, pos) or _P_PYTEST.match(text, pos)
+        head = _P_PIPE.match(text, pos) or _P_KUBE.match(text, pos) \
+            or _P_PYTEST.match(text, pos) or _P_CRI.match(text, pos)
+        if head is None and stamp is None:
+            head = stamp = _P_STAMP.match(text, pos)
         if not head:
             break
         pos = head.end()
     ray = _P_RAY.match(text, pos)
     if ray:
         pos = ray.end()
+        rank, local = parallel_rank(ray.group("who") or "")
+        source = "prefix" if rank is not None else ""
     elif text[pos:pos + 1].isdigit() or text[pos:pos + 1] == " ":
         srun = _P_SRUN.match(text, pos)
         if srun:
@@ -242,9 +262,18 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
                                              int(g[4]), int(g[5]), g[6])
                     line.severity = _LEVELS.get(g[7].upper())
                 else:
-                    m = _T_KERNEL.match(rest)
-                    if m:
+                    m = _T_KERNEL.match(rest) or _T_SGLANG.match(rest)
+                    if m and m.re is _T_KERNEL:
                         line.uptime_s = float(m.group(1))
+                    elif m:
+                        g = m.groups()
+                        line.time = _local_epoch(int(g[0]), int(g[1]), int(g[2]), int(g[3]),
+                                                 int(g[4]), int(g[5]), None)
+                        tagged, tagged_local = parallel_rank(m.group("tags"))
+                        if line.rank is None and tagged is not None:
+                            line.rank, line.rank_source = tagged, "prefix"
+                        elif line.local_rank is None and tagged_local is not None:
+                            line.local_rank = tagged_local
                     else:
                         m = _iso(rest, line)
     elif first.isdigit():
@@ -262,7 +291,23 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
                 return line
     if m:
         line.body = rest[m.end():]
+    if stamp is not None and line.time is None:
+        _iso(stamp.group(1) + " ", line)  # the collector's time, where the line has none
     return line
+
+
+def parallel_rank(tags: str) -> tuple[int | None, int | None]:
+    """(rank, local rank) from an inference server's parallel-rank tags (``TP2``, ``DP1 TP3``,
+    ``rank=2``). The tensor-parallel rank is the process's rank only where no other data- or
+    pipeline-parallel rank than 0 is named; else it is its rank inside its group (kept as local)."""
+    found = {name: int(value) for name, value in _PARALLEL_TAG.findall(tags)}
+    if "rank=" in found:
+        return found["rank="], None
+    if "TP" not in found:
+        return None, None
+    if found.get("DP", 0) or found.get("PP", 0):
+        return None, found["TP"]
+    return found["TP"], None
 
 
 def _iso(rest: str, line: Line) -> re.Match[str] | None:

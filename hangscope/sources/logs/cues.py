@@ -121,7 +121,9 @@ CUES: tuple[Cue, ...] = (
         r"waiting for (?:all |the other |other )?(?:ranks|workers|nodes|processes) to (?:join|connect|start)|"
         r"waiting for .{0,40}\b(?:proc(?:ess)?(?:\(?e?s\)?)?|ranks?|workers?|nodes?|engines?) to (?:join|connect|start|come up|be ready)|"
         # torch's ncclUniqueId exchange through the store (ProcessGroupNCCL::broadcastUniqueNCCLID)
-        r"broadcastUniqueNCCLID|ncclUniqueId")),
+        r"broadcastUniqueNCCLID|ncclUniqueId"),
+        # c10d's own line that the store-based barrier of init_process_group passed
+        unless=re.compile(r"(?i)Completed store-based barrier")),
     Cue("mismatch-words", "collective_mismatch", "cause", re.compile(
         r"(?i)\bmismatch(?:ed)?\b|do(?:es)?(?: not|n't) match|different (?:shape|size|dtype|number of|order|sequence)|"
         r"inconsistent|unequal|uneven|sizes? differ|expected .{0,40} but (?:got|received)|"
@@ -162,10 +164,32 @@ CUES: tuple[Cue, ...] = (
 # the start of the line's body (``^Evaluating``) is unanchored here, since the prefix is peeled
 # only for the lines this lets through.
 _LINE_START = re.compile(r"(?:(?<=^)|(?<=\|))\^")
+# Process-group set-up as torch, launchers and frameworks log it while it is under way: a log
+# whose last lines are these stopped inside set-up (cue ``setup-stops``, read on the log's last
+# ``SETUP_LAST`` lines only; a line that says set-up completed is none of these)
+_SETUP = re.compile(
+    r"(?i)server socket (?:has started to listen|will attempt to listen|is attempting to listen)|"
+    r"client socket will attempt to connect|Initiali[sz]ing (?:the )?(?:process group|distributed|torch\.distributed|TorchBackend)|"
+    r"Using distributed PyTorch|Added key: store_based_barrier_key|distributed init \(rank \d+\)|"
+    r"Rendezvous'ing worker group|Starting elastic_operator|init(?:ializ(?:e|ing))?_process_group\b(?!.{0,40}(?:done|complete|finished|success))|"
+    r"(?:setting up|set up|starting) (?:the )?(?:distributed|process group|ddp|nccl|rendezvous)\b(?!.{0,40}(?:done|complete|finished))")
+SETUP_LAST = 3
+SETUP_CUE = Cue("setup-stops", "init_hang", "symptom", _SETUP)
 _PREFILTER = re.compile(
     "|".join(f"(?:{_LINE_START.sub('', cue.pattern.pattern.removeprefix('(?i)'))})" for cue in CUES),
     re.IGNORECASE)
 _MSG_RANK = re.compile(r"(?i)\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\]?")
+
+
+def _last_lines(tail: LogicalTail) -> set[int]:
+    """Indexes of the tail's last ``SETUP_LAST`` lines that say something."""
+    found: set[int] = set()
+    for index in range(len(tail.lines) - 1, -1, -1):
+        if len(found) == SETUP_LAST:
+            break
+        if index not in tail.skip and tail.lines[index].strip():
+            found.add(index)
+    return found
 
 
 def classify(body: str) -> Cue | None:
@@ -186,14 +210,18 @@ def scan_cues(path: str, rank_hint: int | None = None,
         return []
     ctx = tail.ctx
     out: list[LogEvent] = []
+    last = _last_lines(tail)
     for index, raw in enumerate(tail.lines):
         if index in tail.skip:
             continue
         text = decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE)
-        if not _PREFILTER.search(text):
+        at_end = index in last and _SETUP.search(text) is not None
+        if not at_end and not _PREFILTER.search(text):
             continue
         line = parse_line(text, tail.line_no(index), ctx)
         cue = classify(line.body[:2000])
+        if cue is None and at_end:
+            cue = SETUP_CUE
         if cue is None:
             continue
         rank, source = line.rank, line.rank_source and "prefix"

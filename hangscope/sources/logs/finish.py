@@ -35,7 +35,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import Line, make_event
-from hangscope.sources.logs.progress import tail_candidates
+from hangscope.sources.logs.progress import LogicalTail, tail_candidates
 
 _CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|successfully finished|epoch|\[=|"
                         rb"success|succeeded|finished|NOT been destroyed|(?:training|total|run) (?:time|duration)")
@@ -60,8 +60,9 @@ _LAST_EPOCH = re.compile(r"^Epoch (?P<n>\d+)/(?P=n)\s*$")
 _FULL_BAR = re.compile(r"^(?P<n>\d+)/(?P=n) \[=+\]")
 
 
-def scan_finish(path: str, rank_hint: int | None = None) -> list[LogEvent]:
-    read = tail_candidates(path, rank_hint, _CANDIDATE)
+def scan_finish(path: str, rank_hint: int | None = None,
+                tail: LogicalTail | None = None) -> list[LogEvent]:
+    read = tail_candidates(path, rank_hint, _CANDIDATE, tail)
     if read is None:
         return []
     ctx, lines = read

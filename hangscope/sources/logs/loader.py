@@ -47,10 +47,10 @@ def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: 
         return
     events += scan_progress(path, rank_hint=rank)  # where each rank's log got to, and ends
     events += scan_sizes(path, rank_hint=rank)  # the sizes it says it built
-    tail = logical_tail(path, rank)  # read and its wraps rebuilt once, for the two scans using it
+    tail = logical_tail(path, rank)  # read and its wraps rebuilt once, for every scan of the tail
     events += scan_collective_lines(path, rank_hint=rank, tail=tail)  # rank + collective lines
-    events += scan_marks(path, rank_hint=rank)  # a user's before/after prints around a call
-    events += scan_step_times(path, rank_hint=rank)  # what each step took, in order
-    events += scan_finish(path, rank_hint=rank)  # the run said it finished
+    events += scan_marks(path, rank_hint=rank, tail=tail)  # a user's before/after prints around a call
+    events += scan_step_times(path, rank_hint=rank, tail=tail)  # what each step took, in order
+    events += scan_finish(path, rank_hint=rank, tail=tail)  # the run said it finished
     events += scan_cues(path, rank_hint=rank, tail=tail)  # words that point at a kind: last tier
     attribute(events, rank, evidence)

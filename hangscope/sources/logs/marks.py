@@ -28,7 +28,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import make_event
-from hangscope.sources.logs.progress import tail_candidates
+from hangscope.sources.logs.progress import LogicalTail, tail_candidates
 
 _CANDIDATE = re.compile(rb"(?i)before|after")
 _RANK = r"(?:rank|RANK|Rank)\s*[=:#]?\s*(?P<r{n}>\d{{1,5}})\b"
@@ -45,8 +45,9 @@ _MARKS = (
 _WORDS = re.compile(r"[A-Za-z_][A-Za-z_.]*")
 
 
-def scan_marks(path: str, rank_hint: int | None = None) -> list[LogEvent]:
-    read = tail_candidates(path, rank_hint, _CANDIDATE)
+def scan_marks(path: str, rank_hint: int | None = None,
+               tail: LogicalTail | None = None) -> list[LogEvent]:
+    read = tail_candidates(path, rank_hint, _CANDIDATE, tail)
     if read is None:
         return []
     ctx, lines = read

@@ -43,7 +43,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hangscope.sources.logs.common import ANSI_PATTERN, SRUN_PATTERN
+from hangscope.sources.logs.common import ANSI_PATTERN, CRI_PATTERN, SRUN_PATTERN
 
 NORMALIZE_MAX = 16 << 20
 MAX_JOIN = 8  # physical lines one logical line may be rebuilt from
@@ -66,6 +66,7 @@ _HEADS = (
     ("kubectl", re.compile(r"\[pod/[^\]\s]{1,200}\] ")),
     ("compose", re.compile(r"[\w.\-]{1,100} +\| ")),
     ("srun", re.compile(SRUN_PATTERN)),
+    ("cri", re.compile(CRI_PATTERN)),
 )
 HEAD_SAMPLE = 40  # first non-empty lines looked at to decide that a paste has a head
 HEAD_SHARE = 0.8  # of them that must carry it
@@ -94,7 +95,8 @@ _RECORD_START = re.compile(
 # bar that ends without a newline): the head of a C++ log line (``[rank1]:[W516 14:34:56...``) or
 # a head right after a bar's closing bracket.
 _RELAY_MIDLINE = re.compile(
-    r"(?<=\S) (?=\((?:[A-Za-z_][\w.\-]* )?pid=\d+(?:, ip=[\d.:a-fA-F]+)?\) )"
+    r"(?<=\S) (?=\((?:[A-Za-z_][\w.\-]*(?: (?:TP\d+|rank=\d+))? )?pid=\d+"
+    r"(?:, ip=[\d.:a-fA-F]+)?\) )"
     r"|(?<=\S)(?=\[rank\d{1,6}\]:\[[IWEF]\d{3,4} )|(?<=\])(?=\[rank\d{1,6}\]: )")
 _RELAY_MIDLINE_BYTES = re.compile(_RELAY_MIDLINE.pattern.encode())
 
@@ -243,11 +245,17 @@ def _split_head(line: str, head: tuple[str, re.Pattern[str]]) -> tuple[str, str]
     return "", line[m.end():]
 
 
+# NCCL's "host:pid:tid [dev] NCCL INFO ..." cut between "NCCL" and its level: the level word
+# starts the wrapped piece, and is no record of its own
+_NCCL_CUT = re.compile(r"\] NCCL ?$")
+_NCCL_LEVEL = re.compile(r"(?:INFO|WARN) ")
+
+
 def _continues(before: str, after: str) -> bool:
     """Whether ``after`` may continue ``before``: it starts no record of its own, and does not open
     the way ``before`` opens (two lines of one stream share their head; a line and its wrapped
     tail do not)."""
-    if _RECORD_START.match(after):
+    if _RECORD_START.match(after) and not (_NCCL_LEVEL.match(after) and _NCCL_CUT.search(before)):
         return False
     head = min(HEAD, len(before))
     return head < 4 or before[:head] != after[:head]

@@ -14,7 +14,9 @@ timestamp or rank prefix (``common.parse_line`` peels those):
 Only the tail of a log is read (``TAIL_BYTES``; the lines before it are counted so that line
 numbers stay the file's). Per rank stream the scan yields at most two events: ``progress`` (the last
 progress line: ``fields`` ``step``, ``total``, ``epoch``, ``unit``) and ``log_end`` (the last
-non-blank line). Both are facts, not failures: ``analysis/log_progress.py`` reads them. Where a
+non-blank line); ``advanced`` is set where an earlier line of the stream (or an earlier drawing of
+a redrawn bar) stood at an earlier position in the same unit: the log shows it move. Both are
+facts, not failures: ``analysis/log_progress.py`` reads them. Where a
 stream's progress lines also state a per-step time (``compute 38ms``, ``fwd_bwd=0.21s``,
 ``step_time: 67 ms``, the PyTorch examples' ``Time  0.123 ( 0.150)``: :func:`parse_timing`), the
 ``progress`` event carries the median of its last ``TIMING_SAMPLES`` such lines (``timing``,
@@ -59,7 +61,9 @@ _COUNTERS = (
     ("step", re.compile(_BEFORE + r"(?:global[_ ])?step\b['\"]?\s*[:=#]?\s*\[?\s*" + _NUM, re.I)),
     ("iter", re.compile(_BEFORE + r"iter(?:ation)?\b['\"]?\s*[:=#]?\s*\[?\s*" + _NUM, re.I)),
     ("update", re.compile(_BEFORE + r"num_updates\b['\"]?\s*[:=]?\s*(\d+)()", re.I)),
-    ("batch", re.compile(_BEFORE + r"batch\b\s*[:=#]?\s*\[?\s*(\d+)\s*/\s*(\d+)", re.I)),
+    # "Batch 41/600"; "Epoch 0, batch 10, loss ..." (never "batch size 14", "batch_size=14")
+    ("batch", re.compile(_BEFORE + r"batch\b\s*[:=#]?\s*\[?\s*(\d+)"
+                         r"(?:\s*/\s*(\d+)|(?=[,:\]|]|\s*$))()", re.I)),
     ("sample", re.compile(r"\[(\d+)/(\d+) \(\d+%\)\]")),
 )
 _EPOCH = re.compile(_BEFORE + r"epoch\b['\"]?\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)(?:\s*/\s*\d+)?",
@@ -144,6 +148,7 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
     last: dict[tuple[int | None, int | None], tuple[Line, Progress]] = {}
     ends: dict[tuple[int | None, int | None], Line] = {}
     times: dict[tuple[int | None, int | None], _Times] = {}
+    advanced: set[tuple[int | None, int | None]] = set()  # streams seen at two positions
     settled = 0  # lines since a stream last changed
     for index in range(len(lines) - 1, -1, -1):
         if settled > SETTLE_LINES and len(last) == len(ends):
@@ -162,10 +167,17 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
                    head.local_rank if head.local_rank is not None else ctx.local_hint)
         if key in last:
             timed = times.get(key)
-            if timed is not None and timed.wants() and _CANDIDATE.search(segments[-1]):
+            wants_time = timed is not None and timed.wants()
+            if (wants_time or key not in advanced) and _CANDIDATE.search(segments[-1]):
                 body = head.body if head is not None and len(segments) == 1 else \
                     parse_line(decode(segments[-1], MAX_LINE), line_no, ctx).body
-                if parse_progress(body) is not None and timed.add(parse_timing(body), line_no):
+                found = parse_progress(body)
+                if found is not None and key not in advanced and \
+                        found.unit == last[key][1].unit and _order(found) < _order(last[key][1]):
+                    advanced.add(key)  # an earlier line of the stream stood further back
+                    settled = 0
+                if found is not None and timed is not None and wants_time \
+                        and timed.add(parse_timing(body), line_no):
                     settled = 0
             continue
         prefix = head.key if head is not None else ""
@@ -186,6 +198,10 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
             found = parse_progress(line.body) if candidate else None
             if found is not None:
                 last[key] = (line, found)
+                # a bar redrawn with carriage returns shows its own advance within the line
+                first = parse_progress(decode(segments[0], MAX_LINE)) if nth else None
+                if first is not None and first.unit == found.unit and _order(first) < _order(found):
+                    advanced.add(key)
                 timing = parse_timing(line.body)
                 if timing is not None:
                     times[key] = _Times(timing[0], timing[2])
@@ -208,6 +224,8 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
             fields["total"] = found.total
         if found.epoch is not None:
             fields["epoch"] = found.epoch
+        if key in advanced:
+            fields["advanced"] = 1
         events.append(make_event("progress", line, ctx, "info", fields))
     events.extend(make_event("log_end", line, ctx, "info", {}) for line in ends.values())
     return events
@@ -257,18 +275,26 @@ def logical_tail(path: str, rank_hint: int | None = None) -> LogicalTail | None:
     return LogicalTail(ctx, lines, skip, first_line, fixed)
 
 
-def tail_candidates(path: str, rank_hint: int | None, candidate: re.Pattern[bytes]
-                    ) -> tuple[Context, list[Line]] | None:
+def tail_candidates(path: str, rank_hint: int | None, candidate: re.Pattern[bytes],
+                    tail: LogicalTail | None = None) -> tuple[Context, list[Line]] | None:
     """The log tail's logical lines (wrapped records rebuilt, as ``logical_tail`` reads them)
     that ``candidate`` finds a word in, prefix-parsed (a line redrawn with carriage returns: its
-    last drawing), with the log's context; None when unreadable."""
-    tail = logical_tail(path, rank_hint)
+    last drawing), with the log's context; None when unreadable. ``tail``: the one the loader
+    already read and rebuilt, so a file is normalized once for every scan of its tail."""
+    tail = tail or logical_tail(path, rank_hint)
     if tail is None:
         return None
     return tail.ctx, [parse_line(decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE),
                                  tail.line_no(index), tail.ctx)
                       for index, raw in enumerate(tail.lines)
                       if index not in tail.skip and candidate.search(raw, 0, MAX_LINE)]
+
+
+def _order(found: Progress) -> tuple[float, int]:
+    """A position's place in training, to tell an earlier line from a later one of a stream:
+    epoch first, then the counter (unknown parts count as the start)."""
+    return (found.epoch if found.epoch is not None else -1.0,
+            found.step if found.step is not None else -1)
 
 
 @dataclass(slots=True)
@@ -298,7 +324,7 @@ class _Times:
 
 def _continuations(lines: list[bytes]) -> set[int]:
     """Indented lines that continue a rank-prefixed line's message (a report block): they are
-    no stream of their own. Prefixes start with ``[`` or ``(``: that is all this looks at."""
+    no stream of their own."""
     found = set()
     prefixed = False
     for index, raw in enumerate(lines):
@@ -308,8 +334,15 @@ def _continuations(lines: list[bytes]) -> set[int]:
             if prefixed:
                 found.add(index)
             continue
-        prefixed = raw[:1] in (b"[", b"(")
+        prefixed = _PROCESS_HEAD.match(raw) is not None
     return found
+
+
+# a process's head (``[rank3]:``, ``[default0]:``, ``[1,0]<stderr>:``, ``[3] ``, Ray's
+# ``(Worker pid=7)``), not any bracket (``[Errno 28] No space left``, ``(base) $``)
+_PROCESS_HEAD = re.compile(rb"\[(?:rank|RANK|Rank|default|trainer|worker)\s?[:=]?\s?\d|"
+                           rb"\[(?:\d+,)?\d+\](?:<|:| )|\[[A-Za-z_]+\d+(?:\|\d+)?\]:|"
+                           rb"\((?:[\w.\-]+ )*pid=\d+")
 
 
 def position(event: LogEvent) -> tuple[float | None, int | None]:

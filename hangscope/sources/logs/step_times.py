@@ -7,7 +7,8 @@ the log's tail (``progress.TAIL_BYTES``) that says what a step cost, in these wo
 
     Iteration took 32.709 s.                 # a loop's own timer (cBio/cbio-cluster#342)
     step took 1.52s   /  Epoch took 120.4 seconds
-    70/70 [====] - 7s 99ms/step - loss: 0.08 # Keras' epoch summary
+    70/70 [====] - 7s 99ms/step - loss: 0.08 # Keras' epoch summary; "1.209 sec/step"
+    Step: 2/951, Loss: 3.25, Time/step: 67.29 # a loop's own field (seconds when unnamed)
     45/100 [00:10<00:12, 3.52s/it]           # tqdm when an iteration takes over a second
 
 ``step_times`` event per stream and wording (at the stream's last such line): fields key
@@ -22,21 +23,25 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import Line, make_event
-from hangscope.sources.logs.progress import tail_candidates
+from hangscope.sources.logs.progress import LogicalTail, tail_candidates
 
 MAX_VALUES = 64
-_CANDIDATE = re.compile(rb"(?i)took|/step|s/it")
+_CANDIDATE = re.compile(rb"(?i)took|/step|s/it|time ?/ ?(?:step|iter)")
 _UNITS = {"ms": 1.0, "s": 1000.0, "sec": 1000.0, "secs": 1000.0, "seconds": 1000.0}
 _WORDINGS = (
     ("took", re.compile(r"(?i)\b(?:iteration|iter|step|batch|epoch)\s+took\s+"
                         r"(?P<v>\d+(?:\.\d+)?)\s*(?P<u>ms|s|secs?|seconds)\b")),
-    ("per_step", re.compile(r"(?<![\w.])(?P<v>\d+(?:\.\d+)?)(?P<u>ms|s)/step\b")),
+    ("per_step", re.compile(r"(?<![\w.])(?P<v>\d+(?:\.\d+)?) ?(?P<u>ms|s|secs?)/step\b")),
+    # "Time/step: 43.86" (a loop's own field; seconds where it names no unit)
+    ("time_per_step", re.compile(r"(?i)\btime ?/ ?(?:step|iter)\s*[:=]\s*(?P<v>\d+(?:\.\d+)?)"
+                                 r"\s*(?P<u>ms|s)?\b")),
     ("s_per_it", re.compile(r"(?<![\w.])(?P<v>\d+(?:\.\d+)?)(?P<u>s)/it\b")),
 )
 
 
-def scan_step_times(path: str, rank_hint: int | None = None) -> list[LogEvent]:
-    read = tail_candidates(path, rank_hint, _CANDIDATE)
+def scan_step_times(path: str, rank_hint: int | None = None,
+                    tail: LogicalTail | None = None) -> list[LogEvent]:
+    read = tail_candidates(path, rank_hint, _CANDIDATE, tail)
     if read is None:
         return []
     ctx, lines = read
@@ -48,7 +53,7 @@ def scan_step_times(path: str, rank_hint: int | None = None) -> list[LogEvent]:
                 continue
             stream = (line.rank if line.rank is not None else ctx.rank_hint,
                       line.local_rank if line.local_rank is not None else ctx.local_hint, key)
-            value = float(m.group("v")) * _UNITS[m.group("u").lower()]
+            value = float(m.group("v")) * _UNITS[(m.group("u") or "s").lower()]
             _, values, first = series.get(stream, (line, [], line.line_no))
             values.append(value)
             series[stream] = (line, values[-MAX_VALUES:], first)

@@ -320,9 +320,9 @@ def nccl_error(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     for nxt in follow.lines():
         if nxt.key != line.key:
             continue
-        if nxt.body.startswith("ncclRemoteError") or nxt.body.startswith("nccl") and ":" in nxt.body:
-            c2 = _NCCL_CODE.search(nxt.body)
-            if c2 and "code" not in fields:
+        c2 = _NCCL_CODE.match(nxt.body) if nxt.body.startswith("nccl") else None
+        if c2 is not None:  # the error's code on a line of its own (not "ncclSocketInit: ...")
+            if "code" not in fields:
                 fields["code"] = c2.group(1)
             follow.consume(nxt.line_no)
             continue
