@@ -58,7 +58,32 @@ class SharedHistory:
     bodies: array  # type: ignore[type-arg]  # index into Tables.bodies
 
 
-class GroupEntries(Sequence[FrEntry]):
+class _LazyEntries(Sequence[FrEntry]):
+    """Indexing for sequences whose records are made on first read: subclasses give
+    ``__len__`` and ``_at`` (a valid, non-negative index)."""
+
+    __slots__ = ()
+
+    @overload
+    def __getitem__(self, index: int) -> FrEntry: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[FrEntry]: ...
+
+    def __getitem__(self, index: int | slice) -> FrEntry | list[FrEntry]:
+        if isinstance(index, slice):
+            return [self._at(i) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._at(index)
+
+    def _at(self, index: int) -> FrEntry:
+        raise NotImplementedError
+
+
+class GroupEntries(_LazyEntries):
     """One rank's collectives of one group, as ``RankInGroup.entries``: records are rebuilt on
     access from the shared history, the rank's record ids and its records kept whole. Those
     stay as shipped until something reads them (the report, for the few ranks it details):
@@ -79,21 +104,6 @@ class GroupEntries(Sequence[FrEntry]):
     def __len__(self) -> int:
         return len(self.record_ids)
 
-    @overload
-    def __getitem__(self, index: int) -> FrEntry: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[FrEntry]: ...
-
-    def __getitem__(self, index: int | slice) -> FrEntry | list[FrEntry]:
-        if isinstance(index, slice):
-            return [self._at(i) for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        return self._at(index)
-
     def _at(self, index: int) -> FrEntry:
         entry = self.kept.get(index)
         if entry is not None:
@@ -107,7 +117,7 @@ class GroupEntries(Sequence[FrEntry]):
                        b[9], None, None, None, None, b[10], b[11], (), b[12])
 
 
-class Records(Sequence[FrEntry]):
+class Records(_LazyEntries):
     """Records as shipped, each made an :class:`FrEntry` when first read: a 3D-parallel job's
     dumps hold hundreds of sends and receives each, which only p2p matching over whole
     histories and the report read."""
@@ -121,15 +131,7 @@ class Records(Sequence[FrEntry]):
     def __len__(self) -> int:
         return len(self._items)
 
-    @overload
-    def __getitem__(self, index: int) -> FrEntry: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[FrEntry]: ...
-
-    def __getitem__(self, index: int | slice) -> FrEntry | list[FrEntry]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+    def _at(self, index: int) -> FrEntry:
         item = self._items[index]
         if type(item) is tuple:
             item = self._items[index] = self._unship(item)
