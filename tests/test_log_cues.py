@@ -197,3 +197,50 @@ def test_setup_lines_followed_by_training_are_not_a_hang(tmp_path: Path) -> None
     # and a set-up line that says it completed is no set-up cue either
     assert classify("[c10d] Rank 0: Completed store-based barrier for key:store_based_barrier_key:1"
                     " with 2 nodes.") is None
+
+
+# c10d's store client (socket.cpp's waitForInput) timing out on its rendezvous endpoint
+_STORE_TIMEOUT = ("[W228 18:45:15.741177013 socket.cpp:487] [c10d] waitForInput: socket SocketImpl("
+                  "fd=11, addr=[node1]:38674, remote=[10.0.0.1]:23456) timed out after 900000ms")
+
+
+def test_a_store_timeout_before_any_training_is_setup(tmp_path: Path) -> None:
+    # GIVEN torchrun's banner and the store client timing out, then its traceback: nothing trained
+    verdict = _verdict(tmp_path, "\n".join([
+        "*****************************************", _STORE_TIMEOUT,
+        "Traceback (most recent call last):",
+        '  File "/opt/conda/lib/python3.10/site-packages/torch/distributed/run.py", line 919, in main',
+        "torch.distributed.DistNetworkError: failed to recv, got 0 bytes", ""]))
+    # THEN set-up did not complete
+    first = verdict.findings[0]
+    assert first.kind.value == "init_hang" and first.measures.get("cue") in ("store-timeout", "init")
+
+
+@pytest.mark.parametrize("before", [
+    "ep 1 dev eval, step 99, min_wer 0.083, ce 0.286",  # training progress
+    "Tokenizing Prompts (num_proc=64):  92%|#########2| 328986/359152 [29:58<12:05]",  # a phase
+])
+def test_a_store_timeout_after_the_job_began_is_a_rank_elsewhere(tmp_path: Path,
+                                                                  before: str) -> None:
+    # GIVEN a line showing the job had begun, then the store timing out (TCPStore::doWait)
+    verdict = _verdict(tmp_path, "\n".join([
+        before, "RuntimeError: Socket Timeout",
+        "Exception raised from doWait at ../torch/csrc/distributed/c10d/TCPStore.cpp:445 "
+        "(most recent call first):", ""]))
+    # THEN rule store-wait: the store was a barrier, and a rank never wrote its key
+    first = verdict.findings[0]
+    assert first.kind.value == "missing_rank"
+    assert first.measures.get("rule") == "store-wait" and "rule `store-wait`" in first.summary
+
+
+@pytest.mark.parametrize("tail", [
+    # llamafactory's launcher and vLLM's pynccl, as they start the job's communicators
+    ["[INFO|2025-03-16 05:16:14] llamafactory.cli:157 >> Initializing 1 distributed tasks at: "
+     "10.2.3.4:29500", "Multi-node training enabled: num nodes: 3, node rank: 0"],
+    ["(VllmWorkerProcess pid=1153488) INFO 09-03 02:15:42 pynccl.py:63] vLLM is using "
+     "nccl==2.21.5", "INFO 09-03 02:15:42 pynccl.py:63] vLLM is using nccl==2.21.5"],
+])
+def test_frameworks_setup_lines_at_the_end_are_setup_stops(tmp_path: Path, tail: list[str]) -> None:
+    verdict = _verdict(tmp_path, "\n".join(["loading model", *tail, ""]))
+    first = verdict.findings[0]
+    assert first.kind.value == "init_hang" and first.measures.get("cue") == "setup-stops"

@@ -14,6 +14,7 @@ from hangscope.analysis.gpu_ranks import cite_gpus, rank_gpus
 from hangscope.analysis.log_progress import (
     log_states,
     logs_advance,
+    logs_benign,
     logs_finished,
     logs_moving,
     logs_report_clean,
@@ -251,7 +252,8 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
     if not ctx.picture.dumps and not ctx.stacks and (note := logs_finished(ctx.evidence)
                                                       or logs_report_clean(ctx.evidence)
                                                       or logs_setup_clean(ctx.evidence)
-                                                      or logs_tests_clean(ctx.evidence)):
+                                                      or logs_tests_clean(ctx.evidence)
+                                                      or logs_benign(ctx.evidence)):
         gaps.append(note)  # the run said it reached its end, or ran evenly, and nothing failed
         return Status.HEALTHY
     if not ctx.picture.dumps and not ctx.stacks and (note := logs_moving(ctx.evidence)):

@@ -318,6 +318,37 @@ def logs_setup_clean(evidence: JobEvidence) -> str | None:
             "dump would show where")
 
 
+# Why each warning of ``sources/logs/benign.py`` is harmless, in a phrase
+_BENIGN_BASIS = {
+    "tokenizers-fork": ("huggingface/tokenizers turned its own parallelism off in the forked "
+                        "process, which is how it avoids the deadlock it names"),
+    "device-unknown": ("ProcessGroupNCCL guessed the rank's GPU from its rank; that hangs only "
+                       "where the guess is wrong, which later collectives would show"),
+    "ddp-grad-strides": "DDP copies gradients into its buckets: a cost in speed only",
+    "ddp-unused-parameters": "DDP searches the graph for unused parameters: a cost in speed only",
+    "deprecated-env": "torch still reads the deprecated variable's name",
+}
+
+
+def logs_benign(evidence: JobEvidence) -> str | None:
+    """Rule ``known-benign``: where the logs are all there is, a note when every log holds only
+    warnings known to be harmless (``sources/logs/benign.py``), their continuations and launcher
+    banners; else None. Basis: each of them is printed by healthy runs and says what it did about
+    the risk it names; a log with nothing else shows no fault."""
+    every = list(evidence.all_logs())
+    benign = [e for e in every if e.kind == "benign_only"]
+    if not benign or {e.path for e in every if e.kind != "log_end"} != {e.path for e in benign}:
+        return None
+    if failures(evidence):
+        return None
+    names = list(dict.fromkeys(n for e in benign for n in str(e.fields["warnings"]).split(",")))
+    why = "; ".join(_BENIGN_BASIS.get(n, n) for n in names)
+    return (f"rule known-benign: the log holds only warnings known to be harmless ({why}; "
+            f"{benign[0].where()}) and nothing failing, waiting or timing out. A warning alone "
+            "shows no hang: if the job is stuck, its stacks (hangscope attach) or a "
+            "flight-recorder dump would show where")
+
+
 def _failed_or_echoed(evidence: JobEvidence, every: list[LogEvent]) -> list[LogEvent]:
     """What keeps a log from reading healthy: every rank's own failures, and the echoes of
     another's (a lost peer, a timeout, a traceback no failure class explains)."""

@@ -106,6 +106,13 @@ CUES: tuple[Cue, ...] = (
         r"(?i)exited with (?:exit )?(?:code|status)\s*[:=]?\s*[1-9]\d*|(?:exit|return) (?:code|status)\s*[:=]?\s*[1-9]\d*\b|"
         r"exitcode\s*:\s*[1-9]\d*|ChildFailedError|Killing subprocess|exited unexpectedly|"
         r"Unhandled exception|Traceback \(most recent call last\)")),
+    # c10d's store client timing out while it waits for a key (socket.cpp's waitForInput,
+    # TCPStore::doWait "Socket Timeout", DistStoreError): set-up when it comes first, a rank that
+    # is elsewhere when training or a phase of one rank's own came before it (weak_cues decides)
+    Cue("store-timeout", "init_hang", "symptom", re.compile(
+        r"(?i)waitForInput.{0,200}(?:timed out|timeout)|\bSocket Timeout\b|"
+        r"TCPStore.{0,120}(?:timed out|timeout)|DistStoreError.{0,120}(?:timed out|timeout)|"
+        r"wait timeout after \d+ ?ms.{0,80}keys?|Exception raised from doWait at \S*TCPStore")),
     Cue("init", "init_hang", "cause", re.compile(
         r"(?i)Timed out initializing process group|store[_ ]based[_ ]barrier|Waiting in store based barrier|"
         r"Rendezvous(?:Timeout|Closed|Connection)Error|DistNetworkError|DistStoreError|TCPStore|"
@@ -169,7 +176,9 @@ _LINE_START = re.compile(r"(?:(?<=^)|(?<=\|))\^")
 # ``SETUP_LAST`` lines only; a line that says set-up completed is none of these)
 _SETUP = re.compile(
     r"(?i)server socket (?:has started to listen|will attempt to listen|is attempting to listen)|"
-    r"client socket will attempt to connect|Initiali[sz]ing (?:the )?(?:process group|distributed|torch\.distributed|TorchBackend)|"
+    r"client socket will attempt to connect|Initiali[sz]ing (?:\d+ )?(?:the )?(?:process group|distributed|torch\.distributed|TorchBackend)|"
+    # vLLM's and sglang's communicator set-up (pynccl loading libnccl; sglang's own begin line)
+    r"\bis using nccl ?==|Found nccl from|Init torch distributed begin|"
     r"Using distributed PyTorch|Added key: store_based_barrier_key|distributed init \(rank \d+\)|"
     r"Rendezvous'ing worker group|Starting elastic_operator|init(?:ializ(?:e|ing))?_process_group\b(?!.{0,40}(?:done|complete|finished|success))|"
     r"(?:setting up|set up|starting) (?:the )?(?:distributed|process group|ddp|nccl|rendezvous)\b(?!.{0,40}(?:done|complete|finished))")
