@@ -244,3 +244,44 @@ def test_frameworks_setup_lines_at_the_end_are_setup_stops(tmp_path: Path, tail:
     verdict = _verdict(tmp_path, "\n".join(["loading model", *tail, ""]))
     first = verdict.findings[0]
     assert first.kind.value == "init_hang" and first.measures.get("cue") == "setup-stops"
+
+
+@pytest.mark.parametrize(("line", "kind"), [
+    # NCCL's CUDACHECK (transport/nvls.cc) and its error-return trace of ncclUnhandledCudaError
+    ("transport/nvls.cc:165 NCCL WARN Cuda failure 'invalid argument'", "rank_died"),
+    ("node23:12098:12141 [2] NCCL INFO init.cc:1196 -> 1", "rank_died"),
+    # gloo binding to loopback where the host name does not resolve (ProcessGroupGloo.cpp)
+    ("[rank9]:[W ProcessGroupGloo.cpp:721] Warning: Unable to resolve hostname to a (local) "
+     "address. Using the loopback address as fallback.", "init_hang"),
+    # a traceback's last line with its head cut off
+    ("[rank5]: IndexError: The shape of the mask [198] at index 0 does not match", "rank_died"),
+])
+def test_more_wordings_point_at_their_kind(line: str, kind: str) -> None:
+    cue = classify(line.split("]: ", 1)[-1] if line.startswith("[rank5]") else line)
+    assert cue is not None and cue.suggests == kind, cue
+
+
+def test_an_exception_line_is_filed_under_a_more_specific_cue_first() -> None:
+    cue = classify("RuntimeError: Tensors must have the same shape: size mismatch in all_gather")
+    assert cue is not None and cue.name == "mismatch-words"
+
+
+def test_a_gloo_loopback_warning_names_its_rank(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, "\n".join([
+        "[rank8]:[W ProcessGroupGloo.cpp:721] Warning: Unable to resolve hostname to a (local) "
+        "address. Using the loopback address as fallback.",
+        "[rank0]:[E ProcessGroupGloo.cpp:144] Gloo connectFullMesh failed with timed out "
+        "connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:14215", ""]))
+    first = verdict.findings[0]
+    assert (first.kind.value, first.culprit_ranks) == ("init_hang", [8])
+
+
+def test_set_up_lines_of_some_ranks_of_a_known_size_name_the_others(tmp_path: Path) -> None:
+    # GIVEN Lightning's set-up line from ranks 0-3 of 8, and nothing after
+    verdict = _verdict(tmp_path, "\n".join(
+        ["GPU available: True, used: True"]
+        + [f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8" for r in (1, 2, 0, 3)] + [""]))
+    # THEN rule setup-missing-ranks: ranks 4-7 never reached set-up
+    first = verdict.findings[0]
+    assert (first.kind.value, first.culprit_ranks) == ("init_hang", [4, 5, 6, 7])
+    assert first.measures["rule"] == "setup-missing-ranks"

@@ -56,3 +56,21 @@ def test_a_benign_warning_beside_anything_else_is_not_all_clear(tmp_path: Path,
                                                                  extra: str) -> None:
     verdict = _verdict(tmp_path, [*TOKENIZERS, extra])
     assert verdict.status is not Status.HEALTHY
+
+
+def test_nccl_info_set_up_that_connected_reads_healthy(tmp_path: Path) -> None:
+    # GIVEN NCCL < 2.19's INFO lines as its channels connect, nothing else
+    verdict = _verdict(tmp_path, [
+        f"host:261724:36{d} [{d}] NCCL INFO {line}" for d in range(2) for line in (
+            "Connected all trees", "threadThresholds 8/8/64 | 64/8/64 | 8/8/512",
+            "2 coll channels, 2 p2p channels, 2 p2p channels per peer")])
+    assert verdict.status is Status.HEALTHY
+    assert any("nccl-setup-clean" in gap for gap in verdict.evidence_gaps)
+
+
+def test_nccl_error_returns_after_a_cuda_failure_are_a_death(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, ["NCCL version 2.18.5+cuda12.2", "...",
+                                  "transport/nvls.cc:165 NCCL WARN Cuda failure 'invalid argument'",
+                                  "NCCL INFO transport/nvls.cc:324 -> 1",
+                                  "NCCL INFO init.cc:1093 -> 1"])
+    assert verdict.root is not None and verdict.root.kind.value == "rank_died"

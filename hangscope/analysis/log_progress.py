@@ -261,13 +261,16 @@ def logs_report_clean(evidence: JobEvidence) -> str | None:
 
 # what NCCL's INFO set-up lines give (sources/logs/nccl_debug.py, runtime_lines.py)
 _SETUP_KINDS = frozenset({"runtime_config", "nccl_device", "nccl_init_done", "nccl_init_start",
-                          "nccl_comm_ready", "nccl_init_timing", "log_end", "size_line"})
+                          "nccl_comm_ready", "nccl_init_timing", "nccl_connected", "log_end",
+                          "size_line"})
 # NCCL WARNs of set-up that it recovers from on its own: without the IB verbs library it uses its
 # socket transport (ibvwrap.cc, then "NET/Socket : Using ...")
 _SETUP_FALLBACK = re.compile(r"^Failed to open libibverbs\.so")
 
 
 def _setup_line(event: LogEvent) -> bool:
+    if event.kind == "nccl_tests":  # nccl-tests' header (devices, sizes) before any result row
+        return not event.fields.get("rows") and not event.fields.get("wrong")
     return event.kind in _SETUP_KINDS or (event.kind == "nccl_warn" and _SETUP_FALLBACK.match(
         str(event.fields.get("text", ""))) is not None)
 

@@ -25,7 +25,7 @@ from hangscope.sources.logs.common import one_line
 
 RULE = "cue-words"
 # measures["rule"] of this detector's findings
-RULES = (RULE, "sole-peer", "cause-over-symptom", "store-wait")
+RULES = (RULE, "sole-peer", "cause-over-symptom", "store-wait", "setup-missing-ranks")
 CONFIDENCE = 0.3
 # How strongly each class of words points at its kind, over the others in the same log: a cause
 # outweighs the exits and timeouts it brings; a named place (a DataLoader, init) outweighs a
@@ -34,11 +34,11 @@ STRENGTH = {
     "duplicate-gpu": 11,
     "out-of-memory": 10, "gpu-fault": 9, "fabric-fault": 8, "signal-death": 7, "abort": 6.5,
     "data-loading": 6,
-    "init": 5.5, "store-timeout": 5.4, "p2p-words": 5, "thread-deadlock": 5, "watchdog-stuck": 5,
-    "mismatch-words": 4,
+    "gloo-loopback": 8.5, "init": 5.5, "store-timeout": 5.4, "p2p-words": 5,
+    "thread-deadlock": 5, "watchdog-stuck": 5, "mismatch-words": 4,
     "version-skew": 4,
     "virtual-interface": 4.5, "network-words": 4, "peer-gone": 3, "slow-words": 3,
-    "exit-nonzero": 2.5, "wait-timeout": 1,
+    "exit-nonzero": 2.5, "exception": 2.4, "wait-timeout": 1,
     "setup-stops": 0.8, "busy-phase": 0.5,
 }
 BASIS = {
@@ -50,6 +50,9 @@ BASIS = {
     "abort": "a process aborted",
     "data-loading": "the data loading stopped or failed",
     "init": "process-group set-up (rendezvous, store, init) did not complete",
+    "gloo-loopback": ("gloo could not resolve the host's name and bound to the loopback address, "
+                      "which peers on other hosts cannot reach, so the process group's set-up "
+                      "cannot complete (set GLOO_SOCKET_IFNAME to the real interface)"),
     "store-timeout": ("a rank timed out waiting on the c10d store before the job had begun: "
                       "process-group set-up (rendezvous, store) did not complete"),
     "store-wait": ("a rank timed out waiting on the c10d store after the job had begun (training "
@@ -68,13 +71,14 @@ BASIS = {
     "peer-gone": "a peer's connection closed under a rank (the peer went away)",
     "slow-words": "some ranks are slower than the others",
     "exit-nonzero": "a process exited with an error",
+    "exception": "a process raised an exception (the paste holds its last line)",
     "wait-timeout": "ranks timed out waiting in a collective",
     "setup-stops": ("the log stops in process-group set-up (its last lines start the store, the "
                     "rendezvous or init_process_group, and nothing after says it completed)"),
     "busy-phase": "a process was in a long phase of its own (evaluation, saving, a data scan)",
 }
 _NAMES_CULPRIT = {"out-of-memory", "gpu-fault", "signal-death", "abort", "data-loading",
-                  "exit-nonzero", "slow-words", "fabric-fault"}
+                  "exit-nonzero", "exception", "slow-words", "fabric-fault", "gloo-loopback"}
 # Cues that only support another rule (log_waits' rank0-silent), never a finding of their own
 SUPPORT_ONLY = {"busy-phase"}
 # Lines that are the cause whatever else was found: NCCL says "Duplicate GPU detected" and then
@@ -114,6 +118,9 @@ def detect(ctx: Context) -> list[Finding]:
     if culprits:
         summary += f"; {ranks_phrase(culprits)} " + (
             "is the other rank of two (rule `sole-peer`)" if rule == "sole-peer"
+            else ("never logged set-up while the others did, in a job of "
+                  f"{lines[0].fields.get('world')} ranks (rule `setup-missing-ranks`)")
+            if rule == "setup-missing-ranks"
             else f"{'is' if len(culprits) == 1 else 'are'} named on those lines")
     summary += (f". Read as {kind.value.replace('_', ' ')}, not proven: confirm with the ranks' "
                 "stacks (py-spy) or a flight-recorder dump")
@@ -161,9 +168,9 @@ def _after_own_wait(cue: LogEvent, waits: list[LogEvent]) -> bool:
     traceback or non-zero exit after the same rank's own line that its wait timed out (the
     timeout raised it)."""
     name = cue.fields.get("cue")
-    if name not in ("signal-death", "abort", "exit-nonzero"):
+    if name not in ("signal-death", "abort", "exit-nonzero", "exception"):
         return False
-    if name == "exit-nonzero":  # the same stream: the same rank, or both unnamed
+    if name in ("exit-nonzero", "exception"):  # the same stream: the same rank, or both unnamed
         return any(w.path == cue.path and w.line_no < cue.line_no and w.rank == cue.rank
                    and w.kind == "cue" for w in waits)
     return any(w.path == cue.path and w.line_no < cue.line_no
@@ -202,4 +209,18 @@ def _culprits(name: str, lines: list[LogEvent], seen: set[int]) -> tuple[list[in
         return [], None
     if name in _NAMES_CULPRIT and named and len(seen) > 1 and len(named) < len(seen):
         return named, None
+    if name == "setup-stops":
+        return _not_set_up(lines)
+    return [], None
+
+
+def _not_set_up(lines: list[LogEvent]) -> tuple[list[int], str | None]:
+    """Rule ``setup-missing-ranks``: where the set-up lines name their ranks and state the job's
+    size, the ranks that never logged theirs are the ones the others wait for."""
+    for event in lines:
+        world = int(event.fields.get("world", 0) or 0)
+        done = {int(r) for r in str(event.fields.get("set_up", "")).split(",") if r.isdigit()}
+        missing = sorted(set(range(world)) - done)
+        if done and missing and len(missing) < world and max(done) < world:
+            return missing, "setup-missing-ranks"
     return [], None
