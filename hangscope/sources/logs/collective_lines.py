@@ -52,9 +52,11 @@ _DEV = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\] N?CCL IN
 _NUMBER = re.compile(r"0x[0-9a-fA-F]+|\d+")
 
 
-def _canon(op: str) -> str:
+def canonical_op(op: str) -> str:
+    """One spelling per collective: ``all_reduce``, ``AllReduce``, ``ALLREDUCE`` -> allreduce;
+    ``all_gather_into_tensor`` -> allgather."""
     op = op.lower().replace("_", "").replace("-", "")
-    for base in ("allgather", "reducescatter", "alltoall"):
+    for base in ("allgather", "reducescatter", "alltoall", "broadcast"):
         if op.startswith(base):
             return base
     return op
@@ -90,7 +92,7 @@ def scan_collective_lines(path: str, rank_hint: int | None = None,
         elif op is None:
             continue
         else:
-            fields = {"op": _canon(op.group(1))}
+            fields = {"op": canonical_op(op.group(1))}
         for name, pattern in (("seq", _SEQ), ("count", _COUNT), ("shape", _SHAPE),
                               ("dtype", _DTYPE)):
             m = None if name in fields else pattern.search(body)

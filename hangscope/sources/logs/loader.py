@@ -18,6 +18,7 @@ from hangscope.sources.logs.cues import scan_cues
 from hangscope.sources.logs.finish import scan_finish
 from hangscope.sources.logs.marks import scan_marks
 from hangscope.sources.logs.progress import logical_tail, scan_progress
+from hangscope.sources.logs.rank_positions import scan_rank_positions
 from hangscope.sources.logs.scan import scan_log
 from hangscope.sources.logs.sizes import scan_sizes
 from hangscope.sources.logs.step_times import scan_step_times
@@ -55,6 +56,7 @@ def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: 
     events += scan_step_times(path, rank_hint=rank, tail=tail)  # what each step took, in order
     events += scan_finish(path, rank_hint=rank, tail=tail)  # the run said it finished
     events += scan_work_counts(path, rank_hint=rank, tail=tail)  # how many steps each rank runs
+    events += scan_rank_positions(path, tail)  # a summary of where each rank's stack sits
     events += scan_cues(path, rank_hint=rank, tail=tail)  # words that point at a kind: last tier
     events += scan_benign(path, tail)  # the file is known-harmless warnings and nothing else
     attribute(events, rank, evidence)
