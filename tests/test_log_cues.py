@@ -285,3 +285,40 @@ def test_set_up_lines_of_some_ranks_of_a_known_size_name_the_others(tmp_path: Pa
     first = verdict.findings[0]
     assert (first.kind.value, first.culprit_ranks) == ("init_hang", [4, 5, 6, 7])
     assert first.measures["rule"] == "setup-missing-ranks"
+
+
+@pytest.mark.parametrize(("line", "kind"), [
+    # NCCL's socket.cc retrying while it connects at set-up (ports blocked between nodes)
+    ("hostname:26407:26474 NCCL INFO Call to connect returned Connection refused, retrying...",
+     "init_hang"),
+    # ibstat: an HCA port down
+    ("                State: Down", "network_fault"),
+    ("                Physical state: Disabled", "network_fault"),
+    # ps aux: the job's children as zombies
+    ("user+       58 51.7  0.0      0     0 ?        Z    14:27  26:20 [python] <defunct>",
+     "dataloader_stall"),
+])
+def test_tool_output_wordings_point_at_their_kind(line: str, kind: str) -> None:
+    cue = classify(line)
+    assert cue is not None and cue.suggests == kind, cue
+
+
+def test_a_paste_that_ends_with_one_shape_printed_differently_is_a_size_mismatch(
+        tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, "loading model\nCHOSEN LOGPS SHAPE: torch.Size([1])\n"
+                                 "CHOSEN LOGPS SHAPE: torch.Size([5])\n")
+    first = verdict.findings[0]
+    assert first.kind.value == "size_mismatch" and first.measures["rule"] == "last-shapes-differ"
+
+
+def test_last_shapes_that_name_their_ranks_name_the_odd_one(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, "".join(f"rank {r} logits shape: torch.Size([8, {n}])\n"
+                                         for r, n in ((0, 512), (1, 512), (2, 640), (3, 512))))
+    first = verdict.findings[0]
+    assert (first.kind.value, first.culprit_ranks) == ("size_mismatch", [2])
+
+
+def test_equal_last_shapes_are_nothing(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, "rank 0 shape: torch.Size([8, 512])\n"
+                                 "rank 1 shape: torch.Size([8, 512])\n")
+    assert all(f.measures.get("rule") != "last-shapes-differ" for f in verdict.findings)

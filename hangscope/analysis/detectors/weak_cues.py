@@ -33,7 +33,7 @@ CONFIDENCE = 0.3
 STRENGTH = {
     "duplicate-gpu": 11,
     "out-of-memory": 10, "gpu-fault": 9, "fabric-fault": 8, "signal-death": 7, "abort": 6.5,
-    "data-loading": 6,
+    "data-loading": 6, "zombie-children": 5.8,
     "gloo-loopback": 8.5, "init": 5.5, "store-timeout": 5.4, "p2p-words": 5,
     "thread-deadlock": 5, "watchdog-stuck": 5, "mismatch-words": 4,
     "version-skew": 4,
@@ -49,6 +49,10 @@ BASIS = {
     "signal-death": "a process died on a signal or crashed",
     "abort": "a process aborted",
     "data-loading": "the data loading stopped or failed",
+    "zombie-children": ("child processes of the job died and were never reaped (ps: state Z, "
+                        "<defunct>); in a training job these are most often DataLoader workers "
+                        "(killed by the OOM killer or a full /dev/shm), whose batches the "
+                        "parent then waits for"),
     "init": "process-group set-up (rendezvous, store, init) did not complete",
     "gloo-loopback": ("gloo could not resolve the host's name and bound to the loopback address, "
                       "which peers on other hosts cannot reach, so the process group's set-up "

@@ -79,6 +79,8 @@ CUES: tuple[Cue, ...] = (
         r"RDMA (?:error|failure)|port \d+ (?:is )?down|link (?:is )?down|NIC (?:error|failure|down)|"
         r"ncclSystemError|unhandled system error|fi_\w+ (?:failed|error)|libfabric.*(?:error|fail)|"
         r"No route to host|Network is unreachable|EHOSTUNREACH|ENETUNREACH|"
+        # ibstat / ibstatus: an HCA port that is down
+        r"^\s*State: Down\b|^\s*Physical state: (?:Disabled|Polling|LinkErrorRecovery)\b|"
         r"socket (?:connect|poll|recv|send)\w* (?:to .* )?(?:failed|error|timed out)")),
     Cue("network-words", "network_fault", "cause", re.compile(
         r"(?i)\bNET/(?:IB|OFI|Socket|Plugin)\b|\bib(?:v|verbs)\b|\bmlx5|\bRoCE\b|\bEFA\b|\binfiniband\b|\bGDR\b|"
@@ -92,6 +94,10 @@ CUES: tuple[Cue, ...] = (
         r"(?i)Connection (?:closed|reset) by (?:remote )?peer|ncclRemoteError|remote process exited|"
         r"peer (?:process )?(?:\w+ )?(?:closed|died|exited|hung up|disconnected)|Broken pipe|EPIPE|"
         r"ECONNRESET|lost connection to|other side closed|worker \w+ (?:has )?(?:died|disconnected|exited)")),
+    # ps output with the job's children as zombies (state Z, <defunct>): processes that died and
+    # were never reaped; in a training job, most often DataLoader workers
+    Cue("zombie-children", "dataloader_stall", "cause", re.compile(
+        r"\s(?:Z|Z[sl+<N]+)\s+\S+\s+\S+\s+\[?python[\d.]*\]? <defun|\[python[\d.]*\] <defunct>")),
     Cue("data-loading", "dataloader_stall", "cause", re.compile(
         r"(?i)DataLoader worker|DataLoader timed out|dataloader.{0,40}(?:timeout|timed out|hang|stuck|slow|deadlock)|"
         r"_try_get_data|pin_memory_thread|_MultiProcessingDataLoaderIter|worker_loop|data ?loader.{0,20}exited")),
@@ -135,7 +141,9 @@ CUES: tuple[Cue, ...] = (
         r"waiting for (?:all |the other |other )?(?:ranks|workers|nodes|processes) to (?:join|connect|start)|"
         r"waiting for .{0,40}\b(?:proc(?:ess)?(?:\(?e?s\)?)?|ranks?|workers?|nodes?|engines?) to (?:join|connect|start|come up|be ready)|"
         # torch's ncclUniqueId exchange through the store (ProcessGroupNCCL::broadcastUniqueNCCLID)
-        r"broadcastUniqueNCCLID|ncclUniqueId"),
+        r"broadcastUniqueNCCLID|ncclUniqueId|"
+        # NCCL's socket.cc retrying a connect while it sets up (a port blocked, a peer not up)
+        r"Call to connect returned Connection (?:refused|timed out), retrying"),
         # c10d's own line that the store-based barrier of init_process_group passed
         unless=re.compile(r"(?i)Completed store-based barrier")),
     Cue("mismatch-words", "collective_mismatch", "cause", re.compile(
