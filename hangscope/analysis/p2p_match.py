@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from hangscope import timing
 from hangscope.analysis.correlate import GroupView
 from hangscope.model import FrEntry
 
@@ -45,6 +46,11 @@ def p2p_mismatches(group: GroupView, whole_history: set[int]) -> list[P2pMismatc
     """Every send/recv pair of ``group`` whose shapes or dtypes differ, oldest send first.
 
     ``whole_history``: the ranks whose dumps hold every record since the job started."""
+    with timing.phase("match"):
+        return _mismatches(group, whole_history)
+
+
+def _mismatches(group: GroupView, whole_history: set[int]) -> list[P2pMismatch]:
     sends: dict[tuple[int, int], list[FrEntry]] = defaultdict(list)
     recvs: dict[tuple[int, int], list[FrEntry]] = defaultdict(list)
     any_source: dict[int, list[FrEntry]] = defaultdict(list)

@@ -42,6 +42,7 @@ from itertools import islice
 from operator import gt
 from typing import Any
 
+from hangscope import timing
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrEntry
 from hangscope.sources import flight_recorder, fr_columns
@@ -114,8 +115,12 @@ def reduce_dump(path: str, rank: int) -> DumpDigest:
     the full loader's ``Converter``. A record the fast path cannot read goes through the
     ``Converter`` too, which reports its problem as the full loader does."""
     raw, entries_raw = flight_recorder.read_raw(path)
-    problems: list[str] = []
-    return _Reducer(path, rank, raw, entries_raw, problems).digest()
+    with timing.phase("reduce"):
+        reducer = _Reducer(path, rank, raw, entries_raw, [])
+        digest = reducer.digest()
+    with timing.phase("unpickle"):  # freeing what unpickling made is its cost too
+        del reducer, raw, entries_raw
+    return digest
 
 
 class _Group:
@@ -414,3 +419,9 @@ def reduce_item(item: tuple[int, str]) -> DumpDigest | str:
         return reduce_dump(path, rank)
     except BadInputError as exc:
         return str(exc)
+
+
+def reduce_item_timed(item: tuple[int, str]) -> tuple[DumpDigest | str, timing.Times]:
+    """:func:`reduce_item` in a worker while the parent profiles: with the worker's phase
+    times, which the parent adds up (``timing.Profile.add_worker``)."""
+    return timing.measured(reduce_item, item)

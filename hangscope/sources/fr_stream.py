@@ -23,6 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import overload
 
+from hangscope import timing
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrDump, FrEntry, ProcessGroupInfo
 from hangscope.sources import flight_recorder
@@ -33,6 +34,7 @@ from hangscope.sources.fr_digest import (
     Shipped,
     ranks_of,
     reduce_item,
+    reduce_item_timed,
     worker_init,
 )
 
@@ -355,7 +357,20 @@ def _load_reduced(items: list[tuple[int, str]], jobs: int | None) -> Iterator[Lo
     chunk = max(1, min(16, len(items) // (workers * 8)))
     with ProcessPoolExecutor(max_workers=workers, mp_context=context,
                              initializer=worker_init) as pool:
-        yield from _hydrated(items, pool.map(reduce_item, items, chunksize=chunk), tables)
+        profile = timing.current()
+        if profile is None:
+            results = pool.map(reduce_item, items, chunksize=chunk)
+        else:
+            results = _worker_times(pool.map(reduce_item_timed, items, chunksize=chunk), profile)
+        yield from _hydrated(items, results, tables)
+
+
+def _worker_times(results: Iterator[tuple[DumpDigest | str, timing.Times]],
+                  profile: timing.Profile) -> Iterator[DumpDigest | str]:
+    """The workers' results, their phase times added to ``profile`` (``--profile``)."""
+    for result, times in results:
+        profile.add_worker(times)
+        yield result
 
 
 def _capped(path: str, problems: list[str], total: int) -> list[str]:
@@ -366,9 +381,12 @@ def _capped(path: str, problems: list[str], total: int) -> list[str]:
 
 def _hydrated(items: list[tuple[int, str]], results: Iterator[DumpDigest | str],
               tables: Tables) -> Iterator[LoadResult]:
-    for (rank, path), result in zip(items, results):
+    for rank, path in items:
+        with timing.phase("wait"):  # in this process (--jobs 1): read, unpickle, reduce inside
+            result = next(results)
         if isinstance(result, str):
             yield rank, path, None, [result]
             continue
-        yield (rank, path, hydrate(result, tables),
-               _capped(path, result.problems, result.n_problems))
+        with timing.phase("hydrate"):
+            dump = hydrate(result, tables)
+        yield rank, path, dump, _capped(path, result.problems, result.n_problems)
