@@ -23,7 +23,7 @@ from hangscope.options import LoadOptions, OutputOptions
 from hangscope.pipeline import Result
 from hangscope.report.payload import build_payload
 from hangscope.report.timeline import timeline_svg
-from hangscope.sources import fr_digest, fr_stream
+from hangscope.sources import fr_reduce, fr_stream
 from hangscope.sources.fr_stream import DumpEntries
 from hangscope.sources.load import load_paths
 
@@ -138,7 +138,7 @@ def test_ranks_share_histories(tmp_path: Path) -> None:
     synth_fr.write_large(tmp_path, 64, 200)
     tables = fr_stream.Tables()
     files = {r: str(tmp_path / f"{synth_fr.DEFAULT_PREFIX}{r}") for r in range(64)}
-    dumps = [fr_stream.hydrate(fr_digest.reduce_dump(path, rank), tables)
+    dumps = [fr_stream.hydrate(fr_reduce.reduce_dump(path, rank), tables)
              for rank, path in files.items()]
     # THEN the groups' histories are few (classes of identical ranks), not one per rank
     per_rank = sum(len(d.entries.groups) for d in dumps if isinstance(d.entries, DumpEntries))

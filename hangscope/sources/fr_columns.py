@@ -1,4 +1,4 @@
-"""One dump's raw entries read column by column, in C, for ``fr_digest``.
+"""One dump's raw entries read column by column, in C, for ``fr_reduce``.
 
 Most records of a dump differ from an earlier one only in record id, seqs, times and frames.
 Here each field is pulled out for all records at once (``operator.itemgetter`` over the
@@ -173,7 +173,7 @@ def _plain(raw: dict[str, Any]) -> bool:
 
 
 def assemble(reducer: Any, cols: Columns) -> Any:
-    """Fill ``reducer`` (an ``fr_digest._Reducer``) from the columns, as its record-by-record
+    """Fill ``reducer`` (an ``fr_reduce.Reducer``) from the columns, as its record-by-record
     pass would: the same groups in the same order, the same body ids, the same records kept
     whole. Returns what that pass returns (``fr_digest.Read``), or None where that cannot be
     promised (then the caller reads the dump record by record).

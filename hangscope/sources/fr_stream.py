@@ -27,16 +27,8 @@ from hangscope import timing
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrDump, FrEntry, ProcessGroupInfo
 from hangscope.sources import flight_recorder
-from hangscope.sources.fr_digest import (
-    MAX_PROBLEMS,
-    Body,
-    DumpDigest,
-    Shipped,
-    ranks_of,
-    reduce_item,
-    reduce_item_timed,
-    worker_init,
-)
+from hangscope.sources.fr_digest import MAX_PROBLEMS, Body, DumpDigest, Shipped, ranks_of
+from hangscope.sources.fr_reduce import reduce_item, reduce_item_timed, worker_init
 
 log = logging.getLogger(__name__)
 
