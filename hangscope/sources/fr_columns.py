@@ -23,7 +23,7 @@ from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import chain, compress, islice, repeat
-from operator import add, contains, eq, itemgetter, lt, ne
+from operator import add, contains, eq, itemgetter, le, lt, ne
 from typing import Any
 
 from hangscope.model import FrEntry
@@ -50,6 +50,7 @@ class Columns:
     seqs: list[int]
     p2p_seqs: list[int]
     timed: bool  # every record has a positive int creation time
+    created: list[Any]  # time_created_ns as the records have it
     firsts: list[int]  # per record, the index of the first record with the same key
 
 
@@ -155,7 +156,7 @@ def _scan(entries: list[Any]) -> Columns | None:
     if not all(map(_plain, map(entries.__getitem__, key_firsts))):
         return None
     return Columns(record_ids=rids.tolist(), seqs=seqs.tolist(), p2p_seqs=p2p_seqs.tolist(),
-                   timed=timed, firsts=firsts)
+                   timed=timed, created=created, firsts=firsts)
 
 
 def _plain(raw: dict[str, Any]) -> bool:
@@ -179,9 +180,10 @@ def assemble(reducer: Any, cols: Columns) -> Any:
     promised (then the caller reads the dump record by record).
 
     Every record kept whole (the newest of the dump, with their frames; each group's newest
-    ``TAIL``; every op not completed and every send/recv) is built from its key's body, which
-    holds every field but ids, seqs, times and frames, not by the full loader's converter (see
-    :class:`_PreShip`): in a 3D-parallel job a third of the records are p2p."""
+    ``TAIL`` collectives and sends/receives; every op not completed) is built from its key's
+    body, which holds every field but ids, seqs, times and frames, not by the full loader's
+    converter (see :class:`_PreShip`). The other sends and receives (in a 3D-parallel job, nearly
+    half the records) become columns, as collectives do (:func:`_p2p`)."""
     entries, n, frames_from = reducer.entries_raw, len(reducer.entries_raw), \
         reducer.converter.frames_from
     firsts = cols.firsts
@@ -196,35 +198,37 @@ def assemble(reducer: Any, cols: Columns) -> Any:
     events: list[tuple[int, str, str, Any]] = []  # (index, group, desc, body): in record order
     for first, ((name, desc), _backend, body, _plain) in info.items():
         slot.setdefault(name, len(slot))
-        events.append((first, name, desc, None if body[3] else body))  # p2p: no history
+        events.append((first, name, desc, body))
     events.sort(key=itemgetter(0))
     register = reducer.body
     body_ids: dict[int, int] = {}
     for first, name, desc, body in events:
         reducer.group(name, desc)  # creates groups in record order, sets their desc
-        if body is not None:
-            body_ids[first] = register(body)
-    # each record's group slot and body id; -1 for records not plain (kept whole, placed below)
-    special = {first for first, got in info.items() if not got[3]}
-    slot_of = {first: -1 if first in special else slot[got[0][0]] for first, got in info.items()}
+        body_ids[first] = register(body)
+    # each record's group slot and body id; -1 for records not plain (kept whole, placed below,
+    # or sends and receives)
+    p2p_keys = {first for first, got in info.items() if got[2][3]}
+    special = {first for first, got in info.items() if not got[3] and first not in p2p_keys}
+    slot_of = {first: -1 if not got[3] else slot[got[0][0]] for first, got in info.items()}
     record_slot = list(map(slot_of.__getitem__, firsts))
-    key_body = dict.fromkeys(info, -1)
-    key_body.update(body_ids)
-    record_body = list(map(key_body.__getitem__, firsts))
+    record_body = list(map(body_ids.__getitem__, firsts))
     pre = _PreShip(entries, cols, reducer.converter, info, frames_from)
     pending: dict[str, dict[int, Any]] = {}
-    p2p: dict[str, list[Any]] = {}
     for index in compress(range(n), map(special.__contains__, firsts)) if special else ():
         record = pre(index)
-        if record[7]:
-            p2p.setdefault(record[1], []).append(record)
-        else:
-            pending.setdefault(record[1], {})[index] = record
+        pending.setdefault(record[1], {})[index] = record
+    record_p2p: list[int] = []
+    if p2p_keys:
+        p2p_slot = {first: slot[got[0][0]] if first in p2p_keys else -1
+                    for first, got in info.items()}
+        record_p2p = list(map(p2p_slot.__getitem__, firsts))
+    not_done = {first for first in p2p_keys if info[first][2][5] is not True}
     for name, group in reducer.groups.items():
         _group(reducer, group, cols, pre, slot[name], record_slot, record_body,
                pending.get(name, {}), body_ids)
-        group.p2p = p2p.get(name, [])
-    if not pre.exact():
+        if record_p2p:
+            _p2p(reducer, group.p2p, cols, pre, slot[name], record_p2p, record_body, not_done)
+    if not pre.exact(record_p2p):
         return None  # sizes of another type than their key's first record's: read by record
     rids = cols.record_ids
     ordered = all(map(lt, rids, islice(rids, 1, None)))
@@ -267,6 +271,28 @@ def _group(reducer: Any, group: Any, cols: Columns, pre: _PreShip, number: int,
     group.raw_index, group.seqs, group.p2p_seqs, group.record_ids, group.bodies = columns
 
 
+def _p2p(reducer: Any, p2p: Any, cols: Columns, pre: _PreShip, number: int,
+         record_p2p: list[int], record_body: list[int], not_done: set[int]) -> None:
+    """One group's sends and receives (``fr_reduce.P2pColumns``), taken by one mask, and
+    those kept whole: with frames, not completed, and the group's newest ``TAIL``."""
+    mask = list(map(eq, record_p2p, repeat(number)))
+    indices = list(compress(range(len(mask)), mask))
+    if not indices:
+        return
+    created = list(compress(cols.created, mask))
+    p2p.raw_index, p2p.seqs, p2p.p2p_seqs, p2p.record_ids, p2p.bodies = (
+        indices, list(compress(cols.seqs, mask)), list(compress(cols.p2p_seqs, mask)),
+        list(compress(cols.record_ids, mask)), list(compress(record_body, mask)))
+    p2p.created = created if cols.timed else [_time_ns(value) or 0 for value in created]
+    m = len(indices)
+    keep = {*range(bisect_left(indices, max(pre.frames_from, 0)), m),
+            *range(max(0, m - reducer.tail), m)}
+    if not_done:
+        keep.update(compress(range(m), map(not_done.__contains__,
+                                           compress(cols.firsts, mask))))
+    p2p.kept = {position: pre(indices[position]) for position in sorted(keep)}
+
+
 class _PreShip:
     """A record kept whole, built from its key's body: ``fr_digest.Shipped`` but for its stack,
     which is the frames tuple itself until the record is shipped (so that stacks are numbered in
@@ -304,11 +330,14 @@ class _PreShip:
             thread_name)
         return record
 
-    def exact(self) -> bool:
-        """Whether every size of the records built here and of their keys' first records is an
-        ``int`` (then equal under ``==`` means the same value)."""
+    def exact(self, record_p2p: list[int]) -> bool:
+        """Whether every size of the records built here and of their keys' first records, and
+        of every send and receive (``record_p2p``: >= 0 for those), is an ``int`` (then equal
+        under ``==`` means the same value, and the record-by-record reading, which converts every
+        send and receive, gives the same bodies)."""
         entries, firsts = self.entries, self.cols.firsts
-        rows = {*self.built, *map(firsts.__getitem__, self.built)}
+        rows = {*self.built, *map(firsts.__getitem__, self.built),
+                *compress(range(len(record_p2p)), map(le, repeat(0), record_p2p))}
         dims = [dims for index in rows for field in _SIZES for dims in entries[index][field]]
         return _types(chain.from_iterable(dims)) <= _INT
 

@@ -14,16 +14,21 @@ The digest of one dump, per process group (:class:`GroupPart`), is:
   record id, seqs, times and frames (op, sizes, dtypes, state, completion, ...), so a group's
   history is an array of small ints, and ranks with equal arrays share one history
   (:class:`SharedHistory`: the equivalence class ``history_classes`` works on);
+- the sends and receives the same way, apart (:class:`P2pPart`, in record order), with each
+  one's creation time, which p2p matching reads (``analysis.p2p_match``: a recv from any
+  source takes the oldest unpaired send);
 - in full, the records that are not plain history: those with stack frames (the newest of the
   dump, see ``flight_recorder.FRAMES_KEPT_PER_DUMP``), every op not known to be completed (the
-  frontier, what a rank is blocked in), and every send/recv (p2p matching reads their times);
+  frontier, what a rank is blocked in), and each group's newest :data:`TAIL` collectives and
+  :data:`TAIL` sends/receives, which the report shows with their times;
 - the first record id and the newest record of the dump.
 
 A record rebuilt from the digest equals the one the full loader builds, except that its times
-and duration are None: only p2p matching and the report read those, and both get full records
-(p2p records are kept whole; each group's newest :data:`TAIL` records, which the report shows, are
-kept whole too, and where that is not enough the report reads the dump again: see
-``fr_stream.DumpEntries``).
+and duration are None (a send's or receive's creation time excepted): only p2p matching and the
+report read those, and both get what they read (the records the report shows are kept whole, and
+where that is not enough the report reads the dump again: see ``fr_stream.DumpEntries``).
+A 3D-parallel job's dumps are half sends and receives: as columns they cost about 36 bytes a
+record in the parent, not a whole record's half a kilobyte.
 So every detector sees the same records and gives the same answers; ``tests/test_fr_streaming.py``
 compares both paths on every FR fixture.
 
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import functools
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +76,20 @@ class GroupPart:
     bodies: array  # type: ignore[type-arg]  # index into DumpDigest.bodies
     kept: dict[int, Shipped]  # position in the arrays -> the whole record
     pending: int  # position of the op the rank is blocked in, -1 if none
-    p2p: list[Shipped]  # every send/recv, in record order
+    p2p: P2pPart
+
+
+@dataclass(slots=True)
+class P2pPart:
+    """One rank's sends and receives of one process group, in record order: columns, and the
+    few records kept whole (see the module docstring)."""
+
+    seqs: array  # type: ignore[type-arg]  # collective seq ids, as the records have them
+    p2p_seqs: array  # type: ignore[type-arg]
+    record_ids: array  # type: ignore[type-arg]
+    bodies: array  # type: ignore[type-arg]  # index into DumpDigest.bodies
+    created: Sequence[int]  # time_created_ns, 0 for none (an array; a list past 64 bits)
+    kept: dict[int, Shipped]  # position -> the whole record
 
 
 @dataclass(slots=True)
@@ -114,6 +133,14 @@ def ranks_spec(ranks: tuple[int, ...] | None) -> RanksSpec:
             spec = (ranks[0], ranks[-1] + 1, -step)  # a negative third item marks a range
     _SPECS[id(ranks)] = (ranks, spec)
     return spec
+
+
+def int_array(values: list[int]) -> Sequence[int]:
+    """``values`` as ``array("q")``, or as they are where one does not fit 64 bits."""
+    try:
+        return array("q", values)
+    except OverflowError:
+        return values
 
 
 @functools.lru_cache(maxsize=4096)

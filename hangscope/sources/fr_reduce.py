@@ -23,8 +23,10 @@ from hangscope.sources.fr_digest import (
     DumpDigest,
     GroupPart,
     Latest,
+    P2pPart,
     Read,
     Shipped,
+    int_array,
     ranks_spec,
 )
 
@@ -33,11 +35,12 @@ def reduce_dump(path: str, rank: int) -> DumpDigest:
     """Read one dump and reduce it. Raises BadInputError like ``flight_recorder.load_dump``.
 
     Hot path at scale (8 million records at 4096 x 2000): a record that is plain history
-    (completed, no frames, not p2p) becomes three numbers and a body id without ever being an
-    :class:`FrEntry`, and without per-record Python where the dump's fields have the plain
-    types (``fr_columns`` reads them column by column, in C); every other record goes through
-    the full loader's ``Converter``. A record the fast path cannot read goes through the
-    ``Converter`` too, which reports its problem as the full loader does."""
+    (completed, no frames) becomes three numbers and a body id (a send or receive also its
+    creation time) without ever being an :class:`FrEntry`, and without per-record Python where
+    the dump's fields have the plain types (``fr_columns`` reads them column by column, in C);
+    the few records kept whole are built from their key's body there. Read record by record,
+    every record not plain history goes through the full loader's ``Converter``, as does a
+    record the fast path cannot read, which reports its problem as the full loader does."""
     raw, entries_raw = flight_recorder.read_raw(path)
     with timing.phase("reduce"):
         reducer = Reducer(path, rank, raw, entries_raw, [])
@@ -60,8 +63,25 @@ class _Group:
         self.bodies: list[int] = []
         # FrEntry, or (built by fr_columns) a Shipped whose stack is still the frames tuple
         self.kept: dict[int, FrEntry | tuple[Any, ...]] = {}
-        self.p2p: list[FrEntry | tuple[Any, ...]] = []
+        self.p2p = P2pColumns()
         self.raw_index: list[int] = []  # where each collective is in the dump's entries
+
+
+class P2pColumns:
+    """One group's sends and receives of one dump, in record order, while they are read: the
+    columns of :class:`~hangscope.sources.fr_digest.P2pPart`, and the records kept whole (read
+    record by record: all of them, and :meth:`Reducer.part` keeps those the digest keeps)."""
+
+    __slots__ = ("bodies", "created", "kept", "p2p_seqs", "raw_index", "record_ids", "seqs")
+
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+        self.p2p_seqs: list[int] = []
+        self.record_ids: list[int] = []
+        self.bodies: list[int] = []
+        self.created: list[int] = []  # time_created_ns, 0 for none
+        self.raw_index: list[int] = []
+        self.kept: dict[int, FrEntry | tuple[Any, ...]] = {}
 
 
 class Reducer:
@@ -195,7 +215,14 @@ class Reducer:
                     timed = False
             group = group_of(pg[0], pg[1])
             if entry is not None and entry.is_p2p:
-                group.p2p.append(entry)
+                p2p = group.p2p
+                p2p.kept[len(p2p.seqs)] = entry
+                p2p.seqs.append(seq)
+                p2p.p2p_seqs.append(p2p_seq)
+                p2p.record_ids.append(rid)
+                p2p.bodies.append(body_of(fr_columns.body_of(entry)))
+                p2p.created.append(entry.time_created_ns or 0)
+                p2p.raw_index.append(index)
             else:
                 if entry is not None:
                     group.kept[len(group.seqs)] = entry
@@ -269,7 +296,20 @@ class Reducer:
             desc=group.desc, seqs=array("q", seqs), p2p_seqs=array("q", p2p_seqs),
             record_ids=array("q", record_ids), bodies=array("I", bodies),
             kept={new: self.ship(entry) for new, entry in kept.items()},
-            pending=pending, p2p=[self.ship(entry) for entry in group.p2p])
+            pending=pending, p2p=self.p2p_part(group.p2p))
+
+    def p2p_part(self, p2p: P2pColumns) -> P2pPart:
+        """The sends and receives as columns, keeping whole only those with frames, those not
+        completed and the group's newest :data:`TAIL` (the report shows them with their times)."""
+        n, frames_from, raw_index = len(p2p.seqs), self.converter.frames_from, p2p.raw_index
+        kept = {position: entry for position, entry in sorted(p2p.kept.items())
+                if position >= n - TAIL or raw_index[position] >= frames_from
+                or _completed(entry) is not True}
+        return P2pPart(
+            seqs=array("q", p2p.seqs), p2p_seqs=array("q", p2p.p2p_seqs),
+            record_ids=array("q", p2p.record_ids), bodies=array("I", p2p.bodies),
+            created=int_array(p2p.created),
+            kept={position: self.ship(entry) for position, entry in kept.items()})
 
     def stack(self, frames: tuple[Frame, ...]) -> int:
         # by identity: the converter interns frame tuples, and hashing one by value goes

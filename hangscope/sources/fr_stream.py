@@ -21,7 +21,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import overload
+from typing import Any, overload
 
 from hangscope import timing
 from hangscope.errors import BadInputError
@@ -111,25 +111,52 @@ class GroupEntries(_LazyEntries):
                        b[9], None, None, None, None, b[10], b[11], (), b[12])
 
 
-class Records(_LazyEntries):
-    """Records as shipped, each made an :class:`FrEntry` when first read: a 3D-parallel job's
-    dumps hold hundreds of sends and receives each, which only p2p matching over whole
-    histories and the report read."""
+class P2pRecords(_LazyEntries):
+    """One rank's sends and receives of one group, in record order, as ``RankInGroup.p2p``:
+    columns (the seqs and bodies shared by the ranks that hold equal ones, the record ids and
+    creation times the rank's own) and the few records kept whole (see ``fr_digest.P2pPart``).
+    A record is made on access, and not kept: a 3D-parallel job's dumps hold hundreds of sends
+    and receives each, and p2p matching reads their columns (:meth:`signature`), making only the
+    records it cites."""
 
-    __slots__ = ("_items", "_unship")
+    __slots__ = ("_bodies", "_unship", "created", "kept", "pg_name", "record_ids", "shared")
 
-    def __init__(self, items: list[FrEntry | Shipped],
-                 unship: Callable[[Shipped], FrEntry]) -> None:
-        self._items, self._unship = items, unship
+    def __init__(self, pg_name: str, shared: SharedHistory, record_ids: array,  # type: ignore[type-arg]
+                 created: Sequence[int], kept: dict[int, FrEntry | Shipped],
+                 bodies: list[Body], unship: Callable[[Shipped], FrEntry]) -> None:
+        self.pg_name, self.shared, self.record_ids = pg_name, shared, record_ids
+        self.created, self.kept = created, kept
+        self._bodies, self._unship = bodies, unship
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self.record_ids)
+
+    @property
+    def body_ids(self) -> Sequence[int]:
+        """Per record, its body's index in the parent's table: equal ids, equal bodies."""
+        return self.shared.bodies
+
+    def signature(self, body_id: int) -> tuple[Any, ...]:
+        """What p2p matching reads of a record with that body: op, peer, input sizes and dtypes,
+        output sizes and dtypes."""
+        b = self._bodies[body_id]
+        return b[1], b[11], b[6], b[7], b[8], b[9]
+
+    def created_at(self, index: int) -> int | None:
+        return self.created[index] or None
 
     def _at(self, index: int) -> FrEntry:
-        item = self._items[index]
-        if type(item) is tuple:
-            item = self._items[index] = self._unship(item)
-        return item  # type: ignore[return-value]
+        entry = self.kept.get(index)
+        if entry is not None:
+            if type(entry) is tuple:
+                entry = self.kept[index] = self._unship(entry)
+            return entry  # type: ignore[return-value]
+        shared = self.shared
+        b = self._bodies[shared.bodies[index]]
+        return FrEntry(self.record_ids[index], self.pg_name, b[0], shared.seqs[index],
+                       shared.p2p_seqs[index], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8],
+                       b[9], self.created[index] or None, None, None, None, b[10], b[11], (),
+                       b[12])
 
 
 @dataclass(slots=True)
@@ -139,7 +166,7 @@ class RankGroup:
     desc: str
     entries: GroupEntries
     pending: FrEntry | None
-    p2p: Records
+    p2p: P2pRecords
     p2p_pending: list[FrEntry]  # the sends and receives not completed
 
 
@@ -261,27 +288,36 @@ def hydrate(digest: DumpDigest, tables: Tables) -> FrDump:
             frames = stacks[stack] = tables.stack(raw_stacks[stack])
         return FrEntry(*shipped[:20], frames, shipped[21])  # type: ignore[call-arg]
 
-    groups: dict[str, RankGroup] = {}
-    for name, part in digest.groups.items():
-        ids = part.bodies if identity else array("I", map(body_map.__getitem__, part.bodies))
-        key = b"".join((name.encode(), b"\0", part.seqs.tobytes(), part.p2p_seqs.tobytes(),
+    def shared_history(kind: bytes, name: str, seqs: array, p2p_seqs: array,  # type: ignore[type-arg]
+                       bodies: array) -> SharedHistory:  # type: ignore[type-arg]
+        ids = bodies if identity else array("I", map(body_map.__getitem__, bodies))
+        key = b"".join((kind, name.encode(), b"\0", seqs.tobytes(), p2p_seqs.tobytes(),
                         ids.tobytes()))
         shared = tables.histories.get(key)
         if shared is None:
-            shared = tables.histories[key] = SharedHistory(part.seqs, part.p2p_seqs, ids)
+            shared = tables.histories[key] = SharedHistory(seqs, p2p_seqs, ids)
+        return shared
+
+    groups: dict[str, RankGroup] = {}
+    for name, part in digest.groups.items():
+        shared = shared_history(b"c", name, part.seqs, part.p2p_seqs, part.bodies)
         kept: dict[int, FrEntry | Shipped] = dict(part.kept)  # made records when read
         pending = None
         if part.pending >= 0:
             pending = kept[part.pending] = entry(part.kept[part.pending])
         entries = GroupEntries(name, shared, part.record_ids, kept, tables.bodies, entry)
-        p2p: list[FrEntry | Shipped] = list(part.p2p)
+        sent = part.p2p
+        p2p_kept: dict[int, FrEntry | Shipped] = dict(sent.kept)
         p2p_pending = []
-        for position, shipped in enumerate(part.p2p):
+        for position, shipped in sent.kept.items():  # in record order
             if shipped[9] is False:  # completed
-                p2p[position] = made = entry(shipped)
+                p2p_kept[position] = made = entry(shipped)
                 p2p_pending.append(made)
+        p2p = P2pRecords(name, shared_history(b"p", name, sent.seqs, sent.p2p_seqs,
+                                              sent.bodies),
+                         sent.record_ids, sent.created, p2p_kept, tables.bodies, entry)
         groups[name] = RankGroup(desc=part.desc, entries=entries, pending=pending,
-                                 p2p=Records(p2p, entry), p2p_pending=p2p_pending)
+                                 p2p=p2p, p2p_pending=p2p_pending)
     latest = entry(digest.latest) if digest.latest is not None else None
     return FrDump(
         rank=digest.rank, path=digest.path, version=digest.version, backend=digest.backend,
