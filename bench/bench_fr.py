@@ -23,7 +23,8 @@ of fixtures/fr_shapes.py's shapes instead (plain data-parallel, 3D-parallel with
 without durations or times, FR 2.2 to 2.7, JSON), each with an injected missing rank whose
 culprit the result column checks. Tool "split" runs one `--jobs 1` analysis in-process with a CPU-time
 counter around each stage and reports the seconds spent reading, unpickling, reducing,
-hydrating, matching and rendering.
+hydrating, matching and rendering; tool "profile" adds `--profile` to this tree's hangscope runs
+and tabulates the split they print (the workers' share summed apart).
 
 Wall time from the parent; peak RSS two ways: the largest single process of the tree
 (ru_maxrss of os.wait4, which covers the waited-for descendants) and the whole tree (the sum
@@ -58,6 +59,7 @@ from fr_gen import PREFIX, ROOT, ensure_dumps  # noqa: E402
 from fr_runners import (  # noqa: E402
     cited_records,
     log_tail,
+    parse_profile,
     report_load_s,
     run_child,
     summarize_frtrace,
@@ -66,6 +68,7 @@ from fr_runners import (  # noqa: E402
 from fr_tables import (  # noqa: E402
     fmt_cell,
     machine,
+    profile_table,
     ratio_table,
     render_section,
     split_table,
@@ -172,10 +175,14 @@ def main(argv: list[str] | None = None) -> int:
             if out.exists():
                 shutil.rmtree(out)
             env = {**os.environ, "PYTHONPATH": str(tree)}
+            # this tree's runs say where their time went (--profile: a few microseconds a dump)
+            profiled = "profile" in tools and not key.startswith("base")
             r = run_child([sys.executable, "-m", "hangscope", "analyze", str(d), "--out", str(out),
-                           "--json", "--jobs", str(jobs)],
+                           "--json", "--jobs", str(jobs), *(["--profile"] if profiled else [])],
                           logs / f"{key}_{tag}_j{jobs}.log", args.timeout, args.mem_limit_gb,
                           env=env, cwd=tree)  # python -m puts the cwd first on sys.path
+            if profiled:
+                row[f"profile_{key}"] = parse_profile(r["log"])
             if key.startswith("base"):
                 row[key] = r
                 print(f"[{tag}] baseline -j{jobs:<3} {fmt_cell(r)}", flush=True)
@@ -223,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     print(ratio_table(rows))
     print()
     print(split_table(rows))
+    print()
+    print(profile_table(rows))
     if args.write_docs:
         write_docs(Path(args.write_docs), render_section(rows, m, args))
         print(f"\nwrote {args.write_docs}")

@@ -170,3 +170,27 @@ def cited_records(out: Path) -> str:
     cites = [e for f in v.get("findings", []) for e in f.get("evidence", [])
              if "[record " in e.get("detail", "")]
     return f"; cites {len(cites)} FR records" if cites else "; cites no FR record"
+
+
+def parse_profile(log: str) -> dict[str, list[float]] | None:
+    """What ``hangscope analyze --profile`` printed: per phase, [wall, cpu] of the analyzing
+    process, then [wall, cpu] summed over the workers where it had any."""
+    rows: dict[str, list[float]] = {}
+    try:
+        text = Path(log).read_text(errors="replace")
+    except OSError:
+        return None
+    if "profile of this run" not in text:
+        return None
+    for line in text[text.index("profile of this run"):].splitlines()[2:]:
+        parts = line.split()
+        if not parts:
+            break
+        try:
+            values = [float(p) for p in parts[1:5] if p.replace(".", "", 1).lstrip("-").isdigit()]
+        except ValueError:
+            break
+        rows[parts[0]] = values
+        if parts[0] == "total":
+            break
+    return rows

@@ -123,6 +123,31 @@ def split_table(rows: list[dict]) -> str:
     return "\n".join(out) if len(out) > 2 else ""
 
 
+PROFILE_COLS = ("read", "unpickle", "reduce", "wait", "hydrate", "match", "detect", "render",
+                "other", "total")
+
+
+def profile_table(rows: list[dict]) -> str:
+    """What this tree's runs printed with --profile: CPU seconds per phase of the analyzing
+    process, and in brackets the workers' CPU seconds for that phase, summed."""
+    out = ["| row | run | " + " | ".join(PROFILE_COLS) + " |",
+           "|---|---|" + "---|" * len(PROFILE_COLS)]
+    for r in rows:
+        for key, run in (("profile_hs1", "--jobs 1"), ("profile_hsn", "--jobs N")):
+            prof = r.get(key)
+            if not prof:
+                continue
+            cells = []
+            for col in PROFILE_COLS:
+                values = prof.get(col, [])
+                cell = f"{values[1]:.2f}" if len(values) > 1 else "-"
+                if len(values) > 3 and values[3] > 0.005:
+                    cell += f" (+{values[3]:.2f})"
+                cells.append(cell)
+            out.append(f"| {_label(r)} | {run} | " + " | ".join(cells) + " |")
+    return "\n".join(out) if len(out) > 2 else ""
+
+
 def _markers(writer: str) -> tuple[str, str]:
     """The docs block a writer's results go to (c10-written dumps have their own)."""
     return (BEGIN, END) if writer == "python" else (f"<!-- bench:begin {writer} -->",
@@ -149,6 +174,11 @@ def render_section(rows: list[dict], m: dict, args) -> str:
             "the analysis less the dumps it reads again for the report and less rendering):",
             "",
             split_table(rows),
+            "",
+            "CPU seconds per phase that this tree's runs printed with `--profile` (in brackets: "
+            "the worker processes' share, summed):",
+            "",
+            profile_table(rows),
             end,
         ]
     )
