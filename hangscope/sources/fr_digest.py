@@ -76,7 +76,7 @@ class GroupPart:
     bodies: array  # type: ignore[type-arg]  # index into DumpDigest.bodies
     kept: dict[int, Shipped]  # position in the arrays -> the whole record
     pending: int  # position of the op the rank is blocked in, -1 if none
-    p2p: P2pPart
+    p2p: P2pPart | None  # None: the rank sent and received nothing in this group
 
 
 @dataclass(slots=True)

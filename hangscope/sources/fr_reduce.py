@@ -298,10 +298,13 @@ class Reducer:
             kept={new: self.ship(entry) for new, entry in kept.items()},
             pending=pending, p2p=self.p2p_part(group.p2p))
 
-    def p2p_part(self, p2p: P2pColumns) -> P2pPart:
+    def p2p_part(self, p2p: P2pColumns) -> P2pPart | None:
         """The sends and receives as columns, keeping whole only those with frames, those not
-        completed and the group's newest :data:`TAIL` (the report shows them with their times)."""
+        completed and the group's newest :data:`TAIL` (the report shows them with their times);
+        None where there are none (most groups: nothing to ship, nothing for the parent to hold)."""
         n, frames_from, raw_index = len(p2p.seqs), self.converter.frames_from, p2p.raw_index
+        if not n:
+            return None
         kept = {position: entry for position, entry in sorted(p2p.kept.items())
                 if position >= n - TAIL or raw_index[position] >= frames_from
                 or _completed(entry) is not True}

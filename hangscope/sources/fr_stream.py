@@ -253,6 +253,7 @@ class Tables:
     stacks: dict[tuple[tuple[str, str, int | None], ...], tuple[Frame, ...]] = \
         field(default_factory=dict)
     histories: dict[bytes, SharedHistory] = field(default_factory=dict)
+    no_p2p: dict[str, P2pRecords] = field(default_factory=dict)  # per group: none, shared
 
     def body_map(self, bodies: list[Body]) -> list[int]:
         ids = self.body_ids
@@ -306,16 +307,25 @@ def hydrate(digest: DumpDigest, tables: Tables) -> FrDump:
         if part.pending >= 0:
             pending = kept[part.pending] = entry(part.kept[part.pending])
         entries = GroupEntries(name, shared, part.record_ids, kept, tables.bodies, entry)
-        sent = part.p2p
-        p2p_kept: dict[int, FrEntry | Shipped] = dict(sent.kept)
-        p2p_pending = []
-        for position, shipped in sent.kept.items():  # in record order
-            if shipped[9] is False:  # completed
-                p2p_kept[position] = made = entry(shipped)
-                p2p_pending.append(made)
-        p2p = P2pRecords(name, shared_history(b"p", name, sent.seqs, sent.p2p_seqs,
-                                              sent.bodies),
-                         sent.record_ids, sent.created, p2p_kept, tables.bodies, entry)
+        p2p_part = part.p2p
+        p2p_pending: list[FrEntry] = []
+        if p2p_part is None:
+            p2p = tables.no_p2p.get(name)
+            if p2p is None:
+                nothing = array("q")
+                p2p = tables.no_p2p[name] = P2pRecords(
+                    name, SharedHistory(nothing, nothing, array("I")), nothing, nothing, {},
+                    tables.bodies, entry)
+        else:
+            p2p_kept: dict[int, FrEntry | Shipped] = dict(p2p_part.kept)
+            for position, shipped in p2p_part.kept.items():  # in record order
+                if shipped[9] is False:  # not completed
+                    p2p_kept[position] = made = entry(shipped)
+                    p2p_pending.append(made)
+            p2p = P2pRecords(name, shared_history(b"p", name, p2p_part.seqs, p2p_part.p2p_seqs,
+                                                  p2p_part.bodies),
+                             p2p_part.record_ids, p2p_part.created, p2p_kept, tables.bodies,
+                             entry)
         groups[name] = RankGroup(desc=part.desc, entries=entries, pending=pending,
                                  p2p=p2p, p2p_pending=p2p_pending)
     latest = entry(digest.latest) if digest.latest is not None else None
