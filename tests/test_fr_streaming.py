@@ -23,8 +23,8 @@ from hangscope.options import LoadOptions, OutputOptions
 from hangscope.pipeline import Result
 from hangscope.report.payload import build_payload
 from hangscope.report.timeline import timeline_svg
-from hangscope.sources import fr_reduce, fr_stream
-from hangscope.sources.fr_stream import DumpEntries
+from hangscope.sources import fr_lazy, fr_reduce, fr_stream
+from hangscope.sources.fr_lazy import DumpEntries
 from hangscope.sources.load import load_paths
 
 from fixtures import fr_shapes, synth_fr
@@ -277,7 +277,7 @@ def test_p2p_matching_over_columns_does_not_change(tmp_path: Path,
     # AND a digest holds that send as columns, not whole
     tables = fr_stream.Tables()
     dump = fr_stream.hydrate(fr_reduce.reduce_dump(str(tmp_path / "nccl_trace_rank_0"), 0), tables)
-    groups = fr_stream.rank_groups(dump)
+    groups = fr_lazy.rank_groups(dump)
     assert groups is not None
     p2p = groups["0"].p2p
     assert len(p2p) == 300 and 18 not in p2p.kept and len(p2p.kept) < 70

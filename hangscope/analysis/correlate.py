@@ -31,7 +31,7 @@ from hangscope.analysis.observations import (
     log_observations,
 )
 from hangscope.model import FrDump, FrEntry, JobEvidence
-from hangscope.sources.fr_stream import RankGroup, SharedHistory, group_names, rank_groups
+from hangscope.sources.fr_lazy import RankGroup, SharedHistory, group_names, rank_groups
 
 DEFAULT_PG = "0"
 

@@ -24,7 +24,7 @@ from typing import Any
 from hangscope import timing
 from hangscope.analysis.correlate import GroupView
 from hangscope.model import FrEntry
-from hangscope.sources.fr_stream import P2pRecords
+from hangscope.sources.fr_lazy import P2pRecords
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ The digest of one dump, per process group (:class:`GroupPart`), is:
 A record rebuilt from the digest equals the one the full loader builds, except that its times
 and duration are None (a send's or receive's creation time excepted): only p2p matching and the
 report read those, and both get what they read (the records the report shows are kept whole, and
-where that is not enough the report reads the dump again: see ``fr_stream.DumpEntries``).
+where that is not enough the report reads the dump again: see ``fr_lazy.DumpEntries``).
 A 3D-parallel job's dumps are half sends and receives: as columns they cost about 36 bytes a
 record in the parent, not a whole record's half a kilobyte.
 So every detector sees the same records and gives the same answers; ``tests/test_fr_streaming.py``
@@ -36,7 +36,7 @@ What crosses the process boundary is the digest (tens of KB per rank, arrays and
 never the entries: the parent would pay the unpickling again.
 
 This module says what a digest is; ``fr_reduce`` makes one from a dump (in a worker process),
-``fr_stream`` stands it in for the dump in the parent.
+``fr_stream`` stands it in for the dump in the parent (``fr_lazy``: its records, on access).
 """
 
 from __future__ import annotations
