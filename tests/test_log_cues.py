@@ -197,3 +197,91 @@ def test_setup_lines_followed_by_training_are_not_a_hang(tmp_path: Path) -> None
     # and a set-up line that says it completed is no set-up cue either
     assert classify("[c10d] Rank 0: Completed store-based barrier for key:store_based_barrier_key:1"
                     " with 2 nodes.") is None
+
+
+# c10d's store client (socket.cpp's waitForInput) timing out on its rendezvous endpoint
+_STORE_TIMEOUT = ("[W228 18:45:15.741177013 socket.cpp:487] [c10d] waitForInput: socket SocketImpl("
+                  "fd=11, addr=[node1]:38674, remote=[10.0.0.1]:23456) timed out after 900000ms")
+
+
+def test_a_store_timeout_before_any_training_is_setup(tmp_path: Path) -> None:
+    # GIVEN torchrun's banner and the store client timing out, then its traceback: nothing trained
+    verdict = _verdict(tmp_path, "\n".join([
+        "*****************************************", _STORE_TIMEOUT,
+        "Traceback (most recent call last):",
+        '  File "/opt/conda/lib/python3.10/site-packages/torch/distributed/run.py", line 919, in main',
+        "torch.distributed.DistNetworkError: failed to recv, got 0 bytes", ""]))
+    # THEN set-up did not complete
+    first = verdict.findings[0]
+    assert first.kind.value == "init_hang" and first.measures.get("cue") in ("store-timeout", "init")
+
+
+@pytest.mark.parametrize("before", [
+    "ep 1 dev eval, step 99, min_wer 0.083, ce 0.286",  # training progress
+    "Tokenizing Prompts (num_proc=64):  92%|#########2| 328986/359152 [29:58<12:05]",  # a phase
+])
+def test_a_store_timeout_after_the_job_began_is_a_rank_elsewhere(tmp_path: Path,
+                                                                  before: str) -> None:
+    # GIVEN a line showing the job had begun, then the store timing out (TCPStore::doWait)
+    verdict = _verdict(tmp_path, "\n".join([
+        before, "RuntimeError: Socket Timeout",
+        "Exception raised from doWait at ../torch/csrc/distributed/c10d/TCPStore.cpp:445 "
+        "(most recent call first):", ""]))
+    # THEN rule store-wait: the store was a barrier, and a rank never wrote its key
+    first = verdict.findings[0]
+    assert first.kind.value == "missing_rank"
+    assert first.measures.get("rule") == "store-wait" and "rule `store-wait`" in first.summary
+
+
+@pytest.mark.parametrize("tail", [
+    # llamafactory's launcher and vLLM's pynccl, as they start the job's communicators
+    ["[INFO|2025-03-16 05:16:14] llamafactory.cli:157 >> Initializing 1 distributed tasks at: "
+     "10.2.3.4:29500", "Multi-node training enabled: num nodes: 3, node rank: 0"],
+    ["(VllmWorkerProcess pid=1153488) INFO 09-03 02:15:42 pynccl.py:63] vLLM is using "
+     "nccl==2.21.5", "INFO 09-03 02:15:42 pynccl.py:63] vLLM is using nccl==2.21.5"],
+])
+def test_frameworks_setup_lines_at_the_end_are_setup_stops(tmp_path: Path, tail: list[str]) -> None:
+    verdict = _verdict(tmp_path, "\n".join(["loading model", *tail, ""]))
+    first = verdict.findings[0]
+    assert first.kind.value == "init_hang" and first.measures.get("cue") == "setup-stops"
+
+
+@pytest.mark.parametrize(("line", "kind"), [
+    # NCCL's CUDACHECK (transport/nvls.cc) and its error-return trace of ncclUnhandledCudaError
+    ("transport/nvls.cc:165 NCCL WARN Cuda failure 'invalid argument'", "rank_died"),
+    ("node23:12098:12141 [2] NCCL INFO init.cc:1196 -> 1", "rank_died"),
+    # gloo binding to loopback where the host name does not resolve (ProcessGroupGloo.cpp)
+    ("[rank9]:[W ProcessGroupGloo.cpp:721] Warning: Unable to resolve hostname to a (local) "
+     "address. Using the loopback address as fallback.", "init_hang"),
+    # a traceback's last line with its head cut off
+    ("[rank5]: IndexError: The shape of the mask [198] at index 0 does not match", "rank_died"),
+])
+def test_more_wordings_point_at_their_kind(line: str, kind: str) -> None:
+    cue = classify(line.split("]: ", 1)[-1] if line.startswith("[rank5]") else line)
+    assert cue is not None and cue.suggests == kind, cue
+
+
+def test_an_exception_line_is_filed_under_a_more_specific_cue_first() -> None:
+    cue = classify("RuntimeError: Tensors must have the same shape: size mismatch in all_gather")
+    assert cue is not None and cue.name == "mismatch-words"
+
+
+def test_a_gloo_loopback_warning_names_its_rank(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, "\n".join([
+        "[rank8]:[W ProcessGroupGloo.cpp:721] Warning: Unable to resolve hostname to a (local) "
+        "address. Using the loopback address as fallback.",
+        "[rank0]:[E ProcessGroupGloo.cpp:144] Gloo connectFullMesh failed with timed out "
+        "connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:14215", ""]))
+    first = verdict.findings[0]
+    assert (first.kind.value, first.culprit_ranks) == ("init_hang", [8])
+
+
+def test_set_up_lines_of_some_ranks_of_a_known_size_name_the_others(tmp_path: Path) -> None:
+    # GIVEN Lightning's set-up line from ranks 0-3 of 8, and nothing after
+    verdict = _verdict(tmp_path, "\n".join(
+        ["GPU available: True, used: True"]
+        + [f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/8" for r in (1, 2, 0, 3)] + [""]))
+    # THEN rule setup-missing-ranks: ranks 4-7 never reached set-up
+    first = verdict.findings[0]
+    assert (first.kind.value, first.culprit_ranks) == ("init_hang", [4, 5, 6, 7])
+    assert first.measures["rule"] == "setup-missing-ranks"

@@ -43,8 +43,9 @@ def _verdict(paths):
     ("{'loss': 2.1, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.45}", "epoch", None,
      None, 0.45),
     ("| epoch 001 | loss 4.2 | num_updates 100", "update", 100, None, 1.0),
+    ("10\timages/sec: 47.3 +/- 0.7 (jitter = 0.9)\t8.981", "step", 10, None, None),
 ], ids=["iso-step", "global_step", "deepspeed", "megatron", "epoch-step", "mnist", "lightning",
-        "hf-trainer", "fairseq"])
+        "hf-trainer", "fairseq", "tf_cnn_benchmarks"])
 def test_progress_lines_in_common_wordings(text, unit, step, total, epoch) -> None:
     found = parse_progress(text)
     assert found is not None

@@ -9,7 +9,7 @@ from hangscope.sources.logs import scan_log
 
 def test_transport_errors_attributed_through_init_complete() -> None:
     setup = ("runtime_config", "nccl_init_start", "nccl_comm_ready", "nccl_init_timing",
-             "nccl_local_peer_closed")
+             "nccl_local_peer_closed", "nccl_connected")
     everything = [e for e in scan("nccl_info_with_warn.log") if e.kind not in setup]
     devices = [e for e in everything if e.kind == "nccl_device"]
     events = [e for e in everything if e.kind != "nccl_device"]

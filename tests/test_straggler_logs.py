@@ -120,3 +120,25 @@ def test_a_log_straggler_never_clears_a_hang_the_stacks_show(tmp_path: Path) -> 
     assert (root.kind, root.culprit_ranks) == (Kind.PYTHON_DEADLOCK, [1])
     assert root.waiting_ranks == [0, 2, 3]
     assert [(f.kind, f.culprit_ranks) for f in verdict.findings[1:]] == [(Kind.STRAGGLER, [1])]
+
+
+def _one_log(tmp_path: Path, times: list[float]) -> object:
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"02/09/2022 12:13:25 - INFO - Epoch: 1/30, Step: {i + 1}/951, "
+                           f"Loss: 3.25, Time/step: {t}\n" for i, t in enumerate(times)))
+    verdict, _ = analyze(load_paths([str(log)], LoadOptions())[0])
+    return verdict
+
+
+def test_steps_that_stall_and_resume_are_a_straggler_with_no_name(tmp_path: Path) -> None:
+    # GIVEN a loop's own step times that alternate between ~45 s and ~4.5 s (first: warm-up)
+    verdict = _one_log(tmp_path, [1466.6, 67.3, 48.2, 4.5, 44.2, 4.8, 45.0, 4.6, 43.9, 4.7, 44.8])
+    root = verdict.root
+    # THEN rule step-time-swings: a straggler, no rank named
+    assert root is not None and root.kind is Kind.STRAGGLER and root.culprit_ranks == []
+    assert root.measures["rule"] == "step-time-swings"
+
+
+def test_even_step_times_do_not_swing(tmp_path: Path) -> None:
+    verdict = _one_log(tmp_path, [30.0, 4.5, 4.6, 4.4, 4.7, 4.5, 4.6, 4.5, 4.6])
+    assert all(f.measures.get("rule") != "step-time-swings" for f in verdict.findings)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import logging
 
 from hangscope import __version__, timing
-from hangscope.analysis import config_skew, detectors
+from hangscope.analysis import detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import GLOO_P2P_NOTE, GroupView, build_picture, finished
-from hangscope.analysis.detectors.weak_cues import weigh as weigh_cues
 from hangscope.analysis.gap_lines import group_rank_gaps
 from hangscope.analysis.gpu_ranks import cite_gpus, rank_gpus
 from hangscope.analysis.log_progress import (
     log_states,
     logs_advance,
+    logs_benign,
     logs_finished,
     logs_moving,
     logs_report_clean,
@@ -21,12 +21,10 @@ from hangscope.analysis.log_progress import (
     logs_tests_clean,
 )
 from hangscope.analysis.log_waits import add_log_waits
-from hangscope.analysis.moved_since_dump import reconcile
 from hangscope.analysis.pg_order import stack_only_note
 from hangscope.analysis.rank_state import exited_cleanly, rank_states
-from hangscope.analysis.ras_facts import is_ras_evidence, ras_facts, ras_unmapped
+from hangscope.analysis.ras_facts import ras_facts, ras_unmapped
 from hangscope.analysis.snapshot_gaps import single_sample_gap
-from hangscope.analysis.thread_causes import cite_dead_threads
 from hangscope.analysis.verdict import (
     STATUS_OF_KIND,
     Finding,
@@ -34,9 +32,9 @@ from hangscope.analysis.verdict import (
     RankClass,
     Status,
     Verdict,
-    order_findings,
 )
 from hangscope.analysis.waitgraph import build_wait_graph
+from hangscope.analysis.weighing import from_stacks_alone, weigh
 from hangscope.model import FrEntry, JobEvidence
 from hangscope.ranges import format_ranks, ranks_phrase
 
@@ -62,19 +60,15 @@ def _verdict(evidence: JobEvidence, ctx: Context) -> Verdict:
     findings = []
     for detect in detectors.ALL:
         findings.extend(detect(ctx))
-    findings = order_findings(_ras_second(_drop_generic(_moving_not_hung(weigh_cues(findings)))))
-    cite_dead_threads(ctx, findings)
+    gaps = list(evidence.gaps) + ctx.picture.notes + ras_unmapped(evidence)
+    findings, differences = weigh(ctx, findings, gaps)  # competing explanations, rule by rule
     world = ctx.picture.world_size or None
     seen = sorted(evidence.ranks)
     expected = set(range(world)) if world else set(seen)
-    gaps = list(evidence.gaps) + ctx.picture.notes + ras_unmapped(evidence)
-    findings = order_findings(_one_straggler(order_findings(reconcile(ctx, findings, gaps))))
-    findings, differences = config_skew.explain(ctx, findings)
-    findings = _stuck_over_slow(order_findings(findings))
     if not any(f.culprit_ranks for f in findings) and (
             note := stack_only_note(ctx.picture, ctx.stacks)):
         gaps.append(note)  # stacks cannot tell an ordering deadlock: say so
-    if (not findings or _from_stacks_alone(findings[0])) and (note := single_sample_gap(ctx)):
+    if (not findings or from_stacks_alone(findings[0])) and (note := single_sample_gap(ctx)):
         gaps.append(note)  # one snapshot cannot tell slow from stuck: say so, with the logs
     missing_dumps = sorted(expected - set(ctx.picture.dumps))
     if ctx.picture.dumps and missing_dumps:
@@ -99,112 +93,6 @@ def _verdict(evidence: JobEvidence, ctx: Context) -> Verdict:
         config_differences=differences,
     )
     return verdict
-
-
-def _moving_not_hung(findings: list[Finding]) -> list[Finding]:
-    """A straggler finding says every rank moved over the samples. A hang read from the same
-    stacks alone (no group, no seq: one moment of a moving job where some ranks sat in a
-    collective) contradicts it and goes; hangs with FR or log evidence stay."""
-    if not any(f.kind is Kind.STRAGGLER and _seen_moving(f) for f in findings):
-        return findings
-    return [f for f in findings if f.kind is Kind.STRAGGLER or not _from_stacks_alone(f)]
-
-
-def _stuck_over_slow(findings: list[Finding]) -> list[Finding]:
-    """A straggler the logs reported (step times printed earlier) never comes before a hang the
-    stacks show now (ranks that wait for another): the logs say how the job ran, the stacks
-    where it is."""
-    if not findings or findings[0].kind is not Kind.STRAGGLER or _seen_moving(findings[0]):
-        return findings
-    stuck = [f for f in findings[1:] if f.kind is not Kind.STRAGGLER and f.waiting_ranks
-             and any(item.source == "py-spy" for item in f.evidence)]
-    if not stuck:
-        return findings
-    return stuck + [f for f in findings if f not in stuck]
-
-
-def _seen_moving(finding: Finding) -> bool:
-    """A straggler read from live samples (stacks, CPU time), not from what logs said earlier."""
-    return any(item.source in ("py-spy", "proc") for item in finding.evidence)
-
-
-def _one_straggler(findings: list[Finding]) -> list[Finding]:
-    """Straggler findings that name the same ranks (from samples, from dumps of a moving job,
-    from the logs' step times) are one finding: the most certain keeps its text and takes the
-    others' evidence and measures; each further, independent view adds 0.05."""
-    kept: list[Finding] = []
-    for finding in findings:
-        same = next((f for f in kept if f.kind is Kind.STRAGGLER and finding.kind is Kind.STRAGGLER
-                     and f.culprit_ranks == finding.culprit_ranks), None)
-        if same is None:
-            kept.append(finding)
-            continue
-        base, other = (same, finding) if same.confidence >= finding.confidence else (finding, same)
-        cited = {(item.source, item.rank, item.where) for item in base.evidence}
-        base.evidence.extend(item for item in other.evidence
-                             if (item.source, item.rank, item.where) not in cited)
-        for name, value in other.measures.items():
-            base.measures.setdefault(name, value)
-        base.summary = base.summary.rstrip(".") + "; also: " + other.summary
-        base.confidence = min(0.95, round(base.confidence + 0.05, 2))
-        kept[kept.index(same)] = base
-    return kept
-
-
-def _from_stacks_alone(finding: Finding) -> bool:
-    return finding.collective is not None and finding.collective.pg is None \
-        and all(item.source in ("py-spy", "proc") for item in finding.evidence)
-
-
-def _drop_generic(findings: list[Finding]) -> list[Finding]:
-    """A missing_rank finding adds nothing when a more specific one names the same culprits
-    (the DataLoader stall, deadlock or death that explains why they are missing). What NCCL RAS
-    said about them moves to that finding: as a second, independent view it adds 0.05."""
-    # a straggler the logs' step times name says the rank was slow, not why it is missing now
-    specific = [f for f in findings if f.kind is not Kind.MISSING_RANK
-                and (f.kind is not Kind.STRAGGLER or _seen_moving(f))]
-    if any(f.culprit_ranks for f in findings):
-        # "a rank never joined, which one the logs do not say" adds nothing beside a named culprit
-        findings = [f for f in findings if f.culprit_ranks or f.kind is not Kind.MISSING_RANK]
-    kept = []
-    for finding in findings:
-        covering = [f for f in specific if set(finding.culprit_ranks) <= set(f.culprit_ranks)]
-        if finding.kind is Kind.MISSING_RANK and covering:
-            _carry_ras(finding, covering[0])
-        else:
-            kept.append(finding)
-    return kept
-
-
-def _carry_ras(dropped: Finding, into: Finding) -> None:
-    cited = {(item.rank, item.where) for item in into.evidence}
-    ras = [item for item in dropped.evidence
-           if is_ras_evidence(item) and (item.rank, item.where) not in cited]
-    if not ras:
-        return
-    if not any(is_ras_evidence(item) for item in into.evidence):
-        into.confidence = min(0.95, into.confidence + 0.05)
-    into.evidence.extend(ras)
-
-
-def _ras_second(findings: list[Finding]) -> list[Finding]:
-    """A finding only NCCL RAS supports ranks below every finding from dumps, stacks, logs or
-    /proc that names other culprits: RAS knows which processes answer and how many operations
-    each launched, not which collective of which group anyone waits in."""
-    grounded = [f for f in findings if not _only_ras(f)]
-    for finding in findings:
-        if not _only_ras(finding):
-            continue
-        rivals = [f.confidence for f in grounded
-                  if not set(f.culprit_ranks) & set(finding.culprit_ranks)]
-        if rivals:
-            finding.confidence = min(finding.confidence, round(max(rivals) - 0.05, 2))
-    return findings
-
-
-def _only_ras(finding: Finding) -> bool:
-    cited = [item for item in finding.evidence if item.source != "py-spy"]
-    return bool(cited) and all(is_ras_evidence(item) for item in cited)
 
 
 def _why_nothing(ctx: Context) -> str:
@@ -257,7 +145,8 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
     if not ctx.picture.dumps and not ctx.stacks and (note := logs_finished(ctx.evidence)
                                                       or logs_report_clean(ctx.evidence)
                                                       or logs_setup_clean(ctx.evidence)
-                                                      or logs_tests_clean(ctx.evidence)):
+                                                      or logs_tests_clean(ctx.evidence)
+                                                      or logs_benign(ctx.evidence)):
         gaps.append(note)  # the run said it reached its end, or ran evenly, and nothing failed
         return Status.HEALTHY
     if not ctx.picture.dumps and not ctx.stacks and (note := logs_moving(ctx.evidence)):

@@ -261,13 +261,16 @@ def logs_report_clean(evidence: JobEvidence) -> str | None:
 
 # what NCCL's INFO set-up lines give (sources/logs/nccl_debug.py, runtime_lines.py)
 _SETUP_KINDS = frozenset({"runtime_config", "nccl_device", "nccl_init_done", "nccl_init_start",
-                          "nccl_comm_ready", "nccl_init_timing", "log_end", "size_line"})
+                          "nccl_comm_ready", "nccl_init_timing", "nccl_connected", "log_end",
+                          "size_line"})
 # NCCL WARNs of set-up that it recovers from on its own: without the IB verbs library it uses its
 # socket transport (ibvwrap.cc, then "NET/Socket : Using ...")
 _SETUP_FALLBACK = re.compile(r"^Failed to open libibverbs\.so")
 
 
 def _setup_line(event: LogEvent) -> bool:
+    if event.kind == "nccl_tests":  # nccl-tests' header (devices, sizes) before any result row
+        return not event.fields.get("rows") and not event.fields.get("wrong")
     return event.kind in _SETUP_KINDS or (event.kind == "nccl_warn" and _SETUP_FALLBACK.match(
         str(event.fields.get("text", ""))) is not None)
 
@@ -316,6 +319,37 @@ def logs_setup_clean(evidence: JobEvidence) -> str | None:
             "WARN, and lines such as 'Failed to find ncclNetPlugin symbol' are INFO about a "
             "fallback, not a fault. If the job did hang, its stacks (py-spy) or a flight-recorder "
             "dump would show where")
+
+
+# Why each warning of ``sources/logs/benign.py`` is harmless, in a phrase
+_BENIGN_BASIS = {
+    "tokenizers-fork": ("huggingface/tokenizers turned its own parallelism off in the forked "
+                        "process, which is how it avoids the deadlock it names"),
+    "device-unknown": ("ProcessGroupNCCL guessed the rank's GPU from its rank; that hangs only "
+                       "where the guess is wrong, which later collectives would show"),
+    "ddp-grad-strides": "DDP copies gradients into its buckets: a cost in speed only",
+    "ddp-unused-parameters": "DDP searches the graph for unused parameters: a cost in speed only",
+    "deprecated-env": "torch still reads the deprecated variable's name",
+}
+
+
+def logs_benign(evidence: JobEvidence) -> str | None:
+    """Rule ``known-benign``: where the logs are all there is, a note when every log holds only
+    warnings known to be harmless (``sources/logs/benign.py``), their continuations and launcher
+    banners; else None. Basis: each of them is printed by healthy runs and says what it did about
+    the risk it names; a log with nothing else shows no fault."""
+    every = list(evidence.all_logs())
+    benign = [e for e in every if e.kind == "benign_only"]
+    if not benign or {e.path for e in every if e.kind != "log_end"} != {e.path for e in benign}:
+        return None
+    if failures(evidence):
+        return None
+    names = list(dict.fromkeys(n for e in benign for n in str(e.fields["warnings"]).split(",")))
+    why = "; ".join(_BENIGN_BASIS.get(n, n) for n in names)
+    return (f"rule known-benign: the log holds only warnings known to be harmless ({why}; "
+            f"{benign[0].where()}) and nothing failing, waiting or timing out. A warning alone "
+            "shows no hang: if the job is stuck, its stacks (hangscope attach) or a "
+            "flight-recorder dump would show where")
 
 
 def _failed_or_echoed(evidence: JobEvidence, every: list[LogEvent]) -> list[LogEvent]:

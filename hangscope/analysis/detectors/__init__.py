@@ -35,6 +35,7 @@ from hangscope.analysis.detectors import (
     straggler_reports,
     stuck_between,
     symmetric,
+    uneven_work,
     weak_cues,
 )
 
@@ -51,6 +52,7 @@ ALL: tuple[Detector, ...] = (
     fingerprint_lag.detect,
     stall_reports.detect,
     arg_skew.detect,
+    uneven_work.detect,
     p2p_lines.detect,
     rank_died.detect,
     quiet_death.detect,

@@ -59,6 +59,8 @@ def _jump(ctx: Context) -> list[Finding]:
         third = max(MIN_SAMPLES, len(values) // 3)
         before, after = median(values[:third]), median(values[-third:])
         if after < SLOWDOWN * before or min(values[-MIN_SAMPLES:]) < SEPARATION * before:
+            if (found := _swings(event, values)) is not None:
+                return [found]
             continue
         start = next(i for i in range(len(values))
                      if all(v >= SEPARATION * before for v in values[i:]))
@@ -78,6 +80,39 @@ def _jump(ctx: Context) -> list[Finding]:
                         confidence=0.5, summary=summary + ".", evidence=[cited],
                         measures={"slowdown": round(factor, 2), "rule": "step-time-jump"})]
     return []
+
+
+SWING = 4.0  # a stalled step against the stream's fastest
+
+
+def _swings(event: LogEvent, values: list[float]) -> Finding | None:
+    """Rule ``step-time-swings``: one stream's step times fall in two groups, steps at its own
+    pace and steps ``SWING`` times slower or more, each at least ``MIN_SAMPLES`` times among its
+    recent steps (its first left out: warm-up). Basis: a synchronous job whose steps stall and
+    resume waits on something now and then (one slow worker, data that is not ready, a periodic
+    save); which, one stream's times cannot tell. 0.4: a loop whose steps differ by design (an
+    evaluation every few steps timed in the same field) reads the same."""
+    recent = values[1:][-16:]
+    if len(recent) < 2 * MIN_SAMPLES or min(recent) <= 0:
+        return None
+    fastest = min(recent)
+    stalled = [v for v in recent if v >= SWING * fastest]
+    paced = [v for v in recent if v < SLOWDOWN * fastest]
+    if len(stalled) < MIN_SAMPLES or len(paced) < MIN_SAMPLES:
+        return None
+    summary = (f"rule step-time-swings: of the log's last {len(recent)} step times, "
+               f"{len(paced)} are about {_fmt(median(paced) / 1000, 's')} and {len(stalled)} "
+               f"about {_fmt(median(stalled) / 1000, 's')}: steps stall and resume, so the job "
+               "waits on something now and then (one slow worker, data not ready in time, a "
+               "periodic save or evaluation); these times do not say which: compare the ranks' "
+               "own compute and data times, or `hangscope attach` during a slow step")
+    cited = EvidenceItem(source="log", rank=event.rank, where=event.where(),
+                         detail=f"step times (from line {event.fields.get('first_line')}): "
+                                + ", ".join(_fmt(v / 1000, "s") for v in recent[-8:]))
+    return Finding(kind=Kind.STRAGGLER, culprit_ranks=[], waiting_ranks=[], confidence=0.4,
+                   summary=summary + ".", evidence=[cited],
+                   measures={"slowdown": round(median(stalled) / fastest, 2),
+                             "rule": "step-time-swings"})
 
 
 def _across_ranks(ctx: Context) -> list[Finding]:

@@ -24,7 +24,8 @@ from hangscope.ranges import ranks_phrase
 from hangscope.sources.logs.common import one_line
 
 RULE = "cue-words"
-RULES = (RULE, "sole-peer", "cause-over-symptom")  # measures["rule"] of this detector's findings
+# measures["rule"] of this detector's findings
+RULES = (RULE, "sole-peer", "cause-over-symptom", "store-wait", "setup-missing-ranks")
 CONFIDENCE = 0.3
 # How strongly each class of words points at its kind, over the others in the same log: a cause
 # outweighs the exits and timeouts it brings; a named place (a DataLoader, init) outweighs a
@@ -33,10 +34,11 @@ STRENGTH = {
     "duplicate-gpu": 11,
     "out-of-memory": 10, "gpu-fault": 9, "fabric-fault": 8, "signal-death": 7, "abort": 6.5,
     "data-loading": 6,
-    "init": 5.5, "p2p-words": 5, "thread-deadlock": 5, "watchdog-stuck": 5, "mismatch-words": 4,
+    "gloo-loopback": 8.5, "init": 5.5, "store-timeout": 5.4, "p2p-words": 5,
+    "thread-deadlock": 5, "watchdog-stuck": 5, "mismatch-words": 4,
     "version-skew": 4,
     "virtual-interface": 4.5, "network-words": 4, "peer-gone": 3, "slow-words": 3,
-    "exit-nonzero": 2.5, "wait-timeout": 1,
+    "exit-nonzero": 2.5, "exception": 2.4, "wait-timeout": 1,
     "setup-stops": 0.8, "busy-phase": 0.5,
 }
 BASIS = {
@@ -48,6 +50,14 @@ BASIS = {
     "abort": "a process aborted",
     "data-loading": "the data loading stopped or failed",
     "init": "process-group set-up (rendezvous, store, init) did not complete",
+    "gloo-loopback": ("gloo could not resolve the host's name and bound to the loopback address, "
+                      "which peers on other hosts cannot reach, so the process group's set-up "
+                      "cannot complete (set GLOO_SOCKET_IFNAME to the real interface)"),
+    "store-timeout": ("a rank timed out waiting on the c10d store before the job had begun: "
+                      "process-group set-up (rendezvous, store) did not complete"),
+    "store-wait": ("a rank timed out waiting on the c10d store after the job had begun (training "
+                   "or a phase of one rank's own came first): the store is a barrier here, and "
+                   "the rank that should have written its key is elsewhere"),
     "p2p-words": "point-to-point sends and receives hang",
     "thread-deadlock": "threads deadlock on a lock",
     "watchdog-stuck": ("torch's watchdog thread itself is blocked (another thread holding the GIL "
@@ -61,13 +71,14 @@ BASIS = {
     "peer-gone": "a peer's connection closed under a rank (the peer went away)",
     "slow-words": "some ranks are slower than the others",
     "exit-nonzero": "a process exited with an error",
+    "exception": "a process raised an exception (the paste holds its last line)",
     "wait-timeout": "ranks timed out waiting in a collective",
     "setup-stops": ("the log stops in process-group set-up (its last lines start the store, the "
                     "rendezvous or init_process_group, and nothing after says it completed)"),
     "busy-phase": "a process was in a long phase of its own (evaluation, saving, a data scan)",
 }
 _NAMES_CULPRIT = {"out-of-memory", "gpu-fault", "signal-death", "abort", "data-loading",
-                  "exit-nonzero", "slow-words", "fabric-fault"}
+                  "exit-nonzero", "exception", "slow-words", "fabric-fault", "gloo-loopback"}
 # Cues that only support another rule (log_waits' rank0-silent), never a finding of their own
 SUPPORT_ONLY = {"busy-phase"}
 # Lines that are the cause whatever else was found: NCCL says "Duplicate GPU detected" and then
@@ -82,7 +93,10 @@ def detect(ctx: Context) -> list[Finding]:
     progress = [e for e in events if e.kind == "progress"]
     waits = [e for e in events if e.kind in _OWN_WAITS
              or (e.kind == "cue" and e.fields.get("cue") == "wait-timeout")]
+    # a file made only of warnings known to be harmless (sources/logs/benign.py) carries no cue
+    benign = {e.path for e in events if e.kind == "benign_only"}
     cues = [e for e in events if e.kind == "cue" and e.fields.get("cue") not in SUPPORT_ONLY
+            and e.path not in benign
             and not _survived(e, progress) and not _after_own_wait(e, waits)]
     if not cues:
         return []
@@ -90,17 +104,23 @@ def detect(ctx: Context) -> list[Finding]:
     name = str(best.fields["cue"])
     kind = Kind(str(best.fields["suggests"]))
     lines = [e for e in cues if e.fields["cue"] == name]
+    if name == "store-timeout" and _job_begun(best, events):
+        name, kind = "store-wait", Kind.MISSING_RANK  # rule `store-wait`
     seen = _ranks_seen(ctx)
     culprits, rule = _culprits(name, lines, seen)
     waiting = sorted(seen - set(culprits)) if culprits else []
     agree = len({(e.path, e.line_no) for e in cues if e.fields["suggests"] == kind.value})
     quote = one_line(best.message, 160)
     said = f"{len(lines)} line{'s say' if len(lines) > 1 else ' says'}"
-    summary = (f"weak evidence only (rule `{RULE}`): no record here was read in full, but {said} "
-               f"{BASIS[name]}: \u201c{quote}\u201d ({best.path}:{best.line_no})")
+    rule = rule or ("store-wait" if name == "store-wait" else None)
+    summary = (f"weak evidence only (rule `{rule or RULE}`): no record here was read in full, but "
+               f"{said} {BASIS[name]}: \u201c{quote}\u201d ({best.path}:{best.line_no})")
     if culprits:
         summary += f"; {ranks_phrase(culprits)} " + (
             "is the other rank of two (rule `sole-peer`)" if rule == "sole-peer"
+            else ("never logged set-up while the others did, in a job of "
+                  f"{lines[0].fields.get('world')} ranks (rule `setup-missing-ranks`)")
+            if rule == "setup-missing-ranks"
             else f"{'is' if len(culprits) == 1 else 'are'} named on those lines")
     summary += (f". Read as {kind.value.replace('_', ' ')}, not proven: confirm with the ranks' "
                 "stacks (py-spy) or a flight-recorder dump")
@@ -148,13 +168,23 @@ def _after_own_wait(cue: LogEvent, waits: list[LogEvent]) -> bool:
     traceback or non-zero exit after the same rank's own line that its wait timed out (the
     timeout raised it)."""
     name = cue.fields.get("cue")
-    if name not in ("signal-death", "abort", "exit-nonzero"):
+    if name not in ("signal-death", "abort", "exit-nonzero", "exception"):
         return False
-    if name == "exit-nonzero":  # the same stream: the same rank, or both unnamed
+    if name in ("exit-nonzero", "exception"):  # the same stream: the same rank, or both unnamed
         return any(w.path == cue.path and w.line_no < cue.line_no and w.rank == cue.rank
                    and w.kind == "cue" for w in waits)
     return any(w.path == cue.path and w.line_no < cue.line_no
                and (cue.rank is None or w.rank == cue.rank) for w in waits)
+
+
+def _job_begun(cue: LogEvent, events: list[LogEvent]) -> bool:
+    """Rule ``store-wait``: a progress line or a phase of one rank's own (evaluation, saving,
+    tokenizing) earlier in the same file: the store timed out after set-up, as a barrier."""
+    return any(e.path == cue.path and (
+        (e.kind == "progress" and e.line_no < cue.line_no)
+        # a progress bar the terminal glued the timeout to counts on the same line
+        or (e.kind == "cue" and e.fields.get("cue") == "busy-phase" and e.line_no <= cue.line_no))
+        for e in events)
 
 
 def _survived(cue: LogEvent, progress: list[LogEvent]) -> bool:
@@ -179,4 +209,18 @@ def _culprits(name: str, lines: list[LogEvent], seen: set[int]) -> tuple[list[in
         return [], None
     if name in _NAMES_CULPRIT and named and len(seen) > 1 and len(named) < len(seen):
         return named, None
+    if name == "setup-stops":
+        return _not_set_up(lines)
+    return [], None
+
+
+def _not_set_up(lines: list[LogEvent]) -> tuple[list[int], str | None]:
+    """Rule ``setup-missing-ranks``: where the set-up lines name their ranks and state the job's
+    size, the ranks that never logged theirs are the ones the others wait for."""
+    for event in lines:
+        world = int(event.fields.get("world", 0) or 0)
+        done = {int(r) for r in str(event.fields.get("set_up", "")).split(",") if r.isdigit()}
+        missing = sorted(set(range(world)) - done)
+        if done and missing and len(missing) < world and max(done) < world:
+            return missing, "setup-missing-ranks"
     return [], None

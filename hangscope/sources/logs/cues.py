@@ -60,10 +60,17 @@ CUES: tuple[Cue, ...] = (
     # index hard-coded, CUDA_VISIBLE_DEVICES, local rank) wrong on some processes
     Cue("duplicate-gpu", "config_skew", "cause", re.compile(
         r"(?i)Duplicate GPU detected|both on CUDA device|same (?:GPU|CUDA device) (?:for|by) (?:two|multiple|several) (?:ranks|processes)")),
+    # gloo (ProcessGroupGloo.cpp) found no address for the host name and bound to loopback:
+    # peers on other hosts cannot reach that rank, so the group's connectFullMesh never completes
+    Cue("gloo-loopback", "init_hang", "cause", re.compile(
+        r"Unable to resolve hostname to a \(local\) address")),
     Cue("gpu-fault", "rank_died", "cause", re.compile(
         r"(?i)illegal memory access|device-side assert|unspecified launch failure|uncorrectable ECC|"
         r"GPU (?:has )?fallen off the bus|\bXid\b(?: \(PCI:[0-9a-fA-F:.]+\))?[^0-9]{0,8}(?:13|31|43|48|62|63|64|79|92|94|95|119|120)\b|"
-        r"CUDA error: (?!out of memory)|cudaError\w*|ncclUnhandledCudaError|CUDA driver error")),
+        r"CUDA error: (?!out of memory)|cudaError\w*|ncclUnhandledCudaError|CUDA driver error|"
+        # NCCL's CUDACHECK wording, and its error-return trace of code 1 (ncclUnhandledCudaError:
+        # "NCCL INFO init.cc:1093 -> 1", one line per function the error passes back through)
+        r"Cuda failure (?:\d+ )?'(?!out of memory)|NCCL INFO [\w./\-]+\.(?:cc|cu|h|cpp):\d+ -> 1\b")),
     # (not ibv_get_async_event: NCCL's async-event reader failing is an echo, see nccl_debug.py)
     Cue("fabric-fault", "network_fault", "cause", re.compile(
         r"(?i)\bXid\b(?: \(PCI:[0-9a-fA-F:.]+\))?[^0-9]{0,8}(?:74|144|145|146|147|148|149|150|154)\b|NVLink (?:error|fault|down|inactive)|"
@@ -106,6 +113,13 @@ CUES: tuple[Cue, ...] = (
         r"(?i)exited with (?:exit )?(?:code|status)\s*[:=]?\s*[1-9]\d*|(?:exit|return) (?:code|status)\s*[:=]?\s*[1-9]\d*\b|"
         r"exitcode\s*:\s*[1-9]\d*|ChildFailedError|Killing subprocess|exited unexpectedly|"
         r"Unhandled exception|Traceback \(most recent call last\)")),
+    # c10d's store client timing out while it waits for a key (socket.cpp's waitForInput,
+    # TCPStore::doWait "Socket Timeout", DistStoreError): set-up when it comes first, a rank that
+    # is elsewhere when training or a phase of one rank's own came before it (weak_cues decides)
+    Cue("store-timeout", "init_hang", "symptom", re.compile(
+        r"(?i)waitForInput.{0,200}(?:timed out|timeout)|\bSocket Timeout\b|"
+        r"TCPStore.{0,120}(?:timed out|timeout)|DistStoreError.{0,120}(?:timed out|timeout)|"
+        r"wait timeout after \d+ ?ms.{0,80}keys?|Exception raised from doWait at \S*TCPStore")),
     Cue("init", "init_hang", "cause", re.compile(
         r"(?i)Timed out initializing process group|store[_ ]based[_ ]barrier|Waiting in store based barrier|"
         r"Rendezvous(?:Timeout|Closed|Connection)Error|DistNetworkError|DistStoreError|TCPStore|"
@@ -159,6 +173,10 @@ CUES: tuple[Cue, ...] = (
     Cue("wait-timeout", "missing_rank", "symptom", re.compile(
         r"(?i)Watchdog caught collective operation timeout|\btimed[ -]out\b|Timeout(?:Error|Exception)|"
         r"\btime ?outs?\b(?= (?:at|after|while|waiting|error|exceeded|expired|reached|occurred|happened)\b)|no progress|heartbeat (?:lost|timeout|missed)"), _DIST),
+    # a traceback's last line where the paste cut its head ("[rank5]: IndexError: The shape of
+    # ..."): last, so that any line a cue above reads more specifically is filed under it
+    Cue("exception", "rank_died", "cause", re.compile(
+        r"^ {0,2}(?:[a-z_]\w*\.)*[A-Z][A-Za-z]*(?:Error|Exception): ")),
 )
 # A superset of the cues, searched on the raw line (launcher prefix and all): a cue anchored at
 # the start of the line's body (``^Evaluating``) is unanchored here, since the prefix is peeled
@@ -169,7 +187,9 @@ _LINE_START = re.compile(r"(?:(?<=^)|(?<=\|))\^")
 # ``SETUP_LAST`` lines only; a line that says set-up completed is none of these)
 _SETUP = re.compile(
     r"(?i)server socket (?:has started to listen|will attempt to listen|is attempting to listen)|"
-    r"client socket will attempt to connect|Initiali[sz]ing (?:the )?(?:process group|distributed|torch\.distributed|TorchBackend)|"
+    r"client socket will attempt to connect|Initiali[sz]ing (?:\d+ )?(?:the )?(?:process group|distributed|torch\.distributed|TorchBackend|ddp|deepspeed)|"
+    # vLLM's and sglang's communicator set-up (pynccl loading libnccl; sglang's own begin line)
+    r"\bis using nccl ?==|Found nccl from|Init torch distributed begin|"
     r"Using distributed PyTorch|Added key: store_based_barrier_key|distributed init \(rank \d+\)|"
     r"Rendezvous'ing worker group|Starting elastic_operator|init(?:ializ(?:e|ing))?_process_group\b(?!.{0,40}(?:done|complete|finished|success))|"
     r"(?:setting up|set up|starting) (?:the )?(?:distributed|process group|ddp|nccl|rendezvous)\b(?!.{0,40}(?:done|complete|finished))")
@@ -179,6 +199,9 @@ _PREFILTER = re.compile(
     "|".join(f"(?:{_LINE_START.sub('', cue.pattern.pattern.removeprefix('(?i)'))})" for cue in CUES),
     re.IGNORECASE)
 _MSG_RANK = re.compile(r"(?i)\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\]?")
+# the job's size as set-up lines state it: Lightning's "MEMBER: 2/8", "world_size=8", "nranks 8"
+_WORLD = re.compile(r"(?i)\bMEMBER: \d+/(?P<a>\d+)|\bworld[_ ]size\s*[=:]?\s*(?P<b>\d+)|"
+                    r"\bnranks\s*[=:]?\s*(?P<c>\d+)")
 
 
 def _last_lines(tail: LogicalTail) -> set[int]:
@@ -238,4 +261,33 @@ def scan_cues(path: str, rank_hint: int | None = None,
         out.append(event)
         if len(out) >= MAX_CUES:
             break
+    if any(e.fields.get("cue") == "setup-stops" for e in out):
+        _who_set_up(tail, out)
     return out
+
+
+def _who_set_up(tail: LogicalTail, out: list[LogEvent]) -> None:
+    """Where the log stops in set-up: the ranks whose set-up lines it shows anywhere, and the
+    job's size where a set-up line states it, on each ``setup-stops`` event (fields ``set_up``,
+    ``world``): the ranks that never got as far are the ones set-up waits for."""
+    ranks: set[int] = set()
+    world = 0
+    for index, raw in enumerate(tail.lines):
+        if index in tail.skip:
+            continue
+        text = decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE)
+        if _SETUP.search(text) is None:
+            continue
+        line = parse_line(text, tail.line_no(index), tail.ctx)
+        rank = line.rank
+        if rank is None and (m := _MSG_RANK.search(line.body)):
+            rank = int(m.group("r"))
+        if rank is not None:
+            ranks.add(rank)
+        if (w := _WORLD.search(line.body)) is not None:
+            world = max(world, int(w.group("a") or w.group("b") or w.group("c")))
+    for event in out:
+        if event.fields.get("cue") == "setup-stops" and ranks:
+            event.fields["set_up"] = ",".join(map(str, sorted(ranks)))
+            if world:
+                event.fields["world"] = world

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, LogEvent
+from hangscope.sources.logs.benign import scan_benign
 from hangscope.sources.logs.collective_lines import scan_collective_lines
 from hangscope.sources.logs.cues import scan_cues
 from hangscope.sources.logs.finish import scan_finish
@@ -20,6 +21,7 @@ from hangscope.sources.logs.progress import logical_tail, scan_progress
 from hangscope.sources.logs.scan import scan_log
 from hangscope.sources.logs.sizes import scan_sizes
 from hangscope.sources.logs.step_times import scan_step_times
+from hangscope.sources.logs.work_counts import scan_work_counts
 
 _CERTAIN = ("prefix", "pid", "content")
 
@@ -52,5 +54,7 @@ def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: 
     events += scan_marks(path, rank_hint=rank, tail=tail)  # a user's before/after prints around a call
     events += scan_step_times(path, rank_hint=rank, tail=tail)  # what each step took, in order
     events += scan_finish(path, rank_hint=rank, tail=tail)  # the run said it finished
+    events += scan_work_counts(path, rank_hint=rank, tail=tail)  # how many steps each rank runs
     events += scan_cues(path, rank_hint=rank, tail=tail)  # words that point at a kind: last tier
+    events += scan_benign(path, tail)  # the file is known-harmless warnings and nothing else
     attribute(events, rank, evidence)

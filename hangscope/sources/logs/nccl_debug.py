@@ -35,6 +35,9 @@ transport error.
 line of a communicator; ``nccl_comm_ready`` (same fields) -- its ``Init COMPLETE``, for a
 communicator whose START this file showed (``analysis/detectors/init_hang.py`` pairs them).
 
+``nccl_connected`` (host, pid) -- ``NCCL INFO Connected all rings`` / ``Connected all trees``:
+a communicator's channels connected (set-up that went through; NCCL < 2.19 says little else).
+
 ``nccl_local_peer_closed`` (host, pid, cuda_dev, peer_local) -- ``[Service thread] Connection
 closed by localRank N``: NCCL's proxy lost the connection of local rank N's process.
 
@@ -237,6 +240,16 @@ def device_mismatch(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 
 
+def connected(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``Connected all rings`` / ``Connected all trees`` (NCCL's init.cc, once per communicator
+    as its channels connect, before Init COMPLETE): a set-up step that went through."""
+    m = LINE.search(line.body)
+    if m is None or m.group("level") != "INFO":
+        return []
+    return [make_event("nccl_connected", line, ctx, "info",
+                       {"host": m.group("host"), "pid": int(m.group("pid"))})]
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Mismatched collective detected", device_mismatch),
     (b" NCCL WARN ", warn),
@@ -245,4 +258,5 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Init START", init_start),
     (b"Init timings: rank", init_timings),
     (b"Connection closed by localRank", local_peer_closed),
+    (b"NCCL INFO Connected all", connected),
 ]

@@ -52,19 +52,23 @@ SETTLE_LINES = 2000  # lines read past the last new stream, or new end or progre
 TIMING_SAMPLES = 16  # per-step times kept per stream (its latest progress lines)
 
 # any of these (case-insensitive) must be in a line for it to be parsed as progress
-_CANDIDATE = re.compile(rb"(?i)step|iter|epoch|num_updates|batch|%\||\(\d+%\)")
+_CANDIDATE = re.compile(rb"(?i)step|iter|epoch|num_updates|batch|%\||\(\d+%\)|/sec:")
 
 _NUM = r"(\d+)(?:\s*(?:/|of)\s*(\d+))?"
 _BEFORE = r"(?<![\w\-.])"  # not inside a word, an option name or a dotted name
 _BAR = re.compile(r"(\d{1,3})%\|[^|\n]{0,200}\|\s*(\d+)/(\d+)\s*\[")
 _COUNTERS = (
-    ("step", re.compile(_BEFORE + r"(?:global[_ ])?step\b['\"]?\s*[:=#]?\s*\[?\s*" + _NUM, re.I)),
+    # (never nccl-tests' header "step: 2(factor)", the size multiplier)
+    ("step", re.compile(_BEFORE + r"(?:global[_ ])?step\b['\"]?\s*[:=#]?\s*\[?\s*" + _NUM
+                        + r"(?!\d|\(factor\))", re.I)),
     ("iter", re.compile(_BEFORE + r"iter(?:ation)?\b['\"]?\s*[:=#]?\s*\[?\s*" + _NUM, re.I)),
     ("update", re.compile(_BEFORE + r"num_updates\b['\"]?\s*[:=]?\s*(\d+)()", re.I)),
     # "Batch 41/600"; "Epoch 0, batch 10, loss ..." (never "batch size 14", "batch_size=14")
     ("batch", re.compile(_BEFORE + r"batch\b\s*[:=#]?\s*\[?\s*(\d+)"
                          r"(?:\s*/\s*(\d+)|(?=[,:\]|]|\s*$))()", re.I)),
     ("sample", re.compile(r"\[(\d+)/(\d+) \(\d+%\)\]")),
+    # tf_cnn_benchmarks' rows (Horovod's and TensorFlow's benchmark): "10\timages/sec: 47.3 +/- 0.7"
+    ("step", re.compile(r"^\s*(\d+)\s+(?:images|img|samples|examples|sequences|tokens)/sec:()")),
 )
 _EPOCH = re.compile(_BEFORE + r"epoch\b['\"]?\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)(?:\s*/\s*\d+)?",
                     re.I)

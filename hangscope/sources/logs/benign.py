@@ -1,0 +1,110 @@
+# ruff: noqa: E501  (the patterns quote the words real software writes)
+"""Warnings known to be harmless: a log that holds nothing else says the job is not in trouble.
+
+People paste a warning and ask whether it is why their job hangs. Some warnings are printed by
+every healthy run of a setup and change nothing about it; a log made of them alone (with the
+launcher's banner and their own continuation lines) shows no fault. Each is listed with why it is
+harmless, in the software's own terms:
+
+    huggingface/tokenizers: The current process just got forked, after parallelism has already been used. Disabling parallelism to avoid deadlocks...
+        (tokenizers turns its own thread pool off in the forked child: the warning says it
+        avoided the deadlock; it costs tokenizer speed, nothing else)
+    [PG ID 0 PG GUID 0 Rank 0]  using GPU 0 as device used by this process is currently unknown. This can potentially cause a hang if this rank to GPU mapping is incorrect.
+    [PG ID 0 PG GUID 0 Rank 1] Guessing device ID based on global rank. This can cause a hang if rank to GPU mapping is heterogeneous.
+    No device id is provided via `init_process_group` or `barrier `. Using the current device set by the user.
+        (ProcessGroupNCCL guessing the device from the rank: a hang only where the guess is
+        wrong, which the job's own later collectives would show)
+    Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, ...
+        (torchrun's start-up banner)
+    Grad strides do not match bucket view strides. ...    (DDP: a copy per step, speed only)
+    find_unused_parameters=True was specified in DDP constructor, but did not find any unused parameters ...
+        (DDP: an extra graph traversal per step, speed only)
+    Environment variable NCCL_BLOCKING_WAIT is deprecated; use TORCH_NCCL_BLOCKING_WAIT instead
+        (torch reads the old name too)
+
+``benign_only`` event, one per file whose every non-blank line (the whole file: its tail is all
+of it) is one of these warnings, its continuation (indented, or the warning's own follow-up
+lines) or launcher boilerplate, and which holds at least one of them. fields: ``warnings`` (the
+names, comma-joined), ``count``. ``analysis/log_progress.py`` (rule ``known-benign``) reads a job
+whose every log is such a file as showing no fault.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from hangscope.model import LogEvent
+from hangscope.sources.logs.common import Line, decode, make_event, parse_line
+from hangscope.sources.logs.progress import MAX_LINE, LogicalTail
+
+KIND = "benign_only"
+WARNINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("tokenizers-fork", re.compile(
+        r"huggingface/tokenizers: The current process just got forked, after parallelism has already been used")),
+    ("device-unknown", re.compile(
+        r"(?i)using GPU \d+ (?:as device|to perform barrier as devices) used by this process|"
+        r"Guessing device ID based on global rank|No device id is provided via `init_process_group` or `barrier ?`")),
+    ("ddp-grad-strides", re.compile(r"Grad strides do not match bucket view strides")),
+    ("ddp-unused-parameters", re.compile(
+        r"find_unused_parameters=True was specified in DDP constructor, but did not find any unused parameters")),
+    ("deprecated-env", re.compile(
+        r"Environment variable (?:NCCL_\w+|TORCH_\w+) is deprecated; use (?:TORCH_)?\w+ instead")),
+)
+# Lines around the warnings that say nothing: their own follow-up lines, torchrun's banner,
+# Python's warnings.warn echo
+_FOLLOW = re.compile(
+    r"^(?:To disable this warning, you can either:|- Avoid using `tokenizers` before the fork if possible|"
+    r"- Explicitly set the environment variable TOKENIZERS_PARALLELISM=|"
+    r"\*{5,}\s*$|Setting OMP_NUM_THREADS environment variable for each process to be 1 in default|"
+    r"warnings\.warn\(|This can (?:potentially )?cause a hang if|You can (?:s?pecify|specify) device_id|"
+    r"Specify device_ids? in barrier\(\)|or call init_process_group\(\) with a device_id)")
+# a glog head a terminal cut from its message (``[W1003 20:49:10.123654124``)
+_HEAD_ONLY = re.compile(r"^\[?[IWEF]\d{4} \d{2}:\d{2}:\d{2}(?:\.\d+)?(?: +\d+)?\]?$")
+
+
+def scan_benign(path: str, tail: LogicalTail | None) -> list[LogEvent]:
+    """One ``benign_only`` event where the whole file is known-harmless warnings, else none."""
+    if tail is None or tail.first_line != 1:
+        return []  # only part of the file was read: the rest may say anything
+    names: list[str] = []
+    after_warning = False
+    last = None
+    for line, text in _records(tail):
+        body = line.body.strip()
+        if not body or _HEAD_ONLY.match(body):
+            continue
+        name = next((n for n, pattern in WARNINGS if pattern.search(body)), None)
+        if name is not None:
+            names.append(name)
+            after_warning, last = True, line
+        elif _FOLLOW.search(body) or (after_warning and text[:1].isspace()):
+            continue  # the warning's own continuation, or a banner
+        else:
+            return []
+    if last is None:
+        return []
+    return [make_event(KIND, last, tail.ctx, "info",
+                       {"warnings": ",".join(dict.fromkeys(names)), "count": len(names)})]
+
+
+def _records(tail: LogicalTail) -> Iterator[tuple[Line, str]]:
+    """Each logical line, prefix-parsed, with the continuation lines the tail marked (a record a
+    terminal wrapped where nothing was rebuilt) joined to it; and its raw text."""
+    pending: tuple[int, str, list[str]] | None = None
+    for index, raw in enumerate(tail.lines):
+        text = decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE)
+        if index in tail.skip and pending is not None:
+            pending[2].append(text.strip())
+            continue
+        if pending is not None:
+            yield _joined(tail, pending)
+        pending = (index, text, [])
+    if pending is not None:
+        yield _joined(tail, pending)
+
+
+def _joined(tail: LogicalTail, record: tuple[int, str, list[str]]) -> tuple[Line, str]:
+    index, text, more = record
+    line = parse_line(" ".join([text, *more]) if more else text, tail.line_no(index), tail.ctx)
+    return line, text

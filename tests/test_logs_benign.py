@@ -1,0 +1,76 @@
+"""Rule known-benign: a log of warnings known to be harmless, and nothing else, shows no fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hangscope.analysis.engine import analyze
+from hangscope.analysis.verdict import Status
+from hangscope.options import LoadOptions
+from hangscope.sources.load import load_paths
+
+# huggingface/tokenizers (src/utils/parallelism.rs), as every forked DataLoader worker prints it
+TOKENIZERS = [
+    "huggingface/tokenizers: The current process just got forked, after parallelism has already "
+    "been used. Disabling parallelism to avoid deadlocks...",
+    "To disable this warning, you can either:",
+    "\t- Avoid using `tokenizers` before the fork if possible",
+    "\t- Explicitly set the environment variable TOKENIZERS_PARALLELISM=(true | false)",
+]
+# ProcessGroupNCCL.cpp (torch 2.4+), hard-wrapped by a terminal behind Ray's prefix
+DEVICE_UNKNOWN = [
+    "(TrainerProcess pid=1720) [rank0]:[W1003 20:49:10.123654124",
+    "  ProcessGroupNCCL.cpp:4715] [PG ID 0 PG GUID 0 Rank 0]  using GPU 0 as device used by this "
+    "process is currently",
+    "  unknown. This can potentially cause a hang if this rank to GPU mapping is incorrect. You "
+    "can specify device_id in",
+    "  init_process_group() to force use of a particular device.",
+]
+
+
+def _verdict(tmp_path: Path, lines: list[str]):
+    log = tmp_path / "job.log"
+    log.write_text("\n".join([*lines, ""]))
+    verdict, _ = analyze(load_paths([str(log)], LoadOptions())[0])
+    return verdict
+
+
+@pytest.mark.parametrize("lines", [TOKENIZERS, DEVICE_UNKNOWN, TOKENIZERS + DEVICE_UNKNOWN],
+                         ids=["tokenizers", "device-unknown", "both"])
+def test_known_harmless_warnings_alone_read_healthy(tmp_path: Path, lines: list[str]) -> None:
+    verdict = _verdict(tmp_path, lines)
+    assert verdict.status is Status.HEALTHY and not verdict.findings
+    note = " ".join(verdict.evidence_gaps)
+    assert "rule known-benign" in note and "A warning alone shows no hang" in note
+
+
+@pytest.mark.parametrize("extra", [
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "[rank1]:[E ProcessGroupNCCL.cpp:563] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600123 milliseconds",
+    "the job has been stuck here for an hour",  # anything the list does not know
+])
+def test_a_benign_warning_beside_anything_else_is_not_all_clear(tmp_path: Path,
+                                                                 extra: str) -> None:
+    verdict = _verdict(tmp_path, [*TOKENIZERS, extra])
+    assert verdict.status is not Status.HEALTHY
+
+
+def test_nccl_info_set_up_that_connected_reads_healthy(tmp_path: Path) -> None:
+    # GIVEN NCCL < 2.19's INFO lines as its channels connect, nothing else
+    verdict = _verdict(tmp_path, [
+        f"host:261724:36{d} [{d}] NCCL INFO {line}" for d in range(2) for line in (
+            "Connected all trees", "threadThresholds 8/8/64 | 64/8/64 | 8/8/512",
+            "2 coll channels, 2 p2p channels, 2 p2p channels per peer")])
+    assert verdict.status is Status.HEALTHY
+    assert any("nccl-setup-clean" in gap for gap in verdict.evidence_gaps)
+
+
+def test_nccl_error_returns_after_a_cuda_failure_are_a_death(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, ["NCCL version 2.18.5+cuda12.2", "...",
+                                  "transport/nvls.cc:165 NCCL WARN Cuda failure 'invalid argument'",
+                                  "NCCL INFO transport/nvls.cc:324 -> 1",
+                                  "NCCL INFO init.cc:1093 -> 1"])
+    assert verdict.root is not None and verdict.root.kind.value == "rank_died"
