@@ -125,11 +125,14 @@ def cli() -> None:
               help="Number of ranks in the job, when the evidence may not show all of them.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1),
               help="Processes that read flight-recorder dumps (default: one per usable core).")
+@click.option("--profile", is_flag=True,
+              help="After the verdict, print to stderr the wall and CPU seconds this run spent "
+                   "reading, unpickling, reducing, matching, in the detectors and rendering.")
 @quiet_option
 @output_options
 def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None, quiet: bool,
             out_dir: str | None, force: bool, as_json: bool, no_redact: bool,
-            verbose: int, jobs: int | None = None) -> int:
+            verbose: int, jobs: int | None = None, profile: bool = False) -> int:
     """Analyze saved evidence: flight-recorder dumps (pickle or JSON), py-spy dumps (JSON or
     text), gdb/faulthandler stack pastes, rank, launcher, NCCL and kernel logs (as pasted: wrapped,
     prefixed), nvidia-smi output, runtime records, or hangscope bundles; any mix, files or
@@ -140,8 +143,14 @@ def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None, 
     missing, with the node that should have held them where the manifests say."""
     _configure_logging(verbose)
     result = run_analyze(list(paths), LoadOptions(prefix=prefix, world_size=world_size, jobs=jobs),
-                         OutputOptions(out_dir=out_dir, force=force, redact=not no_redact))
+                         OutputOptions(out_dir=out_dir, force=force, redact=not no_redact,
+                                       profile=profile))
     _print_result(result, as_json, quiet)
+    if result.profile is not None:
+        from hangscope.timing import format_profile
+
+        for line in format_profile(result.profile):
+            click.echo(line, err=True)
     return result.exit_code
 
 

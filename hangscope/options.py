@@ -45,3 +45,4 @@ class OutputOptions:
     force: bool = False
     redact: bool = True
     write_html: bool = True
+    profile: bool = False  # --profile: count where the time goes (hangscope.timing)

@@ -62,6 +62,19 @@ def prepare_out_dir(options: OutputOptions) -> str:
 
 
 def run_analyze(paths: list[str], load: LoadOptions, output: OutputOptions) -> Summary:
+    """``hangscope analyze``; with ``output.profile``, the summary says where the time went
+    (``hangscope.timing``)."""
+    if not output.profile:
+        return _run_analyze(paths, load, output)
+    from hangscope import timing
+
+    with timing.profiling() as profile:
+        summary = _run_analyze(paths, load, output)
+    summary.profile = profile
+    return summary
+
+
+def _run_analyze(paths: list[str], load: LoadOptions, output: OutputOptions) -> Summary:
     started = time.monotonic()
     out = prepare_out_dir(output)
     try:
@@ -190,7 +203,10 @@ def analyze_evidence(evidence: JobEvidence, output: OutputOptions, out: str | No
         verdict = redact_all(verdict)
     result = Result(verdict=verdict, context=ctx, evidence=evidence, out_dir=out)
     if out is not None:
-        result.files = write_outputs(result, output, out)
+        from hangscope import timing
+
+        with timing.phase("render"):
+            result.files = write_outputs(result, output, out)
     return result
 
 

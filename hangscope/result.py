@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from hangscope.analysis.context import Context
     from hangscope.model import JobEvidence
     from hangscope.sources.load import LoadReport
+    from hangscope.timing import Profile
 
 
 @dataclass(slots=True)
@@ -26,6 +27,7 @@ class Summary:
     input_problems: list[str] = field(default_factory=list)  # inputs that could not be used
     seconds: float = 0.0
     collect_tally: str = ""
+    profile: Profile | None = None  # with --profile: where the time went
 
     @property
     def exit_code(self) -> int:

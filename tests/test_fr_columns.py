@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hangscope.sources import flight_recorder, fr_columns, fr_digest
+from hangscope.sources import flight_recorder, fr_columns, fr_digest, fr_reduce
 
 from fixtures import fr_shapes, synth_fr
 
@@ -22,8 +22,8 @@ def _dumps(folder: Path) -> list[Path]:
 def _both(path: Path) -> tuple[fr_digest.DumpDigest, fr_digest.DumpDigest, bool]:
     """The digest as read by columns (where it can be) and record by record."""
     raw, entries = flight_recorder.read_raw(str(path))
-    columnar = fr_digest._Reducer(str(path), 0, raw, entries, []).digest()
-    reducer = fr_digest._Reducer(str(path), 0, raw, entries, [])
+    columnar = fr_reduce.Reducer(str(path), 0, raw, entries, []).digest()
+    reducer = fr_reduce.Reducer(str(path), 0, raw, entries, [])
     plain = reducer.finish(*reducer.by_record())
     return columnar, plain, fr_columns.scan(entries) is not None
 
@@ -83,8 +83,8 @@ def test_sizes_of_another_type_are_read_as_the_converter_reads_them(tmp_path: Pa
     for entry, kind in zip(entries[-30:], (float, bool) * 15):
         entry["input_sizes"] = [[kind(dim) for dim in dims] for dims in entry["input_sizes"]]
     # WHEN reduced by columns and record by record
-    columnar = fr_digest._Reducer("d", 0, raw, entries, []).digest()
-    reducer = fr_digest._Reducer("d", 0, raw, entries, [])
+    columnar = fr_reduce.Reducer("d", 0, raw, entries, []).digest()
+    reducer = fr_reduce.Reducer("d", 0, raw, entries, [])
     plain = reducer.finish(*reducer.by_record())
     # THEN the records kept whole show the sizes as the converter reads them (which takes a
     # value equal to one it has seen for that one)

@@ -23,8 +23,8 @@ from hangscope.options import LoadOptions, OutputOptions
 from hangscope.pipeline import Result
 from hangscope.report.payload import build_payload
 from hangscope.report.timeline import timeline_svg
-from hangscope.sources import fr_digest, fr_stream
-from hangscope.sources.fr_stream import DumpEntries
+from hangscope.sources import fr_lazy, fr_reduce, fr_stream
+from hangscope.sources.fr_lazy import DumpEntries
 from hangscope.sources.load import load_paths
 
 from fixtures import fr_shapes, synth_fr
@@ -138,7 +138,7 @@ def test_ranks_share_histories(tmp_path: Path) -> None:
     synth_fr.write_large(tmp_path, 64, 200)
     tables = fr_stream.Tables()
     files = {r: str(tmp_path / f"{synth_fr.DEFAULT_PREFIX}{r}") for r in range(64)}
-    dumps = [fr_stream.hydrate(fr_digest.reduce_dump(path, rank), tables)
+    dumps = [fr_stream.hydrate(fr_reduce.reduce_dump(path, rank), tables)
              for rank, path in files.items()]
     # THEN the groups' histories are few (classes of identical ranks), not one per rank
     per_rank = sum(len(d.entries.groups) for d in dumps if isinstance(d.entries, DumpEntries))
@@ -234,3 +234,51 @@ def test_untimed_dumps_are_read_again_for_the_report(tmp_path: Path,
     assert not any(isinstance(d.entries, DumpEntries) and d.entries.exact for d in dumps)
     # WHEN the report's data is built THEN it reads the dumps again and equals the full path's
     _assert_same([str(tmp_path)], monkeypatch, modes=("reduced",))
+
+
+def _pipeline(folder: Path, pairs: int) -> None:
+    """Four ranks in two send/recv pairs (0 <-> 1, 2 <-> 3), whole histories from record 0: rank 0's
+    tenth send is larger than the recv it feeds; rank 2 sends once more, and rank 3 receives
+    from any source into a buffer of another dtype."""
+    from tests.frdumps import make_dump, make_entry, write_dumps
+
+    dumps: dict[int, dict[str, Any]] = {}
+    for rank in range(4):
+        peer = rank ^ 1
+        entries: list[dict[str, Any]] = []
+        for i in range(pairs):
+            for op in (("send", "recv") if rank % 2 == 0 else ("recv", "send")):
+                sizes = [[8, 4]] if (rank, op, i) == (0, "send", 9) else [[4, 4]]
+                arrow = f"{rank}->{peer}" if op == "send" else f"{rank}<-{peer}"
+                entries.append(make_entry(len(entries), op, sizes=sizes, peer=arrow,
+                                          p2p_seq=len(entries) + 1))
+        if rank == 2:
+            entries.append(make_entry(len(entries), "send", peer="2->3",
+                                      p2p_seq=len(entries) + 1))
+        if rank == 3:
+            entries.append(make_entry(len(entries), "recv", peer="3<-?", dtype="Half",
+                                      p2p_seq=len(entries) + 1, state="started"))
+        dumps[rank] = make_dump(entries, 4)
+    write_dumps(str(folder), dumps)
+
+
+def test_p2p_matching_over_columns_does_not_change(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN two send/recv pairs with 150 rounds each, a mismatched send among the oldest records
+    # (so not kept whole in a digest) and a recv from any source
+    _pipeline(tmp_path, 150)
+    # WHEN analyzed in full, reduced, and by a pool
+    verdict = _assert_same([str(tmp_path)], monkeypatch)
+    # THEN (checked above) the same answers, and the old send's mismatch is found
+    mismatches = [f for f in verdict["findings"] if f["kind"] == "size_mismatch"]
+    assert mismatches, verdict["findings"]
+    assert "rank 0 sent" in mismatches[0]["summary"] and "p2p seq 19" in mismatches[0]["summary"]
+    assert "[record 18 in " in str(mismatches[0]["evidence"])
+    # AND a digest holds that send as columns, not whole
+    tables = fr_stream.Tables()
+    dump = fr_stream.hydrate(fr_reduce.reduce_dump(str(tmp_path / "nccl_trace_rank_0"), 0), tables)
+    groups = fr_lazy.rank_groups(dump)
+    assert groups is not None
+    p2p = groups["0"].p2p
+    assert len(p2p) == 300 and 18 not in p2p.kept and len(p2p.kept) < 70
+    assert p2p[18].input_sizes == ((8, 4),) and p2p[18].record_id == 18

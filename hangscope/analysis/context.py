@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hangscope import timing
 from hangscope.analysis.correlate import GroupView, Picture
 from hangscope.analysis.divergence import Divergence, first_divergence
 from hangscope.analysis.rank_state import RankStackState
@@ -25,7 +26,8 @@ class Context:
     def divergence(self, group: GroupView) -> Divergence | None:
         """The group's first mismatch, computed once for all detectors that ask."""
         if group.name not in self._divergences:
-            self._divergences[group.name] = first_divergence(group)
+            with timing.phase("match"):
+                self._divergences[group.name] = first_divergence(group)
         return self._divergences[group.name]
 
     def fr_evidence(self, rank: int, entry: FrEntry, group: GroupView, what: str) -> EvidenceItem:

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from hangscope import timing
 from hangscope.analysis.fr_match import match_key
 from hangscope.analysis.observations import (
     WAITING_STATES,
@@ -30,7 +31,7 @@ from hangscope.analysis.observations import (
     log_observations,
 )
 from hangscope.model import FrDump, FrEntry, JobEvidence
-from hangscope.sources.fr_stream import RankGroup, SharedHistory, group_names, rank_groups
+from hangscope.sources.fr_lazy import RankGroup, SharedHistory, group_names, rank_groups
 
 DEFAULT_PG = "0"
 
@@ -319,7 +320,8 @@ def history_classes(group: GroupView) -> dict[tuple[object, ...], list[int]]:
     """
     if group._history is not None:
         return group._history
-    group._history = _history_classes(group)
+    with timing.phase("match"):
+        group._history = _history_classes(group)
     return group._history
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from hangscope import __version__
+from hangscope import __version__, timing
 from hangscope.analysis import detectors
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import GLOO_P2P_NOTE, GroupView, build_picture, finished
@@ -50,7 +50,13 @@ def build_context(evidence: JobEvidence) -> Context:
 
 
 def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
-    ctx = build_context(evidence)
+    with timing.phase("match"):
+        ctx = build_context(evidence)
+    with timing.phase("detect"):  # the cross-rank matching the detectors ask for is "match"
+        return _verdict(evidence, ctx), ctx
+
+
+def _verdict(evidence: JobEvidence, ctx: Context) -> Verdict:
     findings = []
     for detect in detectors.ALL:
         findings.extend(detect(ctx))
@@ -86,7 +92,7 @@ def analyze(evidence: JobEvidence) -> tuple[Verdict, Context]:
         gpus={rank: gpu.describe() for rank, gpu in gpus.items()},
         config_differences=differences,
     )
-    return verdict, ctx
+    return verdict
 
 
 def _why_nothing(ctx: Context) -> str:

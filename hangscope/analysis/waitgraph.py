@@ -42,7 +42,7 @@ from hangscope.analysis.observations import log_state
 from hangscope.analysis.rank_state import RankStackState
 from hangscope.model import FrEntry
 from hangscope.ranges import format_ranks
-from hangscope.sources.fr_stream import latest_entry
+from hangscope.sources.fr_lazy import latest_entry
 
 HUB_MIN_CLASSES = 8  # a wait among fewer classes on either side keeps its direct edges
 

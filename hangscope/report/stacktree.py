@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from hangscope.analysis.stacktree import merge_stacks
 from hangscope.model import Frame
-from hangscope.sources.fr_stream import latest_entry
+from hangscope.sources.fr_lazy import latest_entry
 
 if TYPE_CHECKING:
     from hangscope.report.payload_types import TreeColumns

@@ -43,6 +43,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from hangscope import timing
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrDump, FrEntry, ProcessGroupInfo
 from hangscope.sources import safe_pickle
@@ -86,15 +87,18 @@ def load_dump(path: str, rank: int, data: bytes | None = None) -> tuple[FrDump, 
     """
     raw, entries_raw = read_raw(path, data)
     problems: list[str] = []
-    entries = _convert_entries(path, entries_raw, problems)
+    with timing.phase("reduce"):
+        entries = _convert_entries(path, entries_raw, problems)
     return dump_of(path, rank, raw, entries), problems
 
 
 def read_raw(path: str, data: bytes | None = None) -> tuple[dict[str, Any], list[Any]]:
     """The decoded dump and its raw entries; BadInputError, naming the file, if unusable."""
     if data is None:
-        data = _read_bounded(path)
-    raw = _decode(path, data)
+        with timing.phase("read"):
+            data = _read_bounded(path)
+    with timing.phase("unpickle"):
+        raw = _decode(path, data)
     if not isinstance(raw, dict):
         raise BadInputError(path, f"not a flight-recorder dump (top level is {type(raw).__name__})")
     entries_raw = raw.get("entries")

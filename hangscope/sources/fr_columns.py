@@ -1,4 +1,4 @@
-"""One dump's raw entries read column by column, in C, for ``fr_digest``.
+"""One dump's raw entries read column by column, in C, for ``fr_reduce``.
 
 Most records of a dump differ from an earlier one only in record id, seqs, times and frames.
 Here each field is pulled out for all records at once (``operator.itemgetter`` over the
@@ -20,10 +20,11 @@ of them (sizes compare with ``==``, see :func:`_scan`).
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain, compress, islice, repeat
-from operator import add, contains, eq, itemgetter, lt, ne
+from operator import add, contains, itemgetter, lt, ne
 from typing import Any
 
 from hangscope.model import FrEntry
@@ -50,6 +51,7 @@ class Columns:
     seqs: list[int]
     p2p_seqs: list[int]
     timed: bool  # every record has a positive int creation time
+    created: list[Any]  # time_created_ns as the records have it
     firsts: list[int]  # per record, the index of the first record with the same key
 
 
@@ -155,7 +157,7 @@ def _scan(entries: list[Any]) -> Columns | None:
     if not all(map(_plain, map(entries.__getitem__, key_firsts))):
         return None
     return Columns(record_ids=rids.tolist(), seqs=seqs.tolist(), p2p_seqs=p2p_seqs.tolist(),
-                   timed=timed, firsts=firsts)
+                   timed=timed, created=created, firsts=firsts)
 
 
 def _plain(raw: dict[str, Any]) -> bool:
@@ -173,15 +175,16 @@ def _plain(raw: dict[str, Any]) -> bool:
 
 
 def assemble(reducer: Any, cols: Columns) -> Any:
-    """Fill ``reducer`` (an ``fr_digest._Reducer``) from the columns, as its record-by-record
+    """Fill ``reducer`` (an ``fr_reduce.Reducer``) from the columns, as its record-by-record
     pass would: the same groups in the same order, the same body ids, the same records kept
     whole. Returns what that pass returns (``fr_digest.Read``), or None where that cannot be
     promised (then the caller reads the dump record by record).
 
     Every record kept whole (the newest of the dump, with their frames; each group's newest
-    ``TAIL``; every op not completed and every send/recv) is built from its key's body, which
-    holds every field but ids, seqs, times and frames, not by the full loader's converter (see
-    :class:`_PreShip`): in a 3D-parallel job a third of the records are p2p."""
+    ``TAIL`` collectives and sends/receives; every op not completed) is built from its key's
+    body, which holds every field but ids, seqs, times and frames, not by the full loader's
+    converter (see :class:`_PreShip`). The other sends and receives (in a 3D-parallel job, nearly
+    half the records) become columns, as collectives do (:func:`_p2p`)."""
     entries, n, frames_from = reducer.entries_raw, len(reducer.entries_raw), \
         reducer.converter.frames_from
     firsts = cols.firsts
@@ -196,35 +199,41 @@ def assemble(reducer: Any, cols: Columns) -> Any:
     events: list[tuple[int, str, str, Any]] = []  # (index, group, desc, body): in record order
     for first, ((name, desc), _backend, body, _plain) in info.items():
         slot.setdefault(name, len(slot))
-        events.append((first, name, desc, None if body[3] else body))  # p2p: no history
+        events.append((first, name, desc, body))
     events.sort(key=itemgetter(0))
     register = reducer.body
     body_ids: dict[int, int] = {}
     for first, name, desc, body in events:
         reducer.group(name, desc)  # creates groups in record order, sets their desc
-        if body is not None:
-            body_ids[first] = register(body)
-    # each record's group slot and body id; -1 for records not plain (kept whole, placed below)
-    special = {first for first, got in info.items() if not got[3]}
-    slot_of = {first: -1 if first in special else slot[got[0][0]] for first, got in info.items()}
-    record_slot = list(map(slot_of.__getitem__, firsts))
-    key_body = dict.fromkeys(info, -1)
-    key_body.update(body_ids)
-    record_body = list(map(key_body.__getitem__, firsts))
+        body_ids[first] = register(body)
+    # each record's bucket: its group's slot for plain history, the slot plus the number of
+    # groups for sends and receives, -1 for the rest (kept whole, placed below); one stable sort
+    # (in C) puts each bucket's records together, in record order
+    p2p_keys = {first for first, got in info.items() if got[2][3]}
+    shift = len(slot)
+    bucket_of = {first: slot[got[0][0]] if got[3] else
+                 shift + slot[got[0][0]] if first in p2p_keys else -1
+                 for first, got in info.items()}
+    record_bucket = list(map(bucket_of.__getitem__, firsts))
+    order = sorted(range(n), key=record_bucket.__getitem__)
+    in_order = list(map(record_bucket.__getitem__, order))
+    buckets = {bucket: order[bisect_left(in_order, bucket):bisect_right(in_order, bucket)]
+               for bucket in set(bucket_of.values())}
+    record_body = list(map(body_ids.__getitem__, firsts))
     pre = _PreShip(entries, cols, reducer.converter, info, frames_from)
     pending: dict[str, dict[int, Any]] = {}
-    p2p: dict[str, list[Any]] = {}
-    for index in compress(range(n), map(special.__contains__, firsts)) if special else ():
+    for index in buckets.get(-1, ()):
         record = pre(index)
-        if record[7]:
-            p2p.setdefault(record[1], []).append(record)
-        else:
-            pending.setdefault(record[1], {})[index] = record
+        pending.setdefault(record[1], {})[index] = record
+    not_done = {first for first in p2p_keys if info[first][2][5] is not True}
     for name, group in reducer.groups.items():
-        _group(reducer, group, cols, pre, slot[name], record_slot, record_body,
+        _group(reducer, group, cols, pre, buckets.get(slot[name], []), record_body,
                pending.get(name, {}), body_ids)
-        group.p2p = p2p.get(name, [])
-    if not pre.exact():
+        if shift + slot[name] in buckets:
+            _p2p(reducer, group.p2p, cols, pre, buckets[shift + slot[name]], record_body,
+                 not_done)
+    if not pre.exact(chain.from_iterable(indices for bucket, indices in buckets.items()
+                                        if bucket >= shift)):
         return None  # sizes of another type than their key's first record's: read by record
     rids = cols.record_ids
     ordered = all(map(lt, rids, islice(rids, 1, None)))
@@ -236,15 +245,13 @@ def assemble(reducer: Any, cols: Columns) -> Any:
     return (n, rids[0], (latest_rid, latest_index, latest), backend, ordered and cols.timed)
 
 
-def _group(reducer: Any, group: Any, cols: Columns, pre: _PreShip, number: int,
-           record_slot: list[int], record_body: list[int], mine: dict[int, Any],
-           body_ids: dict[int, int]) -> None:
-    """One group's columns, taken by one mask (compress, in C), and its records kept whole."""
+def _group(reducer: Any, group: Any, cols: Columns, pre: _PreShip, indices: list[int],
+           record_body: list[int], mine: dict[int, Any], body_ids: dict[int, int]) -> None:
+    """One group's columns, from its plain records' ``indices``, and its records kept whole."""
     seqs, p2p_seqs, rids, firsts = cols.seqs, cols.p2p_seqs, cols.record_ids, cols.firsts
-    mask = list(map(eq, record_slot, repeat(number)))
-    indices = list(compress(range(len(mask)), mask))
-    columns = (indices, list(compress(seqs, mask)), list(compress(p2p_seqs, mask)),
-               list(compress(rids, mask)), list(compress(record_body, mask)))
+    columns = (indices, list(map(seqs.__getitem__, indices)),
+               list(map(p2p_seqs.__getitem__, indices)), list(map(rids.__getitem__, indices)),
+               list(map(record_body.__getitem__, indices)))
     where: dict[int, int] = {}
     for index in mine:  # the few ops not completed, inserted (in record order: each lands
         position = bisect_left(indices, index)  # after those inserted before it)
@@ -265,6 +272,26 @@ def _group(reducer: Any, group: Any, cols: Columns, pre: _PreShip, number: int,
             kept[position] = pre(indices[position])
     group.kept = kept
     group.raw_index, group.seqs, group.p2p_seqs, group.record_ids, group.bodies = columns
+
+
+def _p2p(reducer: Any, p2p: Any, cols: Columns, pre: _PreShip, indices: list[int],
+         record_body: list[int], not_done: set[int]) -> None:
+    """One group's sends and receives (``fr_reduce.P2pColumns``), from their ``indices``, and
+    those kept whole: with frames, not completed, and the group's newest ``TAIL``."""
+    created = list(map(cols.created.__getitem__, indices))
+    p2p.raw_index, p2p.seqs, p2p.p2p_seqs, p2p.record_ids, p2p.bodies = (
+        indices, list(map(cols.seqs.__getitem__, indices)),
+        list(map(cols.p2p_seqs.__getitem__, indices)),
+        list(map(cols.record_ids.__getitem__, indices)),
+        list(map(record_body.__getitem__, indices)))
+    p2p.created = created if cols.timed else [_time_ns(value) or 0 for value in created]
+    m = len(indices)
+    keep = {*range(bisect_left(indices, max(pre.frames_from, 0)), m),
+            *range(max(0, m - reducer.tail), m)}
+    if not_done:
+        keep.update(compress(range(m), map(not_done.__contains__,
+                                           map(cols.firsts.__getitem__, indices))))
+    p2p.kept = {position: pre(indices[position]) for position in sorted(keep)}
 
 
 class _PreShip:
@@ -304,11 +331,13 @@ class _PreShip:
             thread_name)
         return record
 
-    def exact(self) -> bool:
-        """Whether every size of the records built here and of their keys' first records is an
-        ``int`` (then equal under ``==`` means the same value)."""
+    def exact(self, p2p: Iterable[int]) -> bool:
+        """Whether every size of the records built here and of their keys' first records, and
+        of every send and receive (``p2p``: their indices), is an ``int`` (then equal under
+        ``==`` means the same value, and the record-by-record reading, which converts every send
+        and receive, gives the same bodies)."""
         entries, firsts = self.entries, self.cols.firsts
-        rows = {*self.built, *map(firsts.__getitem__, self.built)}
+        rows = {*self.built, *map(firsts.__getitem__, self.built), *p2p}
         dims = [dims for index in rows for field in _SIZES for dims in entries[index][field]]
         return _types(chain.from_iterable(dims)) <= _INT
 

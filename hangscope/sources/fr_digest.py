@@ -14,39 +14,40 @@ The digest of one dump, per process group (:class:`GroupPart`), is:
   record id, seqs, times and frames (op, sizes, dtypes, state, completion, ...), so a group's
   history is an array of small ints, and ranks with equal arrays share one history
   (:class:`SharedHistory`: the equivalence class ``history_classes`` works on);
+- the sends and receives the same way, apart (:class:`P2pPart`, in record order), with each
+  one's creation time, which p2p matching reads (``analysis.p2p_match``: a recv from any
+  source takes the oldest unpaired send);
 - in full, the records that are not plain history: those with stack frames (the newest of the
   dump, see ``flight_recorder.FRAMES_KEPT_PER_DUMP``), every op not known to be completed (the
-  frontier, what a rank is blocked in), and every send/recv (p2p matching reads their times);
+  frontier, what a rank is blocked in), and each group's newest :data:`TAIL` collectives and
+  :data:`TAIL` sends/receives, which the report shows with their times;
 - the first record id and the newest record of the dump.
 
 A record rebuilt from the digest equals the one the full loader builds, except that its times
-and duration are None: only p2p matching and the report read those, and both get full records
-(p2p records are kept whole; each group's newest :data:`TAIL` records, which the report shows, are
-kept whole too, and where that is not enough the report reads the dump again: see
-``fr_stream.DumpEntries``).
+and duration are None (a send's or receive's creation time excepted): only p2p matching and the
+report read those, and both get what they read (the records the report shows are kept whole, and
+where that is not enough the report reads the dump again: see ``fr_lazy.DumpEntries``).
+A 3D-parallel job's dumps are half sends and receives: as columns they cost about 36 bytes a
+record in the parent, not a whole record's half a kilobyte.
 So every detector sees the same records and gives the same answers; ``tests/test_fr_streaming.py``
 compares both paths on every FR fixture.
 
 What crosses the process boundary is the digest (tens of KB per rank, arrays and a few tuples),
 never the entries: the parent would pay the unpickling again.
+
+This module says what a digest is; ``fr_reduce`` makes one from a dump (in a worker process),
+``fr_stream`` stands it in for the dump in the parent (``fr_lazy``: its records, on access).
 """
 
 from __future__ import annotations
 
 import functools
-import gc
-import logging
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import islice
-from operator import gt
 from typing import Any
 
-from hangscope.errors import BadInputError
-from hangscope.model import Frame, FrEntry
-from hangscope.sources import flight_recorder, fr_columns
-
-log = logging.getLogger(__name__)
+from hangscope.model import FrEntry
 
 MAX_PROBLEMS = 20  # per dump, as the full loader reports them
 # The newest records of each group kept whole: the report shows the last 20 per group of the ranks
@@ -75,7 +76,20 @@ class GroupPart:
     bodies: array  # type: ignore[type-arg]  # index into DumpDigest.bodies
     kept: dict[int, Shipped]  # position in the arrays -> the whole record
     pending: int  # position of the op the rank is blocked in, -1 if none
-    p2p: list[Shipped]  # every send/recv, in record order
+    p2p: P2pPart | None  # None: the rank sent and received nothing in this group
+
+
+@dataclass(slots=True)
+class P2pPart:
+    """One rank's sends and receives of one process group, in record order: columns, and the
+    few records kept whole (see the module docstring)."""
+
+    seqs: array  # type: ignore[type-arg]  # collective seq ids, as the records have them
+    p2p_seqs: array  # type: ignore[type-arg]
+    record_ids: array  # type: ignore[type-arg]
+    bodies: array  # type: ignore[type-arg]  # index into DumpDigest.bodies
+    created: Sequence[int]  # time_created_ns, 0 for none (an array; a list past 64 bits)
+    kept: dict[int, Shipped]  # position -> the whole record
 
 
 @dataclass(slots=True)
@@ -101,281 +115,10 @@ class DumpDigest:
     tail_exact: bool = False
 
 
-# ------------------------------------------------------------------ worker side: reduce
-
-
-def reduce_dump(path: str, rank: int) -> DumpDigest:
-    """Read one dump and reduce it. Raises BadInputError like ``flight_recorder.load_dump``.
-
-    Hot path at scale (8 million records at 4096 x 2000): a record that is plain history
-    (completed, no frames, not p2p) becomes three numbers and a body id without ever being an
-    :class:`FrEntry`, and without per-record Python where the dump's fields have the plain
-    types (``fr_columns`` reads them column by column, in C); every other record goes through
-    the full loader's ``Converter``. A record the fast path cannot read goes through the
-    ``Converter`` too, which reports its problem as the full loader does."""
-    raw, entries_raw = flight_recorder.read_raw(path)
-    problems: list[str] = []
-    return _Reducer(path, rank, raw, entries_raw, problems).digest()
-
-
-class _Group:
-    """One group's records of one dump, in record order, while they are read."""
-
-    __slots__ = ("bodies", "desc", "kept", "p2p", "p2p_seqs", "raw_index", "record_ids", "seqs")
-
-    def __init__(self) -> None:
-        self.desc = ""
-        self.seqs: list[int] = []
-        self.p2p_seqs: list[int] = []
-        self.record_ids: list[int] = []
-        self.bodies: list[int] = []
-        # FrEntry, or (built by fr_columns) a Shipped whose stack is still the frames tuple
-        self.kept: dict[int, FrEntry | tuple[Any, ...]] = {}
-        self.p2p: list[FrEntry | tuple[Any, ...]] = []
-        self.raw_index: list[int] = []  # where each collective is in the dump's entries
-
-
-class _Reducer:
-    tail = TAIL
-
-    def __init__(self, path: str, rank: int, raw: dict[str, Any], entries_raw: list[Any],
-                 problems: list[str]) -> None:
-        self.path, self.rank, self.raw, self.entries_raw = path, rank, raw, entries_raw
-        self.problems = problems
-        self.converter = flight_recorder.Converter(path, len(entries_raw), problems)
-        self.body_ids: dict[Body, int] = {}
-        self.bodies: list[Body] = []
-        self.stack_ids: dict[int, tuple[tuple[Frame, ...], int]] = {id(()): ((), -1)}
-        self.stacks: list[tuple[tuple[str, str, int | None], ...]] = []
-        self.groups: dict[str, _Group] = {}
-
-    def body(self, body: Body) -> int:
-        found = self.body_ids.get(body)
-        if found is None:
-            found = self.body_ids[body] = len(self.bodies)
-            self.bodies.append(body)
-        return found
-
-    def group(self, name: str, desc: str) -> _Group:
-        group = self.groups.get(name)
-        if group is None:
-            group = self.groups[name] = _Group()
-        if desc and not group.desc:
-            group.desc = desc
-        return group
-
-    def classify(self, raw: dict[str, Any]) -> tuple[tuple[str, str], str, Body, bool]:
-        """A record's group, backend, body (every field but ids, seqs, times and frames, as the
-        converter reads them) and whether it is plain history (completed, not p2p). Raises
-        what the fast path raises on bad input."""
-        conv = self.converter
-        backend, op, peer, says_p2p = conv.parse_name(raw["profiling_name"])
-        pg = conv.pg(raw)
-        state = raw["state"]
-        completed = flight_recorder.completion(state, backend, raw)
-        is_p2p = raw.get("is_p2p")
-        if type(is_p2p) is not bool:
-            is_p2p = says_p2p
-        timeout, thread_name = raw.get("timeout_ms"), raw.get("thread_name")
-        return pg, backend, (
-            pg[1], op, backend, is_p2p, state, completed,
-            tuple(map(tuple, raw["input_sizes"])), tuple(raw["input_dtypes"]),
-            tuple(map(tuple, raw["output_sizes"])), tuple(raw["output_dtypes"]),
-            timeout if type(timeout) is int else None, peer, thread_name), \
-            completed is True and not is_p2p
-
-    def digest(self) -> DumpDigest:
-        n_problems = len(self.problems)
-        cols = fr_columns.scan(self.entries_raw)
-        if cols is not None:
-            done = fr_columns.assemble(self, cols)
-            if done is not None:
-                return self.finish(*done)
-            del self.problems[n_problems:]  # read again, record by record
-            self.body_ids, self.bodies, self.groups = {}, [], {}
-        return self.finish(*self.by_record())
-
-    def by_record(self) -> Read:  # noqa: C901 - one pass, kept flat for speed
-        conv = self.converter
-        convert, parse_name, pg_of = conv.convert, conv.parse_name, conv.pg
-        names, pgs = conv.name_cache, conv.pg_cache
-        completion, frames_from = flight_recorder.completion, conv.frames_from
-        shape_list, str_list = flight_recorder._shape_list, flight_recorder._str_list
-        body_ids, body_of, group_of = self.body_ids, self.body, self.group
-        n_valid = 0
-        first_rid: int | None = None
-        latest: tuple[int, int, FrEntry | None] | None = None  # record id, index, entry if kept
-        backend_seen = ""
-        timed = True
-        last_rid: int | None = None
-        ordered = True
-        for index, raw in enumerate(self.entries_raw):
-            entry: FrEntry | None = None
-            if type(raw) is not dict or "state" not in raw or "record_id" not in raw \
-                    or "profiling_name" not in raw or "collective_seq_id" not in raw:
-                convert(index, raw)  # records the problem
-                continue
-            try:
-                name = raw["profiling_name"]
-                parsed = names.get(name)
-                backend, op, peer, says_p2p = parsed if parsed is not None else parse_name(name)
-                group_raw = raw.get("process_group")
-                pg = pgs.get(group_raw) if type(group_raw) is tuple else None
-                if pg is None:
-                    pg = pg_of(raw)
-                state = raw["state"]
-                completed = True if state == "completed" else completion(state, backend, raw)
-                is_p2p = raw.get("is_p2p")
-                if type(is_p2p) is not bool:
-                    is_p2p = says_p2p
-                if index >= frames_from or completed is not True or is_p2p:
-                    raise _Whole
-                rid = int(raw["record_id"])
-                created = raw.get("time_created_ns")
-                if type(created) is not int or created <= 0:
-                    timed = False
-                seq = int(raw["collective_seq_id"])
-                p2p_seq = int(raw.get("p2p_seq_id") or 0)
-                duration = raw.get("duration_ms")
-                if duration is not None and isinstance(duration, (int, float)):
-                    float(duration)  # the full loader rejects what this cannot convert
-                timeout = raw.get("timeout_ms")
-                thread_name = raw.get("thread_name")
-                if thread_name is not None and type(thread_name) is not str:
-                    thread_name = str(thread_name)
-                sizes = raw.get("input_sizes")
-                in_sizes = tuple(map(tuple, sizes)) if type(sizes) is list else shape_list(sizes)
-                sizes = raw.get("output_sizes")
-                out_sizes = tuple(map(tuple, sizes)) if type(sizes) is list \
-                    else shape_list(sizes)
-                key = (pg[1], op, backend, is_p2p, state if type(state) is str else str(state),
-                       completed, in_sizes, str_list(raw.get("input_dtypes")), out_sizes,
-                       str_list(raw.get("output_dtypes")),
-                       timeout if type(timeout) is int else None, peer, thread_name)
-                known = body_ids.get(key)
-                body = known if known is not None else body_of(key)
-            except (_Whole, TypeError, ValueError, OverflowError):
-                # kept whole, or the fast path could not read it: the full loader's converter
-                # decides (and records the problem, if it has one, in its words)
-                entry = convert(index, raw)
-                if entry is None:
-                    continue
-                rid, seq, p2p_seq = entry.record_id, entry.collective_seq_id, entry.p2p_seq_id
-                backend, pg = entry.backend, (entry.pg_name, entry.pg_desc)
-                if entry.time_created_ns is None:
-                    timed = False
-            group = group_of(pg[0], pg[1])
-            if entry is not None and entry.is_p2p:
-                group.p2p.append(entry)
-            else:
-                if entry is not None:
-                    group.kept[len(group.seqs)] = entry
-                    body = body_of(fr_columns.body_of(entry))
-                group.seqs.append(seq)
-                group.p2p_seqs.append(p2p_seq)
-                group.record_ids.append(rid)
-                group.bodies.append(body)
-                group.raw_index.append(index)
-            n_valid += 1
-            if last_rid is not None and rid <= last_rid:
-                ordered = False
-            last_rid = rid
-            if first_rid is None:
-                first_rid = rid
-            if latest is None or rid > latest[0]:
-                latest = (rid, index, entry)
-            if backend and not backend_seen:
-                backend_seen = backend
-        return n_valid, first_rid, latest, backend_seen, ordered and timed
-
-    def finish(self, n_valid: int, first_rid: int | None, latest: Latest, backend_seen: str,
-               tail_exact: bool) -> DumpDigest:
-        convert = self.converter.convert
-        for group in self.groups.values():
-            for position in range(max(0, len(group.seqs) - TAIL), len(group.seqs)):
-                if position not in group.kept:
-                    index = group.raw_index[position]
-                    whole = convert(index, self.entries_raw[index])
-                    assert whole is not None  # the fast path read it
-                    group.kept[position] = whole
-        newest: FrEntry | tuple[Any, ...] | None = None
-        if latest is not None:
-            newest = latest[2] or convert(latest[1], self.entries_raw[latest[1]])
-        dump = flight_recorder.dump_of(self.path, self.rank, self.raw, [], backend_seen)
-        return DumpDigest(
-            rank=self.rank, path=self.path, version=dump.version, backend=dump.backend,
-            pg_config=[(info.name, info.desc, _ranks_spec(info.ranks))
-                       for info in dump.process_groups.values()],
-            pg_status=dump.pg_status, n_entries=n_valid, first_record_id=first_rid,
-            latest=self.ship(newest) if newest is not None else None,
-            bodies=self.bodies, stacks=self.stacks,
-            groups={name: self.part(group) for name, group in self.groups.items()},
-            problems=self.problems[:MAX_PROBLEMS], n_problems=len(self.problems),
-            tail_exact=tail_exact)
-
-    def part(self, group: _Group) -> GroupPart:
-        """The group's arrays in the order ``correlate`` sorts collectives: by seq, stably."""
-        seqs = group.seqs
-        n = len(seqs)
-        if any(map(gt, seqs, islice(seqs, 1, None))):
-            order = sorted(range(n), key=seqs.__getitem__)
-            position = {old: new for new, old in enumerate(order)} if group.kept else {}
-            kept = {position[old]: entry for old, entry in group.kept.items()}
-            p2p_seqs, record_ids, bodies = (
-                list(map(column.__getitem__, order))
-                for column in (group.p2p_seqs, group.record_ids, group.bodies))
-            seqs = list(map(seqs.__getitem__, order))
-        else:  # already in order (the common case): no per-record work
-            kept, p2p_seqs, record_ids, bodies = \
-                group.kept, group.p2p_seqs, group.record_ids, group.bodies
-        pending = -1
-        for new in sorted(kept):
-            if _completed(kept[new]) is False:
-                pending = new
-                break
-        if pending < 0 and n and (last := kept.get(n - 1)) is not None \
-                and _completed(last) is None:
-            pending = n - 1
-        return GroupPart(
-            desc=group.desc, seqs=array("q", seqs), p2p_seqs=array("q", p2p_seqs),
-            record_ids=array("q", record_ids), bodies=array("I", bodies),
-            kept={new: self.ship(entry) for new, entry in kept.items()},
-            pending=pending, p2p=[self.ship(entry) for entry in group.p2p])
-
-    def stack(self, frames: tuple[Frame, ...]) -> int:
-        # by identity: the converter interns frame tuples, and hashing one by value goes
-        # through each Frame's Python-level __hash__ (the tuple is held, so its id stays its own)
-        known = self.stack_ids.get(id(frames))
-        if known is None:
-            known = self.stack_ids[id(frames)] = (frames, len(self.stacks))
-            self.stacks.append(tuple((f.name, f.filename, f.line) for f in frames))
-        return known[1]
-
-    def ship(self, entry: FrEntry | tuple[Any, ...]) -> Shipped:
-        if type(entry) is tuple:  # built by fr_columns: only its stack is left to number
-            return (*entry[:20], self.stack(entry[20]), entry[21])
-        assert isinstance(entry, FrEntry)
-        stack = self.stack(entry.frames)
-        return (entry.record_id, entry.pg_name, entry.pg_desc, entry.collective_seq_id,
-                entry.p2p_seq_id, entry.op, entry.backend, entry.is_p2p, entry.state,
-                entry.completed, entry.input_sizes, entry.input_dtypes, entry.output_sizes,
-                entry.output_dtypes, entry.time_created_ns, entry.time_started_ns,
-                entry.time_completed_ns, entry.duration_ms, entry.timeout_ms, entry.peer, stack,
-                entry.thread_name)
-
-
-def _completed(entry: FrEntry | tuple[Any, ...]) -> bool | None:
-    return entry[9] if type(entry) is tuple else entry.completed  # type: ignore[union-attr]
-
-
-class _Whole(Exception):  # noqa: N818 - control flow: this record is kept whole
-    pass
-
-
 _SPECS: dict[int, tuple[tuple[int, ...], RanksSpec]] = {}
 
 
-def _ranks_spec(ranks: tuple[int, ...] | None) -> RanksSpec:
+def ranks_spec(ranks: tuple[int, ...] | None) -> RanksSpec:
     """A group's members, as (start, stop, step) when evenly spaced: the default group of 4096
     ranks, listed in every dump, would otherwise cross the process boundary 4096 times."""
     if ranks is None:
@@ -392,6 +135,14 @@ def _ranks_spec(ranks: tuple[int, ...] | None) -> RanksSpec:
     return spec
 
 
+def int_array(values: list[int]) -> Sequence[int]:
+    """``values`` as ``array("q")``, or as they are where one does not fit 64 bits."""
+    try:
+        return array("q", values)
+    except OverflowError:
+        return values
+
+
 @functools.lru_cache(maxsize=4096)
 def ranks_of(spec: RanksSpec) -> tuple[int, ...] | None:
     if spec is None:
@@ -399,18 +150,3 @@ def ranks_of(spec: RanksSpec) -> tuple[int, ...] | None:
     if len(spec) == 3 and spec[2] < 0:
         return tuple(range(spec[0], spec[1], -spec[2]))
     return spec
-
-
-# ------------------------------------------------------------------ worker processes
-
-
-def worker_init() -> None:
-    gc.disable()  # a worker's objects die by reference counting, dump after dump
-
-
-def reduce_item(item: tuple[int, str]) -> DumpDigest | str:
-    rank, path = item
-    try:
-        return reduce_dump(path, rank)
-    except BadInputError as exc:
-        return str(exc)

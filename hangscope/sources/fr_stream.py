@@ -2,8 +2,8 @@
 processes, and stand each digest in for its dump in the evidence model.
 
 The parent interns what digests share (:class:`Tables`): ranks with equal histories of a group
-share one :class:`SharedHistory`, the equivalence class ``analysis.correlate`` works on. A
-reduced dump's ``FrDump.entries`` is a :class:`DumpEntries`: its length, first record id, newest
+share one ``fr_lazy.SharedHistory``, the equivalence class ``analysis.correlate`` works on. A
+reduced dump's ``FrDump.entries`` is a ``fr_lazy.DumpEntries``: its length, first record id, newest
 record and groups come from the digest; its records, where something reads them (the report, for
 the ranks it details), are rebuilt from the digest, or read again from the dump where the digest
 cannot give what the report shows (see ``DumpDigest.tail_exact``).
@@ -11,32 +11,28 @@ cannot give what the report shows (see ``DumpDigest.tail_exact``).
 
 from __future__ import annotations
 
-import functools
 import gc
-import logging
 import multiprocessing
 import os
 import threading
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import overload
 
+from hangscope import timing
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrDump, FrEntry, ProcessGroupInfo
 from hangscope.sources import flight_recorder
-from hangscope.sources.fr_digest import (
-    MAX_PROBLEMS,
-    Body,
-    DumpDigest,
-    Shipped,
-    ranks_of,
-    reduce_item,
-    worker_init,
+from hangscope.sources.fr_digest import MAX_PROBLEMS, Body, DumpDigest, Shipped, ranks_of
+from hangscope.sources.fr_lazy import (
+    DumpEntries,
+    GroupEntries,
+    P2pRecords,
+    RankGroup,
+    SharedHistory,
 )
-
-log = logging.getLogger(__name__)
+from hangscope.sources.fr_reduce import reduce_item, reduce_item_timed, worker_init
 
 # From this many dumps on, they are reduced as they are read, by a pool of worker processes where
 # more than one core is usable. Below, the full records cost little and starting a pool costs more
@@ -46,180 +42,6 @@ STREAM_FROM = 16
 POOL_FROM = 16
 
 # ------------------------------------------------------------------ parent side: hydrate
-
-
-@dataclass(slots=True, eq=False)
-class SharedHistory:
-    """The collectives of one process group as one or more ranks hold them: the ranks with equal
-    digests share one of these (an equivalence class of ``correlate.history_classes``)."""
-
-    seqs: array  # type: ignore[type-arg]
-    p2p_seqs: array  # type: ignore[type-arg]
-    bodies: array  # type: ignore[type-arg]  # index into Tables.bodies
-
-
-class _LazyEntries(Sequence[FrEntry]):
-    """Indexing for sequences whose records are made on first read: subclasses give
-    ``__len__`` and ``_at`` (a valid, non-negative index)."""
-
-    __slots__ = ()
-
-    @overload
-    def __getitem__(self, index: int) -> FrEntry: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[FrEntry]: ...
-
-    def __getitem__(self, index: int | slice) -> FrEntry | list[FrEntry]:
-        if isinstance(index, slice):
-            return [self._at(i) for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        return self._at(index)
-
-    def _at(self, index: int) -> FrEntry:
-        raise NotImplementedError
-
-
-class GroupEntries(_LazyEntries):
-    """One rank's collectives of one group, as ``RankInGroup.entries``: records are rebuilt on
-    access from the shared history, the rank's record ids and its records kept whole. Those
-    stay as shipped until something reads them (the report, for the few ranks it details):
-    most never are, and at 4096 ranks they are 300,000 records."""
-
-    __slots__ = ("_bodies", "_unship", "kept", "pg_name", "record_ids", "shared")
-
-    def __init__(self, pg_name: str, shared: SharedHistory, record_ids: array,  # type: ignore[type-arg]
-                 kept: dict[int, FrEntry | Shipped], bodies: list[Body],
-                 unship: Callable[[Shipped], FrEntry]) -> None:
-        self.pg_name = pg_name
-        self.shared = shared
-        self.record_ids = record_ids
-        self.kept = kept
-        self._bodies = bodies
-        self._unship = unship
-
-    def __len__(self) -> int:
-        return len(self.record_ids)
-
-    def _at(self, index: int) -> FrEntry:
-        entry = self.kept.get(index)
-        if entry is not None:
-            if type(entry) is tuple:
-                entry = self.kept[index] = self._unship(entry)
-            return entry  # type: ignore[return-value]
-        shared = self.shared
-        b = self._bodies[shared.bodies[index]]
-        return FrEntry(self.record_ids[index], self.pg_name, b[0], shared.seqs[index],
-                       shared.p2p_seqs[index], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8],
-                       b[9], None, None, None, None, b[10], b[11], (), b[12])
-
-
-class Records(_LazyEntries):
-    """Records as shipped, each made an :class:`FrEntry` when first read: a 3D-parallel job's
-    dumps hold hundreds of sends and receives each, which only p2p matching over whole
-    histories and the report read."""
-
-    __slots__ = ("_items", "_unship")
-
-    def __init__(self, items: list[FrEntry | Shipped],
-                 unship: Callable[[Shipped], FrEntry]) -> None:
-        self._items, self._unship = items, unship
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def _at(self, index: int) -> FrEntry:
-        item = self._items[index]
-        if type(item) is tuple:
-            item = self._items[index] = self._unship(item)
-        return item  # type: ignore[return-value]
-
-
-@dataclass(slots=True)
-class RankGroup:
-    """One rank's view of one group, from its digest (what ``correlate._rank_view`` computes)."""
-
-    desc: str
-    entries: GroupEntries
-    pending: FrEntry | None
-    p2p: Records
-    p2p_pending: list[FrEntry]  # the sends and receives not completed
-
-
-class DumpEntries(Sequence[FrEntry]):
-    """``FrDump.entries`` of a reduced dump. Its length, first record id, newest record and
-    groups come from the digest; anything that reads the records themselves (the report, for the
-    few ranks it details) reads the dump again, in full."""
-
-    __slots__ = ("exact", "first_record_id", "groups", "latest", "n", "path", "rank")
-
-    def __init__(self, path: str, rank: int, n: int, first_record_id: int | None,
-                 latest: FrEntry | None, groups: dict[str, RankGroup], exact: bool) -> None:
-        self.path, self.rank, self.n = path, rank, n
-        self.first_record_id, self.latest, self.groups = first_record_id, latest, groups
-        self.exact = exact
-
-    def _records(self) -> list[FrEntry]:
-        """Every record, in file order. Rebuilt from the digest where that gives what the report
-        shows (the newest :data:`TAIL` records of each group whole, with their times; the others
-        without times), else read again from the dump."""
-        if not self.exact:
-            return _full_entries(self.path, self.rank)
-        out: list[FrEntry] = []
-        for group in self.groups.values():
-            out.extend(group.entries[:])
-            out.extend(group.p2p)
-        out.sort(key=lambda e: e.record_id)
-        return out
-
-    def __len__(self) -> int:
-        return self.n
-
-    @overload
-    def __getitem__(self, index: int) -> FrEntry: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[FrEntry]: ...
-
-    def __getitem__(self, index: int | slice) -> FrEntry | list[FrEntry]:
-        return self._records()[index]
-
-    def __iter__(self) -> Iterator[FrEntry]:
-        return iter(self._records())
-
-
-@functools.lru_cache(maxsize=8)
-def _full_entries(path: str, rank: int) -> list[FrEntry]:
-    log.debug("reading %s again for its records", path)
-    return flight_recorder.load_dump(path, rank)[0].entries
-
-
-def latest_entry(dump: FrDump) -> FrEntry | None:
-    """The dump's record with the highest record id, without reading a reduced dump again."""
-    if isinstance(dump.entries, DumpEntries):
-        return dump.entries.latest
-    return max(dump.entries, key=lambda e: e.record_id) if dump.entries else None
-
-
-def first_record_id(dump: FrDump) -> int | None:
-    if isinstance(dump.entries, DumpEntries):
-        return dump.entries.first_record_id
-    return dump.entries[0].record_id if dump.entries else None
-
-
-def group_names(dump: FrDump) -> set[str]:
-    """The process groups the dump has records of."""
-    if isinstance(dump.entries, DumpEntries):
-        return set(dump.entries.groups)
-    return {entry.pg_name for entry in dump.entries}
-
-
-def rank_groups(dump: FrDump) -> dict[str, RankGroup] | None:
-    """The per-group digests of a reduced dump; None for a dump held in full."""
-    return dump.entries.groups if isinstance(dump.entries, DumpEntries) else None
 
 
 @dataclass(slots=True)
@@ -232,6 +54,7 @@ class Tables:
     stacks: dict[tuple[tuple[str, str, int | None], ...], tuple[Frame, ...]] = \
         field(default_factory=dict)
     histories: dict[bytes, SharedHistory] = field(default_factory=dict)
+    no_p2p: dict[str, P2pRecords] = field(default_factory=dict)  # per group: none, shared
 
     def body_map(self, bodies: list[Body]) -> list[int]:
         ids = self.body_ids
@@ -267,27 +90,45 @@ def hydrate(digest: DumpDigest, tables: Tables) -> FrDump:
             frames = stacks[stack] = tables.stack(raw_stacks[stack])
         return FrEntry(*shipped[:20], frames, shipped[21])  # type: ignore[call-arg]
 
-    groups: dict[str, RankGroup] = {}
-    for name, part in digest.groups.items():
-        ids = part.bodies if identity else array("I", map(body_map.__getitem__, part.bodies))
-        key = b"".join((name.encode(), b"\0", part.seqs.tobytes(), part.p2p_seqs.tobytes(),
+    def shared_history(kind: bytes, name: str, seqs: array, p2p_seqs: array,  # type: ignore[type-arg]
+                       bodies: array) -> SharedHistory:  # type: ignore[type-arg]
+        ids = bodies if identity else array("I", map(body_map.__getitem__, bodies))
+        key = b"".join((kind, name.encode(), b"\0", seqs.tobytes(), p2p_seqs.tobytes(),
                         ids.tobytes()))
         shared = tables.histories.get(key)
         if shared is None:
-            shared = tables.histories[key] = SharedHistory(part.seqs, part.p2p_seqs, ids)
+            shared = tables.histories[key] = SharedHistory(seqs, p2p_seqs, ids)
+        return shared
+
+    groups: dict[str, RankGroup] = {}
+    for name, part in digest.groups.items():
+        shared = shared_history(b"c", name, part.seqs, part.p2p_seqs, part.bodies)
         kept: dict[int, FrEntry | Shipped] = dict(part.kept)  # made records when read
         pending = None
         if part.pending >= 0:
             pending = kept[part.pending] = entry(part.kept[part.pending])
         entries = GroupEntries(name, shared, part.record_ids, kept, tables.bodies, entry)
-        p2p: list[FrEntry | Shipped] = list(part.p2p)
-        p2p_pending = []
-        for position, shipped in enumerate(part.p2p):
-            if shipped[9] is False:  # completed
-                p2p[position] = made = entry(shipped)
-                p2p_pending.append(made)
+        p2p_part = part.p2p
+        p2p_pending: list[FrEntry] = []
+        if p2p_part is None:
+            p2p = tables.no_p2p.get(name)
+            if p2p is None:
+                nothing = array("q")
+                p2p = tables.no_p2p[name] = P2pRecords(
+                    name, SharedHistory(nothing, nothing, array("I")), nothing, nothing, {},
+                    tables.bodies, entry)
+        else:
+            p2p_kept: dict[int, FrEntry | Shipped] = dict(p2p_part.kept)
+            for position, shipped in p2p_part.kept.items():  # in record order
+                if shipped[9] is False:  # not completed
+                    p2p_kept[position] = made = entry(shipped)
+                    p2p_pending.append(made)
+            p2p = P2pRecords(name, shared_history(b"p", name, p2p_part.seqs, p2p_part.p2p_seqs,
+                                                  p2p_part.bodies),
+                             p2p_part.record_ids, p2p_part.created, p2p_kept, tables.bodies,
+                             entry)
         groups[name] = RankGroup(desc=part.desc, entries=entries, pending=pending,
-                                 p2p=Records(p2p, entry), p2p_pending=p2p_pending)
+                                 p2p=p2p, p2p_pending=p2p_pending)
     latest = entry(digest.latest) if digest.latest is not None else None
     return FrDump(
         rank=digest.rank, path=digest.path, version=digest.version, backend=digest.backend,
@@ -355,7 +196,20 @@ def _load_reduced(items: list[tuple[int, str]], jobs: int | None) -> Iterator[Lo
     chunk = max(1, min(16, len(items) // (workers * 8)))
     with ProcessPoolExecutor(max_workers=workers, mp_context=context,
                              initializer=worker_init) as pool:
-        yield from _hydrated(items, pool.map(reduce_item, items, chunksize=chunk), tables)
+        profile = timing.current()
+        if profile is None:
+            results = pool.map(reduce_item, items, chunksize=chunk)
+        else:
+            results = _worker_times(pool.map(reduce_item_timed, items, chunksize=chunk), profile)
+        yield from _hydrated(items, results, tables)
+
+
+def _worker_times(results: Iterator[tuple[DumpDigest | str, timing.Times]],
+                  profile: timing.Profile) -> Iterator[DumpDigest | str]:
+    """The workers' results, their phase times added to ``profile`` (``--profile``)."""
+    for result, times in results:
+        profile.add_worker(times)
+        yield result
 
 
 def _capped(path: str, problems: list[str], total: int) -> list[str]:
@@ -366,9 +220,12 @@ def _capped(path: str, problems: list[str], total: int) -> list[str]:
 
 def _hydrated(items: list[tuple[int, str]], results: Iterator[DumpDigest | str],
               tables: Tables) -> Iterator[LoadResult]:
-    for (rank, path), result in zip(items, results):
+    for rank, path in items:
+        with timing.phase("wait"):  # in this process (--jobs 1): read, unpickle, reduce inside
+            result = next(results)
         if isinstance(result, str):
             yield rank, path, None, [result]
             continue
-        yield (rank, path, hydrate(result, tables),
-               _capped(path, result.problems, result.n_problems))
+        with timing.phase("hydrate"):
+            dump = hydrate(result, tables)
+        yield rank, path, dump, _capped(path, result.problems, result.n_problems)

@@ -13,6 +13,7 @@ import gc
 import os
 from dataclasses import dataclass, field
 
+from hangscope import timing
 from hangscope.errors import BadInputError
 from hangscope.model import JobEvidence, StackSample
 from hangscope.options import LoadOptions
@@ -51,59 +52,21 @@ class LoadReport:
 def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, LoadReport]:
     evidence = JobEvidence(world_size=options.world_size, inputs=list(paths))
     report = LoadReport()
-    fr_files: list[str] = []
-    stack_files: list[str] = []
-    log_files: list[str] = []
-    paste_files: list[str] = []
-    runtime_files: list[str] = []
-    bundles: list[str] = []
-    for path in paths:
-        if not os.path.exists(path):
-            raise BadInputError(path, "no such file or directory")
-        if os.path.isdir(path):
-            found, whole = merge.find_bundles(path)
-            bundles.extend(found)
-            if whole:
-                continue
-        for file_path, explicit in _files_under(path, set(bundles)):
-            if (special := not_a_file(file_path)) is not None:
-                report.problems.append(special)  # opening it could block forever
-                continue
-            kind, paste = _sniff(file_path, explicit)
-            if paste:
-                paste_files.append(file_path)
-                if kind is None:
-                    continue
-            if kind == "fr":
-                fr_files.append(file_path)
-            elif kind == "pyspy":
-                stack_files.append(file_path)
-            elif kind == "log":
-                log_files.append(file_path)
-            elif kind == oswaits.KIND:
-                oswaits.load_oswaits(file_path, None, evidence, report.problems)
-                report.loaded.setdefault(oswaits.KIND, []).append(file_path)
-            elif kind == nvsmi.KIND:
-                nvsmi.load_gpu_file(file_path, None, evidence, report.problems)
-                report.loaded.setdefault(nvsmi.KIND, []).append(file_path)
-            elif kind == "runtime":
-                runtime_files.append(file_path)
-            elif explicit:
-                report.problems.append(f"{file_path}: not a recognised evidence file")
-            else:
-                report.skipped.append(file_path)
+    with timing.phase("read"):
+        found = _find(paths, evidence, report)
+    bundles = found.bundles
     if bundles:
         report.merge = merge.merge_bundles(bundles, evidence, report.problems)
         report.loaded["bundle"] = bundles
-    _load_fr(fr_files, options, evidence, report)
-    _load_stacks(stack_files, evidence, report)
-    _load_pastes(paste_files, evidence, report)
-    for path in log_files:
+    _load_fr(found.fr, options, evidence, report)
+    _load_stacks(found.stacks, evidence, report)
+    _load_pastes(found.pastes, evidence, report)
+    for path in found.logs:
         before = len(report.problems)
         log_loader.load_log_file(path, None, evidence, report.problems)
         if len(report.problems) == before:
             report.loaded.setdefault("log", []).append(path)
-    for path in runtime_files:
+    for path in found.runtime:
         runtime.load_runtime_file(path, None, evidence, report.problems)
         report.loaded.setdefault("runtime", []).append(path)
     evidence.gaps.extend(report.problems)
@@ -155,6 +118,62 @@ def _sniff(path: str, named: bool = False) -> tuple[str | None, bool]:
     # only when their content or name says so
     kind = "log" if sniff_log(head, path) or (named and is_text(head)) else None
     return kind, stack_pastes.sniff_stack_paste(logical)
+
+
+
+@dataclass(slots=True)
+class _Found:
+    """The files of each kind that are read after the walk, in the order met."""
+
+    bundles: list[str] = field(default_factory=list)
+    fr: list[str] = field(default_factory=list)
+    stacks: list[str] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    pastes: list[str] = field(default_factory=list)
+    runtime: list[str] = field(default_factory=list)
+
+
+def _find(paths: list[str], evidence: JobEvidence, report: LoadReport) -> _Found:
+    """Walk the paths and sniff every file, sorting it by kind (small files, OS waits and
+    nvidia-smi output, are read here)."""
+    found = _Found()
+    bundles = found.bundles
+    for path in paths:
+        if not os.path.exists(path):
+            raise BadInputError(path, "no such file or directory")
+        if os.path.isdir(path):
+            inside, whole = merge.find_bundles(path)
+            bundles.extend(inside)
+            if whole:
+                continue
+        for file_path, explicit in _files_under(path, set(bundles)):
+            if (special := not_a_file(file_path)) is not None:
+                report.problems.append(special)  # opening it could block forever
+                continue
+            kind, paste = _sniff(file_path, explicit)
+            if paste:
+                found.pastes.append(file_path)
+                if kind is None:
+                    continue
+            if kind == "fr":
+                found.fr.append(file_path)
+            elif kind == "pyspy":
+                found.stacks.append(file_path)
+            elif kind == "log":
+                found.logs.append(file_path)
+            elif kind == oswaits.KIND:
+                oswaits.load_oswaits(file_path, None, evidence, report.problems)
+                report.loaded.setdefault(oswaits.KIND, []).append(file_path)
+            elif kind == nvsmi.KIND:
+                nvsmi.load_gpu_file(file_path, None, evidence, report.problems)
+                report.loaded.setdefault(nvsmi.KIND, []).append(file_path)
+            elif kind == "runtime":
+                found.runtime.append(file_path)
+            elif explicit:
+                report.problems.append(f"{file_path}: not a recognised evidence file")
+            else:
+                report.skipped.append(file_path)
+    return found
 
 
 def _load_fr(files: list[str], options: LoadOptions, evidence: JobEvidence,

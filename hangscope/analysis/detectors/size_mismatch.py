@@ -22,7 +22,7 @@ from hangscope.analysis.detectors.mismatch_common import (
 )
 from hangscope.analysis.p2p_match import p2p_mismatches
 from hangscope.analysis.verdict import Finding, Kind
-from hangscope.sources.fr_stream import first_record_id
+from hangscope.sources.fr_lazy import first_record_id
 
 
 def detect(ctx: Context) -> list[Finding]:
