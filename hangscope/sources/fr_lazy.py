@@ -52,8 +52,30 @@ class _LazyEntries(Sequence[FrEntry]):
             raise IndexError(index)
         return self._at(index)
 
-    def _at(self, index: int) -> FrEntry:
+    # filled in by each subclass's __init__ (its __slots__)
+    kept: dict[int, FrEntry | Shipped]
+    shared: SharedHistory
+    record_ids: array  # type: ignore[type-arg]
+    pg_name: str
+    _bodies: list[Body]
+    _unship: Callable[[Shipped], FrEntry]
+
+    def _created(self, index: int) -> int | None:
         raise NotImplementedError
+
+    def _at(self, index: int) -> FrEntry:
+        """A record kept whole (unshipped on first read), or one rebuilt from the shared
+        history's columns and the body table."""
+        entry = self.kept.get(index)
+        if entry is not None:
+            if type(entry) is tuple:
+                entry = self.kept[index] = self._unship(entry)
+            return entry  # type: ignore[return-value]
+        shared = self.shared
+        b = self._bodies[shared.bodies[index]]
+        return FrEntry(self.record_ids[index], self.pg_name, b[0], shared.seqs[index],
+                       shared.p2p_seqs[index], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8],
+                       b[9], self._created(index), None, None, None, b[10], b[11], (), b[12])
 
 
 class GroupEntries(_LazyEntries):
@@ -77,17 +99,8 @@ class GroupEntries(_LazyEntries):
     def __len__(self) -> int:
         return len(self.record_ids)
 
-    def _at(self, index: int) -> FrEntry:
-        entry = self.kept.get(index)
-        if entry is not None:
-            if type(entry) is tuple:
-                entry = self.kept[index] = self._unship(entry)
-            return entry  # type: ignore[return-value]
-        shared = self.shared
-        b = self._bodies[shared.bodies[index]]
-        return FrEntry(self.record_ids[index], self.pg_name, b[0], shared.seqs[index],
-                       shared.p2p_seqs[index], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8],
-                       b[9], None, None, None, None, b[10], b[11], (), b[12])
+    def _created(self, index: int) -> int | None:
+        return None  # collectives' creation times stay in the kept records
 
 
 class P2pRecords(_LazyEntries):
@@ -124,18 +137,8 @@ class P2pRecords(_LazyEntries):
     def created_at(self, index: int) -> int | None:
         return self.created[index] or None
 
-    def _at(self, index: int) -> FrEntry:
-        entry = self.kept.get(index)
-        if entry is not None:
-            if type(entry) is tuple:
-                entry = self.kept[index] = self._unship(entry)
-            return entry  # type: ignore[return-value]
-        shared = self.shared
-        b = self._bodies[shared.bodies[index]]
-        return FrEntry(self.record_ids[index], self.pg_name, b[0], shared.seqs[index],
-                       shared.p2p_seqs[index], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8],
-                       b[9], self.created[index] or None, None, None, None, b[10], b[11], (),
-                       b[12])
+    def _created(self, index: int) -> int | None:
+        return self.created[index] or None
 
 
 @dataclass(slots=True)
