@@ -322,3 +322,29 @@ def test_equal_last_shapes_are_nothing(tmp_path: Path) -> None:
     verdict = _verdict(tmp_path, "rank 0 shape: torch.Size([8, 512])\n"
                                  "rank 1 shape: torch.Size([8, 512])\n")
     assert all(f.measures.get("rule") != "last-shapes-differ" for f in verdict.findings)
+
+
+def test_set_up_lines_of_ranks_scattered_over_the_job_name_nobody(tmp_path: Path) -> None:
+    # GIVEN an excerpt of a 32-rank job's set-up lines (Lightning prints each twice: its own INFO
+    # line and the Python logger's glog-style line), ranks 6, 1, 4, 3 and 19: a trimmed paste
+    lines = []
+    for r in (6, 1, 4, 3, 19):
+        lines += [f"INFO: Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/32",
+                  f"I0411 01:28:10.3458{r:02d} 1406562983{r:02d} distributed.py:244] Initializing "
+                  f"distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/32"]
+    verdict = _verdict(tmp_path, "\n".join([*lines, ""]))
+    first = verdict.findings[0]
+    # THEN an init hang with no culprit: neither the missing ranks (the paste was cut) nor the
+    # ranks whose line shows twice (one process, two log handlers: no duplicate rank)
+    assert (first.kind.value, first.culprit_ranks) == ("init_hang", [])
+    assert "duplicate" not in first.summary
+
+
+def test_one_global_rank_claimed_by_two_processes_is_a_duplicate(tmp_path: Path) -> None:
+    # GIVEN two nodes launched with the same NODE_RANK: rank 1 is claimed twice, by lines of one
+    # shape (two processes), not by one process's two handlers
+    verdict = _verdict(tmp_path, "\n".join(
+        f"Initializing distributed: GLOBAL_RANK: {r}, MEMBER: {r + 1}/4" for r in (0, 1, 0, 1))
+        + "\n")
+    first = verdict.findings[0]
+    assert first.kind.value == "init_hang" and "GLOBAL_RANK 1 was taken by 2" in first.summary

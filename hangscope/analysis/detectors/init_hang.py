@@ -36,6 +36,8 @@ before its COMPLETE lines (the finding says so).
 
 from __future__ import annotations
 
+import re
+
 from hangscope.analysis.context import Context, log_evidence
 from hangscope.analysis.majority import odd_ones_out
 from hangscope.analysis.stacks import short_where
@@ -285,14 +287,34 @@ def _from_logs(ctx: Context) -> list[Finding]:
 
 
 def _duplicate_ranks(events: list[LogEvent]) -> dict[int, list[str]]:
-    """GLOBAL_RANK values printed by more than one process (distinct line prefixes or files)."""
+    """GLOBAL_RANK values printed by more than one process (distinct line prefixes or files).
+    One process that logs the line through two handlers (Lightning's own ``INFO: Initializing
+    distributed: ...`` and, on the next line, the Python logger's ``I0411 01:28:10.345 ...
+    distributed.py:244] Initializing distributed: ...``) claims it once: a claim right after
+    another of the same rank whose head has another shape is its echo."""
     seen: dict[int, dict[tuple[str, int], str]] = {}
-    for event in events:
-        if event.kind != "global_rank_init":
-            continue
+    last: dict[int, LogEvent] = {}
+    for event in sorted((e for e in events if e.kind == "global_rank_init"),
+                        key=lambda e: (e.path, e.line_no)):
         rank = int(event.fields["global_rank"])
+        before = last.get(rank)
+        last[rank] = event
+        if before is not None and _echo(before, event):
+            continue
         local = event.fields.get("local_rank")
         # one process: its local rank where a prefix gives it, else its own line
         who = (event.path, local if isinstance(local, int) else event.line_no)
         seen.setdefault(rank, {}).setdefault(who, event.where())
     return {rank: list(lines.values()) for rank, lines in seen.items() if len(lines) > 1}
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _echo(before: LogEvent, event: LogEvent) -> bool:
+    """``event`` repeats ``before``'s claim through another log handler of the same process:
+    the next line or the one after, its head (what precedes ``GLOBAL_RANK``) of another shape."""
+    if event.path != before.path or not 0 < event.line_no - before.line_no <= 2:
+        return False
+    heads = [_DIGITS.sub("#", e.message.split("GLOBAL_RANK", 1)[0]) for e in (before, event)]
+    return heads[0] != heads[1]

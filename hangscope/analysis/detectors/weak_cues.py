@@ -220,11 +220,19 @@ def _culprits(name: str, lines: list[LogEvent], seen: set[int]) -> tuple[list[in
 
 def _not_set_up(lines: list[LogEvent]) -> tuple[list[int], str | None]:
     """Rule ``setup-missing-ranks``: where the set-up lines name their ranks and state the job's
-    size, the ranks that never logged theirs are the ones the others wait for."""
+    size, and both the ranks that logged theirs and the ones that did not are contiguous blocks
+    (ranks go to nodes in blocks: a node that never came up), the ranks that never logged are the
+    ones the others wait for. Ranks scattered across the job say the paste was trimmed, not who
+    is missing."""
     for event in lines:
         world = int(event.fields.get("world", 0) or 0)
         done = {int(r) for r in str(event.fields.get("set_up", "")).split(",") if r.isdigit()}
         missing = sorted(set(range(world)) - done)
-        if done and missing and len(missing) < world and max(done) < world:
+        if done and missing and len(missing) < world and max(done) < world \
+                and _block(sorted(done)) and _block(missing):
             return missing, "setup-missing-ranks"
     return [], None
+
+
+def _block(ranks: list[int]) -> bool:
+    return ranks[-1] - ranks[0] == len(ranks) - 1
