@@ -35,8 +35,8 @@ import re
 from collections.abc import Iterator
 
 from hangscope.model import LogEvent
-from hangscope.sources.logs.common import Line, decode, make_event, parse_line
-from hangscope.sources.logs.progress import MAX_LINE, LogicalTail
+from hangscope.sources.logs.common import Line, make_event, parse_line
+from hangscope.sources.logs.progress import LogicalTail
 
 KIND = "benign_only"
 WARNINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -92,8 +92,8 @@ def _records(tail: LogicalTail) -> Iterator[tuple[Line, str]]:
     """Each logical line, prefix-parsed, with the continuation lines the tail marked (a record a
     terminal wrapped where nothing was rebuilt) joined to it; and its raw text."""
     pending: tuple[int, str, list[str]] | None = None
-    for index, raw in enumerate(tail.lines):
-        text = decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE)
+    for index in range(len(tail.lines)):
+        text = tail.text(index)
         if index in tail.skip and pending is not None:
             pending[2].append(text.strip())
             continue

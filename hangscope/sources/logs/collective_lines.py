@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 
 from hangscope.model import LogEvent
-from hangscope.sources.logs.common import Line, decode, make_event, parse_line
-from hangscope.sources.logs.progress import MAX_LINE, LogicalTail, logical_tail
+from hangscope.sources.logs.common import Line, make_event, parse_line
+from hangscope.sources.logs.progress import LogicalTail, logical_tail
 
 MAX_EVENTS = 4096
 _OPS = re.compile(rb"(?i)all[_-]?reduce|all[_-]?gather|reduce[_-]?scatter|broadcast|all[_-]?to[_-]?all"
@@ -75,7 +75,7 @@ def scan_collective_lines(path: str, rank_hint: int | None = None,
         if index in tail.skip or not _OPS.search(raw):
             continue
         number = tail.line_no(index)
-        line = parse_line(decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE), number, ctx)
+        line = parse_line(tail.text(index), number, ctx)
         body = line.body
         if len(body) > 600 or any(mark in body for mark in _SKIP):
             continue

@@ -48,6 +48,8 @@ _ANSI = re.compile(ANSI_PATTERN)
 
 # process prefixes (peeled repeatedly)
 _P_RANK = re.compile(r"\[rank(\d+)\]: ?")
+# a rank named in a line's text, not its prefix: "Rank = 2,", "rank 3", "global_rank: 5"
+TEXT_RANK = re.compile(r"(?i)\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\b")
 # Lightning's [rank: 3]; Determined's [rank=3] (then its "|| " separator)
 _P_RANK_LIGHTNING = re.compile(r"\[rank ?[:=] ?(\d+)\] ?(?:\|\| )?")
 _P_EMPTY = re.compile(r"\[\] ")  # an empty tag (a wrapper's container or task id, unset)

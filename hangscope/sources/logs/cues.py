@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 
 from hangscope.model import LogEvent
-from hangscope.sources.logs.common import decode, make_event, parse_line
-from hangscope.sources.logs.progress import MAX_LINE, LogicalTail, logical_tail
+from hangscope.sources.logs.common import make_event, parse_line
+from hangscope.sources.logs.progress import LogicalTail, logical_tail
 
 MAX_CUES = 2048
 
@@ -212,17 +212,6 @@ _WORLD = re.compile(r"(?i)\bMEMBER: \d+/(?P<a>\d+)|\bworld[_ ]size\s*[=:]?\s*(?P
                     r"\bnranks\s*[=:]?\s*(?P<c>\d+)")
 
 
-def _last_lines(tail: LogicalTail) -> set[int]:
-    """Indexes of the tail's last ``SETUP_LAST`` lines that say something."""
-    found: set[int] = set()
-    for index in range(len(tail.lines) - 1, -1, -1):
-        if len(found) == SETUP_LAST:
-            break
-        if index not in tail.skip and tail.lines[index].strip():
-            found.add(index)
-    return found
-
-
 def classify(body: str) -> Cue | None:
     """The first cue ``body`` carries, or None."""
     for cue in CUES:
@@ -241,11 +230,11 @@ def scan_cues(path: str, rank_hint: int | None = None,
         return []
     ctx = tail.ctx
     out: list[LogEvent] = []
-    last = _last_lines(tail)
-    for index, raw in enumerate(tail.lines):
+    last = set(tail.last_said(SETUP_LAST))
+    for index in range(len(tail.lines)):
         if index in tail.skip:
             continue
-        text = decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE)
+        text = tail.text(index)
         at_end = index in last and _SETUP.search(text) is not None
         if not at_end and not _PREFILTER.search(text):
             continue
@@ -280,10 +269,10 @@ def _who_set_up(tail: LogicalTail, out: list[LogEvent]) -> None:
     ``world``): the ranks that never got as far are the ones set-up waits for."""
     ranks: set[int] = set()
     world = 0
-    for index, raw in enumerate(tail.lines):
+    for index in range(len(tail.lines)):
         if index in tail.skip:
             continue
-        text = decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE)
+        text = tail.text(index)
         if _SETUP.search(text) is None:
             continue
         line = parse_line(text, tail.line_no(index), tail.ctx)

@@ -18,34 +18,26 @@ from __future__ import annotations
 import re
 
 from hangscope.model import LogEvent
-from hangscope.sources.logs.common import Line, decode, make_event, parse_line
-from hangscope.sources.logs.progress import MAX_LINE, LogicalTail
+from hangscope.sources.logs.common import TEXT_RANK, Line, make_event, parse_line
+from hangscope.sources.logs.progress import LogicalTail
 
 LAST = 8
 # a tensor's shape as printed: torch.Size([8, 512]), "shape: (8, 512)", "shape [8, 512]"
 _SHAPE = re.compile(r"(?i)torch\.Size\(\[[\d, ]*\]\)|\bshapes?\b\W{0,3}[\[(]\d+(?:, ?\d+)*[\])]")
 _NUMBERS = re.compile(r"\d+")
-_RANK = re.compile(r"(?i)\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\b")
 
 
 def scan_last_shapes(path: str, tail: LogicalTail | None) -> list[LogEvent]:
     if tail is None:
         return []
-    last: list[Line] = []
-    for index in range(len(tail.lines) - 1, -1, -1):
-        if len(last) == LAST:
-            break
-        if index in tail.skip or not tail.lines[index].strip():
-            continue
-        text = decode(tail.lines[index].rstrip(b"\r").split(b"\r")[-1], MAX_LINE)
-        last.append(parse_line(text, tail.line_no(index), tail.ctx))
-    last.reverse()
+    last = [parse_line(tail.text(index), tail.line_no(index), tail.ctx)
+            for index in tail.last_said(LAST)]
     by_template: dict[str, list[Line]] = {}
     for line in last:
         body = line.body
         if _SHAPE.search(body) is None:
             continue
-        numbered = _RANK.sub("rank #", body)  # a rank's own number is no size
+        numbered = TEXT_RANK.sub("rank #", body)  # a rank's own number is no size
         by_template.setdefault(_NUMBERS.sub("#", numbered), []).append(line)
     for template, lines in by_template.items():
         values = [",".join(",".join(_NUMBERS.findall(m.group(0)))
@@ -53,7 +45,7 @@ def scan_last_shapes(path: str, tail: LogicalTail | None) -> list[LogEvent]:
         if len(lines) < 2 or len(set(values)) < 2:
             continue
         ranks = [ln.rank if ln.rank is not None else (
-            int(m.group("r")) if (m := _RANK.search(ln.body)) else None) for ln in lines]
+            int(m.group("r")) if (m := TEXT_RANK.search(ln.body)) else None) for ln in lines]
         fields: dict[str, str | int | float] = {
             "template": template[:300], "values": "|".join(values)[:1000],
             "ranks": ",".join(str(r) for r in ranks) if None not in ranks else ""}

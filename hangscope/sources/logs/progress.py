@@ -259,6 +259,21 @@ class LogicalTail:
     first_line: int
     fixed: Normalized | None
 
+    def text(self, index: int) -> str:
+        """``lines[index]`` decoded; a line redrawn with carriage returns: its last drawing."""
+        return decode(self.lines[index].rstrip(b"\r").split(b"\r")[-1], MAX_LINE)
+
+    def last_said(self, count: int) -> list[int]:
+        """Indexes of the last ``count`` lines that say something (not blank, not a
+        continuation), in file order."""
+        found: list[int] = []
+        for index in range(len(self.lines) - 1, -1, -1):
+            if len(found) == count:
+                break
+            if index not in self.skip and self.lines[index].strip():
+                found.append(index)
+        return found[::-1]
+
     def line_no(self, index: int) -> int:
         """The file's line number of ``lines[index]``."""
         if self.fixed is None:
@@ -288,8 +303,7 @@ def tail_candidates(path: str, rank_hint: int | None, candidate: re.Pattern[byte
     tail = tail or logical_tail(path, rank_hint)
     if tail is None:
         return None
-    return tail.ctx, [parse_line(decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE),
-                                 tail.line_no(index), tail.ctx)
+    return tail.ctx, [parse_line(tail.text(index), tail.line_no(index), tail.ctx)
                       for index, raw in enumerate(tail.lines)
                       if index not in tail.skip and candidate.search(raw, 0, MAX_LINE)]
 

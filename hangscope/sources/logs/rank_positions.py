@@ -30,7 +30,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.collective_lines import canonical_op
-from hangscope.sources.logs.common import Context, Line, decode, make_event, parse_line
+from hangscope.sources.logs.common import Context, Line, make_event, parse_line
 from hangscope.sources.logs.progress import MAX_LINE, LogicalTail
 
 REACH = 4  # lines after a label where its stack's first frame may be
@@ -51,12 +51,12 @@ _JOINED = re.compile(r"^\s*(?:,|and|&|/|\+|as well as)?\s*$")
 def scan_rank_positions(path: str, tail: LogicalTail | None) -> list[LogEvent]:
     if tail is None:
         return []
-    lines = [(index, decode(raw.rstrip(b"\r").split(b"\r")[-1], MAX_LINE))
-             for index, raw in enumerate(tail.lines) if index not in tail.skip]
+    said = [index for index in range(len(tail.lines)) if index not in tail.skip]
     out: list[LogEvent] = []
-    for at, (index, text) in enumerate(lines):
-        if not _CANDIDATE.search(text.encode("utf-8", "replace")):
+    for at, index in enumerate(said):
+        if not _CANDIDATE.search(tail.lines[index], 0, MAX_LINE):
             continue
+        text = tail.text(index)
         labels = list(_LABEL.finditer(text))
         shared: str | None = None  # "ranks 0-4 and ranks 6-7 wait in barrier": one op for both
         for n in range(len(labels) - 1, -1, -1):
@@ -64,7 +64,7 @@ def scan_rank_positions(path: str, tail: LogicalTail | None) -> list[LogEvent]:
             end = labels[n + 1].start() if n + 1 < len(labels) else len(text)
             between = text[label.end():end]
             op = shared if _JOINED.match(between) else _op_after(
-                between, lines[at + 1:at + 1 + REACH], last=n + 1 == len(labels))
+                between, tail, said[at + 1:at + 1 + REACH], last=n + 1 == len(labels))
             shared = op
             if op is None:
                 continue
@@ -75,7 +75,7 @@ def scan_rank_positions(path: str, tail: LogicalTail | None) -> list[LogEvent]:
     return out
 
 
-def _op_after(rest: str, following: list[tuple[int, str]], last: bool) -> str | None:
+def _op_after(rest: str, tail: LogicalTail, following: list[int], last: bool) -> str | None:
     """The collective a label's own words or its stack's first frame name, or None."""
     waiting = _WAITING.search(rest)
     if waiting is not None:
@@ -85,7 +85,8 @@ def _op_after(rest: str, following: list[tuple[int, str]], last: bool) -> str | 
         return canonical_op(framed.group("op"))
     if not last:
         return None
-    for _, text in following:  # the stack under the label, up to the next label
+    for index in following:  # the stack under the label, up to the next label
+        text = tail.text(index)
         if _LABEL.search(text) is not None:
             return None
         if (framed := _FRAME.search(text)) is not None:

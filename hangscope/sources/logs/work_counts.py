@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from hangscope.model import LogEvent
-from hangscope.sources.logs.common import Context, Line, make_event
+from hangscope.sources.logs.common import TEXT_RANK, Context, Line, make_event
 from hangscope.sources.logs.progress import LogicalTail, tail_candidates
 
 _CANDIDATE = re.compile(rb"(?i)number of|num_|batches|steps per|iters per|iterations per|"
@@ -32,7 +32,6 @@ _COUNT = re.compile(
     + r"|\b" + _WHAT.replace("?P<what>", "?P<what3>") + r" per (?:epoch|rank|process|gpu)"
     r"|\blen\((?P<what4>\w*(?:loader|dataset|sampler))\))"
     r"\s*(?:is|=|:)?\s*(?P<value>\d+)\b")
-_RANK = re.compile(r"(?i)\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\b")
 
 
 def scan_work_counts(path: str, rank_hint: int | None = None,
@@ -62,7 +61,7 @@ def _noun(what: str) -> str:
 
 def _event(line: Line, ctx: Context, what: str, value: int) -> LogEvent:
     fields: dict[str, str | int | float] = {"what": what, "value": value}
-    if line.rank is None and (m := _RANK.search(line.body)):
+    if line.rank is None and (m := TEXT_RANK.search(line.body)):
         return make_event("work_count", line, ctx, "info", fields,
                           rank=int(m.group("r")), rank_source="content")
     return make_event("work_count", line, ctx, "info", fields)
