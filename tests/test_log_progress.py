@@ -44,8 +44,17 @@ def _verdict(paths):
      None, 0.45),
     ("| epoch 001 | loss 4.2 | num_updates 100", "update", 100, None, 1.0),
     ("10\timages/sec: 47.3 +/- 0.7 (jitter = 0.9)\t8.981", "step", 10, None, None),
+    # metric loggers (DeiT/MAE/DETR and torchvision's references; mmcv; mmengine)
+    ("Epoch: [3]  [ 120/1251]  eta: 0:10:02  lr: 0.000500  loss: 6.1 (6.3)  time: 0.41", "batch",
+     120, 1251, 3.0),
+    ("Test:  [ 40/196]  eta: 0:00:31  loss: 1.2 (1.1)  acc1: 77.3", "batch", 40, 196, None),
+    ("Epoch [1][50/1000]\tlr: 1.000e-02, eta: 1 day, 2:03:04, time: 0.512", "batch", 50, 1000,
+     1.0),
+    ("Epoch(train)  [1][  50/1000]  base_lr: 1.0e-02 lr: 1.0e-02  eta: 2:01:00", "batch", 50,
+     1000, None),
 ], ids=["iso-step", "global_step", "deepspeed", "megatron", "epoch-step", "mnist", "lightning",
-        "hf-trainer", "fairseq", "tf_cnn_benchmarks"])
+        "hf-trainer", "fairseq", "tf_cnn_benchmarks", "metric-logger", "metric-logger-test",
+        "mmcv", "mmengine"])
 def test_progress_lines_in_common_wordings(text, unit, step, total, epoch) -> None:
     found = parse_progress(text)
     assert found is not None
@@ -55,7 +64,8 @@ def test_progress_lines_in_common_wordings(text, unit, step, total, epoch) -> No
 @pytest.mark.parametrize("text", ["warm-up done (4 steps)", "max_steps: 1000", "--max-step 1000",
                                   "step_time 12ms", 'File "train.py", line 45, in train_step',
                                   "Setting step to 0", "WorkNCCL(SeqNum=5, OpType=ALLREDUCE)",
-                                  "iterator 5", "batch size 32"])
+                                  "iterator 5", "batch size 32",
+                                  "[ 40/196] of the tokens (no eta)"])
 def test_words_that_are_not_progress(text) -> None:
     assert parse_progress(text) is None
 

@@ -42,7 +42,6 @@ KNOWN_MISSES = {
     "m_horovod_708_rank2_behind_third_gpu": "batch 14 (after its first look and session 12's general rules): want straggler/[2] got inconclusive:None/None",
     "m_milabench_367_rank0_dataloader_filenotfound": "batch 14 (after its first look and session 12's general rules): want rank_died/[0] got hang:dataloader_stall/[]",
     "m_nccl_1176_srun_bootstrap_message_truncated": "batch 14 (after its first look and session 12's general rules): want init_hang/[] got hang:network_fault/[1]",
-    "m_token_7_healthy_author_ddp_log": "batch 14 (after its first look and session 12's general rules): want healthy/[] got inconclusive:None/None",
     "m_xla_1870_xlmr_sigkill_rendezvous_save": "batch 14 (after its first look and session 12's general rules): want rank_died/[] got hang:network_fault/[]",
     "m_xla_2224_save_rendezvous_mismatch": "batch 14 (after its first look and session 12's general rules): want collective_mismatch/[] got inconclusive:None/None",
     "m_xla_2651_rendezvous_after_spawn": "batch 14 (after its first look and session 12's general rules): want init_hang/[] got crashed:rank_died/[]",

@@ -52,7 +52,7 @@ SETTLE_LINES = 2000  # lines read past the last new stream, or new end or progre
 TIMING_SAMPLES = 16  # per-step times kept per stream (its latest progress lines)
 
 # any of these (case-insensitive) must be in a line for it to be parsed as progress
-_CANDIDATE = re.compile(rb"(?i)step|iter|epoch|num_updates|batch|%\||\(\d+%\)|/sec:")
+_CANDIDATE = re.compile(rb"(?i)step|iter|epoch|num_updates|batch|%\||\(\d+%\)|/sec:|\]\s+eta\b")
 
 _NUM = r"(\d+)(?:\s*(?:/|of)\s*(\d+))?"
 _BEFORE = r"(?<![\w\-.])"  # not inside a word, an option name or a dotted name
@@ -67,6 +67,12 @@ _COUNTERS = (
     ("batch", re.compile(_BEFORE + r"batch\b\s*[:=#]?\s*\[?\s*(\d+)"
                          r"(?:\s*/\s*(\d+)|(?=[,:\]|]|\s*$))()", re.I)),
     ("sample", re.compile(r"\[(\d+)/(\d+) \(\d+%\)\]")),
+    # a metric logger's bracketed batch after the epoch's (DeiT, MAE, DETR, torchvision's
+    # references: "Epoch: [0]  [  10/4003]  eta: ..."; mmcv: "Epoch [1][50/1000]", mmengine:
+    # "Epoch(train) [1][  50/1000]"), or before its "eta" ("Test:  [ 40/196]  eta: 0:00:31")
+    ("batch", re.compile(r"epoch\b(?:\s*\(\w+\))?\s*:?\s*\[\s*\d+(?:\s*/\s*\d+)?\s*\]"
+                         r"\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]", re.I)),
+    ("batch", re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]\s+eta\b", re.I)),
     # tf_cnn_benchmarks' rows (Horovod's and TensorFlow's benchmark): "10\timages/sec: 47.3 +/- 0.7"
     ("step", re.compile(r"^\s*(\d+)\s+(?:images|img|samples|examples|sequences|tokens)/sec:()")),
 )
