@@ -170,3 +170,17 @@ def test_an_agent_stopped_after_a_timeout_is_teardown(tmp_path: Path) -> None:
                "timing out.\n")
     verdict = _verdict(tmp_path, timeout + AGENT.format(sig="Signals.SIGTERM"))
     assert verdict.root is not None and verdict.root.kind.value != "rank_died"
+
+
+def test_k2_icefall_logger_names_the_rank() -> None:
+    # k2/icefall/lhotse recipes: "%(asctime)s %(levelname)s [%(filename)s:%(lineno)d]
+    # (%(rank)s/%(world_size)s) %(message)s"
+    from hangscope.sources.logs.common import Context, parse_line
+
+    ctx = Context(path="train.log", year=2023, now=0.0)
+    line = parse_line("2023-04-13 16:00:05,621 INFO [trainer.py:650] (5/8) Reaches end of "
+                      "dataloader.", 1, ctx)
+    assert (line.rank, line.severity) == (5, "info")
+    plain = parse_line("2023-04-13 16:00:05,621 INFO [trainer.py:650] loaded (5/8) shards", 1,
+                       ctx)
+    assert plain.rank is None

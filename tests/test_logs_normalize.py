@@ -190,3 +190,26 @@ def test_an_nccl_line_cut_between_nccl_and_its_level_is_rejoined() -> None:
     assert fixed.data.decode().splitlines() == [
         head + "INFO NET/Socket : Using [0]ib0:172.16.1.10<0>",
         head + "INFO Bootstrap : Using [0]ib0:172.16.1.10<0>"]
+
+
+def test_a_watchdog_sentence_cut_inside_collective_is_read() -> None:
+    # a terminal cut "collective" in two (the width unknown, the rest of the row padded)
+    text = ("[rank7]:[E821 16:40:45.240894715 ProcessGroupNCCL.cpp:632] [Rank 7] Watchdog caught "
+            "colle\nctive operation timeout: WorkNCCL(SeqNum=57, OpType=_ALLGATHER_BASE, "
+            "NumelIn=6288000, NumelOut=50304000, Timeout(ms)=1800000) ran for 1800006 "
+            "milliseconds before\n timing out." + " " * 40 + "\n")
+    got = [e for e in scan_log("pasted.log", data=text.encode())
+           if e.kind == "nccl_watchdog_timeout"]
+    assert [(e.rank, e.fields["seq"], e.fields["op"]) for e in got] == [(7, 57, "_ALLGATHER_BASE")]
+
+
+def test_a_detail_report_broken_into_lines_is_one_record() -> None:
+    text = ("RuntimeError: Detected mismatch between collectives on ranks. \n"
+            "Rank 7 is running collective: CollectiveFingerPrint(SequenceNumber=18, "
+            "OpType=BROADCAST, ...)\n"
+            "but Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=30, "
+            "OpType=BROADCAST, ...)\n")
+    got = [e for e in scan_log("pasted.log", data=text.encode())
+           if e.kind == "collective_fingerprint_mismatch"]
+    assert [(e.fields["rank_a"], e.fields["seq_a"], e.fields["rank_b"], e.fields["seq_b"])
+            for e in got] == [(7, 18, 0, 30)]

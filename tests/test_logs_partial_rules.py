@@ -455,3 +455,41 @@ def test_nccl_setup_with_the_ib_fallback_under_a_collector_timestamp_is_healthy(
     (tmp_path / "b").mkdir()
     other = log + stamp + "node1:993:993 [3] NCCL WARN NET/Socket : recv failed\n"
     assert _verdict(tmp_path / "b", **{"train.log": other}).status.value != "healthy"
+
+
+# --- stream-behind (and device streams) -----------------------------------------------------
+
+def _device_steps(last: dict[int, int]) -> str:
+    """RETURNN-style per-step lines with no rank, one process per GPU ("mem_usage:cuda:N")."""
+    lines = []
+    for step in range(10, max(last.values()) + 1):
+        for device, final in last.items():
+            if step <= final:
+                lines.append(f"ep 33 train, step {step}, ctc 2.1, num_seqs 9, "
+                             f"mem_usage:cuda:{device} 6.6GB, 0.60 sec/step")
+    return "\n".join(lines) + "\n"
+
+
+def test_one_device_stream_a_step_behind_is_named(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"train.log": _device_steps({0: 12, 1: 12, 2: 11, 3: 12})})
+    root = verdict.root
+    assert root is not None and root.kind.value == "missing_rank"
+    assert root.culprit_ranks == [2] and root.measures["rule"] == "stream-behind"
+    assert root.confidence < 0.5
+
+
+def test_device_streams_at_one_step_are_healthy(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"train.log": _device_steps({0: 12, 1: 12, 2: 12, 3: 12})})
+    assert verdict.root is None and verdict.status.value == "healthy"
+
+
+def test_one_device_is_one_stream(tmp_path: Path) -> None:
+    # a single process that names its device on every line: one stream, moving
+    text = "".join(f"step {step}, loss 1.0, device cuda:0\n" for step in range(1, 6))
+    verdict = _verdict(tmp_path, **{"train.log": text})
+    assert verdict.root is None and verdict.status.value == "healthy"
+
+
+def test_two_streams_behind_are_no_lone_laggard(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"train.log": _device_steps({0: 12, 1: 11, 2: 11, 3: 12})})
+    assert verdict.root is None or verdict.root.measures.get("rule") != "stream-behind"

@@ -91,7 +91,6 @@ KNOWN_MISSES = {
     "d_horovod_1407_rank3_25_batches_vs_26": "each rank prints its batches per epoch (26, 26, 26, 25) and Horovod's 'has been shut down' error follows; no rule yet reads uneven per-rank step counts as the missing rank",
     "d_pytorch_76287_elastic_keepalive_failing_node": "only elastic's keep-alive warnings for one node: read as a rendezvous (init) problem; that the node crashed is the thread's word",
     "d_pytorch_lightning_14986_bootstrap_duplicate_rank": "NCCL bootstrap's WARN 'rank 1 of 8 ranks has already checked in' is read as a generic WARN: no rule reads it as a duplicate rank",
-    "d_returnn_1484_gloo_has_data_hang_cuda1_missing": "per-step prints name the device (cuda:0..3), not the rank, and the missing one is an absence (cuda:1 stops printing); no rule reads a stream that went silent as the culprit",
     "d_returnn_1485_slow_epochs_all_ranks": "slow epochs on every rank (a straggler of the whole job): per-step times are read per rank stream, and this log has no rank streams",
     "d_torchdata_659_rank0_late_shared_seed_socket_timeout": "'Socket Timeout' while creating the DataLoader iterator (shared seed from rank 0): no rule ties a DataLoader-init store timeout to rank 0",
     "d_torchtitan_1618_validation_uneven_batches": "the users' per-rank prints of validation batch counts differ; no rule reads uneven loop lengths as a mismatch",

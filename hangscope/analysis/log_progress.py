@@ -162,6 +162,40 @@ def logs_advance(evidence: JobEvidence) -> str | None:
             "and stacks, to tell them apart")
 
 
+@dataclass(frozen=True, slots=True)
+class Lagging:
+    """Rule ``stream-behind``'s reading: one rank's last progress behind every other's."""
+
+    rank: int
+    log: RankLog
+    others: dict[int, RankLog]
+
+
+def lagging_stream(evidence: JobEvidence) -> Lagging | None:
+    """Rule ``stream-behind``: at least three ranks' logs report progress in one wording, all but
+    one end at the same position, and that one ends strictly behind them; None otherwise, or where
+    some rank logged a failure, an echo or a lost peer (``quiet_death`` reads those). Basis: in
+    synchronous training every rank prints each step; the others printing a step the lagging
+    rank never printed means they passed a collective it has not joined (or were about to)."""
+    logs = rank_logs(evidence)
+    stepped = {rank: log for rank, log in logs.items() if log.progress is not None}
+    if len(stepped) < 3 or failures(evidence) or \
+            any(log.lost_peer or log.echoed for log in logs.values()):
+        return None
+    if len({log.progress.fields.get("unit") for log in stepped.values()  # type: ignore[union-attr]
+            }) != 1:
+        return None
+    where = {rank: tuple(-1.0 if v is None else float(v)
+                         for v in position(log.progress))  # type: ignore[arg-type]
+             for rank, log in stepped.items()}
+    ahead = max(where.values())
+    behind = [rank for rank, at in where.items() if at != ahead]
+    if len(behind) != 1 or where[behind[0]] >= ahead:
+        return None
+    lag = behind[0]
+    return Lagging(lag, stepped[lag], {r: log for r, log in stepped.items() if r != lag})
+
+
 def logs_moving(evidence: JobEvidence) -> str | None:
     """Rule ``logs-advance``: where the logs are all there is, a note when a stream of them shows
     training move (two of its progress lines, or two drawings of its bar, at different positions:
@@ -185,6 +219,8 @@ def logs_moving(evidence: JobEvidence) -> str | None:
         return None  # its steps took wildly different times: moving, but not evenly
     if logs and evidence.world_size and len(logs) < evidence.world_size:
         return None  # the logs name ranks, and some ranks of the job left none: they may hang
+    if lagging_stream(evidence) is not None:
+        return None  # one rank's log stops a step behind all the others': rule stream-behind
     latest = max(moving, key=lambda e: (e.time or 0.0, e.line_no))
     return (f"rule logs-advance: the log shows training moving ({describe_progress(latest)} at "
             f"{latest.where()}) and nothing failing: no error, no timeout, no lost peer. Logs "

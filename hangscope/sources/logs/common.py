@@ -180,6 +180,11 @@ def _glog_epoch(ctx: Context, month: int, day: int, hh: int, mm: int, ss: int,
     return stamp
 
 
+# k2/icefall/lhotse recipes' logger (and those built on them: vall-e, ...): ``%(asctime)s
+# %(levelname)s [%(filename)s:%(lineno)d] (%(rank)s/%(world_size)s) %(message)s``
+_P_K2 = re.compile(r"\[[\w.\-]+\.py:\d+\] \((\d{1,5})/(\d{1,5})\) ")
+
+
 def parse_line(text: str, line_no: int, ctx: Context) -> Line:
     """Peel the process prefixes and one timestamp prefix off ``text``."""
     pos = 0
@@ -295,6 +300,8 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
         line.body = rest[m.end():]
     if stamp is not None and line.time is None:
         _iso(stamp.group(1) + " ", line)  # the collector's time, where the line has none
+    if line.rank is None and line.body.startswith("[") and (k2 := _P_K2.match(line.body)):
+        line.rank, line.rank_source = int(k2.group(1)), "prefix"
     return line
 
 

@@ -102,9 +102,12 @@ _RELAY_MIDLINE_BYTES = re.compile(_RELAY_MIDLINE.pattern.encode())
 
 # (start, end): a line holding ``start`` but not ``end`` continues on the next lines.
 _OPEN_RECORDS = (
-    ("Watchdog caught collective operation timeout", "timing out"),
+    # (from its first two words: a terminal may cut the sentence itself, "caught colle|ctive")
+    ("Watchdog caught", "timing out"),
     ("WorkNCCL(", ")"),
     ("CollectiveFingerPrint(", ")"),
+    # DETAIL's report of two ranks, one fingerprint per line as some pastes break it
+    ("Detected mismatch between collectives on ranks", "but Rank"),
     ("failed to pass monitoredBarrier", " ms"),
     ("CUDA out of memory. Tried to allocate", "iB"),
 )

@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 
 from hangscope.model import LogEvent
@@ -55,6 +55,8 @@ TIMING_SAMPLES = 16  # per-step times kept per stream (its latest progress lines
 _CANDIDATE = re.compile(rb"(?i)step|iter|epoch|num_updates|batch|%\||\(\d+%\)|/sec:|\]\s+eta\b")
 
 _NUM = r"(\d+)(?:\s*(?:/|of)\s*(\d+))?"
+# the one CUDA device a progress line names ("mem_usage:cuda:3 6.6GB", "on cuda:1")
+_DEVICE = re.compile(rb"(?<![\w.])cuda:(\d{1,3})\b")
 _BEFORE = r"(?<![\w\-.])"  # not inside a word, an option name or a dotted name
 _BAR = re.compile(r"(\d{1,3})%\|[^|\n]{0,200}\|\s*(\d+)/(\d+)\s*\[")
 _COUNTERS = (
@@ -155,6 +157,15 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
         return []
     ctx, first_line, lines, skip = read
     hinted = (ctx.rank_hint, ctx.local_hint)
+    number = None  # the file's line number of a rebuilt line (1-based in, 1-based out)
+    devices: dict[int, int] = {}
+    if hinted == (None, None) and any(b"cuda:" in raw for raw in lines):
+        devices = _device_streams(lines, skip)
+        fixed = normalize(b"\n".join(lines)) if not devices else None
+        if fixed is not None and (rebuilt := fixed.data.split(b"\n")) and \
+                (devices := _device_streams(rebuilt, set())):
+            # hard-wrapped lines put the device on a continuation: read the rebuilt lines
+            lines, skip, number = rebuilt, set(), fixed.original_line
     last: dict[tuple[int | None, int | None], tuple[Line, Progress]] = {}
     ends: dict[tuple[int | None, int | None], Line] = {}
     times: dict[tuple[int | None, int | None], _Times] = {}
@@ -168,13 +179,16 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
             continue
         settled += 1
         segments = [s for s in raw.split(b"\r") if s.strip()]
-        line_no = first_line + index
+        line_no = first_line + (index if number is None else number(index + 1) - 1)
         head = None
         key = hinted
         if raw[:1] in (b"[", b"("):  # process prefixes ([rank3]:, [default3]:, Ray's) start so
             head = parse_line(decode(segments[0], MAX_LINE), line_no, ctx)
             key = (head.rank if head.rank is not None else ctx.rank_hint,
                    head.local_rank if head.local_rank is not None else ctx.local_hint)
+        device = devices.get(index)
+        if device is not None and key == (None, None):
+            key = (None, device)
         if key in last:
             timed = times.get(key)
             wants_time = timed is not None and timed.wants()
@@ -202,6 +216,8 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
             line = (head if nth == 0 and head is not None else
                     parse_line((prefix if nth else "") + decode(segments[nth], MAX_LINE),
                                line_no, ctx))
+            if device is not None and key == (None, device):
+                line = replace(line, local_rank=device)
             if need_end:
                 ends[key] = line
                 settled = 0
@@ -239,6 +255,23 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
         events.append(make_event("progress", line, ctx, "info", fields))
     events.extend(make_event("log_end", line, ctx, "info", {}) for line in ends.values())
     return events
+
+
+def _device_streams(lines: list[bytes], skip: set[int]) -> dict[int, int]:
+    """Per progress line that names one CUDA device (and no other), that device: the stream of
+    the process on it, where a job's processes print the same per-step line with no rank, one
+    process per GPU (RETURNN's ``mem_usage:cuda:3``). Only where at least two devices print
+    progress this way; one device is one process, whose lines stay one stream."""
+    found: dict[int, int] = {}
+    for index, raw in enumerate(lines):
+        if index in skip or not _CANDIDATE.search(raw):
+            continue
+        if b"cuda:" not in raw:
+            continue
+        named = set(_DEVICE.findall(raw))
+        if len(named) == 1:
+            found[index] = int(named.pop())
+    return found if len(set(found.values())) >= 2 else {}
 
 
 def tail_lines(path: str, rank_hint: int | None = None

@@ -73,8 +73,10 @@ from hangscope.sources.logs.common import (
 
 _WATCHDOG = re.compile(
     # another process's output may cut the record mid-word ("collective operat<its text>ion
-    # timeout"): up to a few hundred characters in between are skipped
-    r"(?:Watchdog caught|Caught) collective operat(?:ion |.{1,400}?ion )?timeout: "
+    # timeout"): up to a few hundred characters in between are skipped; a terminal's cut inside
+    # "collective", rejoined with a blank ("colle ctive"), is the word too
+    r"(?:Watchdog caught|Caught) (?:collective|(?=\w{1,9} \w{1,9} )(?:[clotive]+ [clotive]+))"
+    r" operat(?:ion |.{1,400}?ion )?timeout: "
     r"WorkNCCL\((?P<work>(?:[^()]|\(ms\))*)\)"
     r"(?: ran for (?P<ran>\d+) milliseconds before timing out)?")
 _CUT_BLANK = re.compile(r"(?<=[\w=]) (?=[\w=(])")
@@ -186,8 +188,9 @@ def desync(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 
 _FP_MISMATCH = re.compile(
-    r"Detected mismatch between collectives on ranks\. Rank (?P<r1>\d+) is running collective: "
-    r"CollectiveFingerPrint\((?P<fp1>.*?)\), but Rank (?P<r2>\d+) is running collective: "
+    # (the blanks as a paste that broke the report into lines leaves them once rejoined)
+    r"Detected mismatch between collectives on ranks\.\s+Rank (?P<r1>\d+) is running collective: "
+    r"CollectiveFingerPrint\((?P<fp1>.*?)\),?\s+but Rank (?P<r2>\d+) is running collective: "
     r"CollectiveFingerPrint\((?P<fp2>.*?)\)(?:\.|$|,)")
 _FP_KV = re.compile(
     r"(SequenceNumber|OpType|TensorShape|TensorDtypes|TensorDeviceTypes|CollectiveSequenceNumber)"
@@ -393,8 +396,9 @@ def cuda_error(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"terminated with exception: CUDA error", cuda_error),
     (b"CUDA error: ", cuda_error),
-    (b"Watchdog caught collective operation timeout", watchdog),
-    (b"Watchdog caught collective operat", watchdog),  # the same, cut by another process's text
+    # the sentence whole, cut by another process's text ("collective operat<...>ion"), or cut by
+    # a terminal inside "collective" (the regex decides)
+    (b"Watchdog caught ", watchdog),
     (b"Caught collective operation timeout", watchdog),  # torch <= 1.12 exception text
     (b"detected by watchdog at work", work_status),
     (b"Timeout at NCCL work", work_status),
