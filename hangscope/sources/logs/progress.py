@@ -266,8 +266,8 @@ def _device_streams(lines: list[bytes], skip: set[int]) -> dict[int, int]:
     for index, raw in enumerate(lines):
         if index in skip or not _CANDIDATE.search(raw):
             continue
-        if b"cuda:" not in raw:
-            continue
+        if b"cuda:" not in raw or parse_progress(decode(raw, MAX_LINE)) is None:
+            continue  # (a wrapped line's continuation names the device but is no progress)
         named = set(_DEVICE.findall(raw))
         if len(named) == 1:
             found[index] = int(named.pop())
