@@ -493,3 +493,26 @@ def test_one_device_is_one_stream(tmp_path: Path) -> None:
 def test_two_streams_behind_are_no_lone_laggard(tmp_path: Path) -> None:
     verdict = _verdict(tmp_path, **{"train.log": _device_steps({0: 12, 1: 11, 2: 11, 3: 12})})
     assert verdict.root is None or verdict.root.measures.get("rule") != "stream-behind"
+
+
+def test_users_own_prints_naming_their_rank_are_its_stream(tmp_path: Path) -> None:
+    text = "".join(f"rank {rank}: step {step} loss 1.2\n"
+                   for step in (120, 121) for rank in range(4) if (rank, step) != (3, 121))
+    verdict = _verdict(tmp_path, **{"train.log": text})
+    assert verdict.root is not None and verdict.root.culprit_ranks == [3]
+    assert verdict.root.measures["rule"] == "stream-behind"
+
+
+def test_a_rank_far_behind_a_pack_printing_a_few_steps_apart(tmp_path: Path) -> None:
+    # unsynchronised prints: ranks 0 and 1 a few steps apart, rank 2 ten steps behind them
+    last = {0: 346, 1: 351, 2: 336}
+    text = "".join(f"[rank {rank}] iter {step}\n" for rank, final in last.items()
+                   for step in range(final - 5, final + 1))
+    verdict = _verdict(tmp_path, **{"train.log": text})
+    assert verdict.root is not None and verdict.root.culprit_ranks == [2]
+    close = {0: 346, 1: 351, 2: 344}  # behind, but by less than the others' own spread
+    text = "".join(f"[rank {rank}] iter {step}\n" for rank, final in close.items()
+                   for step in range(final - 5, final + 1))
+    verdict = _verdict(tmp_path / "close" if (tmp_path / "close").mkdir() is None else tmp_path,
+                       **{"train.log": text})
+    assert verdict.root is None or verdict.root.measures.get("rule") != "stream-behind"

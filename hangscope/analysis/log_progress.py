@@ -171,10 +171,18 @@ class Lagging:
     others: dict[int, RankLog]
 
 
+def _gap(low: tuple[float, ...], high: tuple[float, ...]) -> float:
+    """How far ``high`` is ahead of ``low`` (epochs first, then steps)."""
+    return (high[0] - low[0]) * 1e9 + (high[1] - low[1]) if high[0] != low[0] \
+        else high[1] - low[1]
+
+
 def lagging_stream(evidence: JobEvidence) -> Lagging | None:
-    """Rule ``stream-behind``: at least three ranks' logs report progress in one wording, all but
-    one end at the same position, and that one ends strictly behind them; None otherwise, or where
-    some rank logged a failure, an echo or a lost peer (``quiet_death`` reads those). Basis: in
+    """Rule ``stream-behind``: at least three ranks' logs report progress in one wording, and the
+    one furthest behind is behind every other by more than the others differ among themselves (all
+    but one at the same step; or, where prints run a few steps apart, one far behind the pack);
+    None otherwise, or where some rank logged a failure, an echo or a lost peer (``quiet_death``
+    reads those). Basis: in
     synchronous training every rank prints each step; the others printing a step the lagging
     rank never printed means they passed a collective it has not joined (or were about to)."""
     logs = rank_logs(evidence)
@@ -188,11 +196,13 @@ def lagging_stream(evidence: JobEvidence) -> Lagging | None:
     where = {rank: tuple(-1.0 if v is None else float(v)
                          for v in position(log.progress))  # type: ignore[arg-type]
              for rank, log in stepped.items()}
-    ahead = max(where.values())
-    behind = [rank for rank, at in where.items() if at != ahead]
-    if len(behind) != 1 or where[behind[0]] >= ahead:
+    # the rank furthest behind, behind the others by more than they differ among themselves
+    # (ranks print a few steps apart where prints are not synchronised)
+    lag = min(where, key=lambda rank: where[rank])
+    others = [at for rank, at in where.items() if rank != lag]
+    if where[lag] >= min(others) or _gap(where[lag], min(others)) <= _gap(min(others),
+                                                                           max(others)):
         return None
-    lag = behind[0]
     return Lagging(lag, stepped[lag], {r: log for r, log in stepped.items() if r != lag})
 
 

@@ -36,6 +36,7 @@ from statistics import median
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import (
+    TEXT_RANK,
     Context,
     Line,
     decode,
@@ -55,6 +56,8 @@ TIMING_SAMPLES = 16  # per-step times kept per stream (its latest progress lines
 _CANDIDATE = re.compile(rb"(?i)step|iter|epoch|num_updates|batch|%\||\(\d+%\)|/sec:|\]\s+eta\b")
 
 _NUM = r"(\d+)(?:\s*(?:/|of)\s*(\d+))?"
+# the launcher and torch heads that name a line's process (its stream is theirs, not its text's)
+_HEADED = re.compile(rb"\[(?:rank\d|RANK \d|default\d|\d+,\d+\]<|\d{1,4}\] )|\(\w[\w.\-]* pid=")
 # the one CUDA device a progress line names ("mem_usage:cuda:3 6.6GB", "on cuda:1")
 _DEVICE = re.compile(rb"(?<![\w.])cuda:(\d{1,3})\b")
 _BEFORE = r"(?<![\w\-.])"  # not inside a word, an option name or a dotted name
@@ -158,12 +161,13 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
     ctx, first_line, lines, skip = read
     hinted = (ctx.rank_hint, ctx.local_hint)
     number = None  # the file's line number of a rebuilt line (1-based in, 1-based out)
-    devices: dict[int, int] = {}
-    if hinted == (None, None) and any(b"cuda:" in raw for raw in lines):
-        devices = _device_streams(lines, skip)
-        fixed = normalize(b"\n".join(lines)) if not devices else None
+    named: dict[int, tuple[int | None, int | None]] = {}
+    if hinted == (None, None):
+        named = _named_streams(lines, skip)
+        fixed = normalize(b"\n".join(lines)) \
+            if not named and any(b"cuda:" in raw for raw in lines) else None
         if fixed is not None and (rebuilt := fixed.data.split(b"\n")) and \
-                (devices := _device_streams(rebuilt, set())):
+                (named := _named_streams(rebuilt, set())):
             # hard-wrapped lines put the device on a continuation: read the rebuilt lines
             lines, skip, number = rebuilt, set(), fixed.original_line
     last: dict[tuple[int | None, int | None], tuple[Line, Progress]] = {}
@@ -186,9 +190,9 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
             head = parse_line(decode(segments[0], MAX_LINE), line_no, ctx)
             key = (head.rank if head.rank is not None else ctx.rank_hint,
                    head.local_rank if head.local_rank is not None else ctx.local_hint)
-        device = devices.get(index)
-        if device is not None and key == (None, None):
-            key = (None, device)
+        stream = named.get(index)
+        if stream is not None and key == (None, None):
+            key = stream
         if key in last:
             timed = times.get(key)
             wants_time = timed is not None and timed.wants()
@@ -216,8 +220,10 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
             line = (head if nth == 0 and head is not None else
                     parse_line((prefix if nth else "") + decode(segments[nth], MAX_LINE),
                                line_no, ctx))
-            if device is not None and key == (None, device):
-                line = replace(line, local_rank=device)
+            if stream is not None and key == stream:
+                rank, local = stream
+                line = replace(line, rank=rank, rank_source="content") if rank is not None \
+                    else replace(line, local_rank=local)
             if need_end:
                 ends[key] = line
                 settled = 0
@@ -257,20 +263,29 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
     return events
 
 
-def _device_streams(lines: list[bytes], skip: set[int]) -> dict[int, int]:
-    """Per progress line that names one CUDA device (and no other), that device: the stream of
-    the process on it, where a job's processes print the same per-step line with no rank, one
-    process per GPU (RETURNN's ``mem_usage:cuda:3``). Only where at least two devices print
-    progress this way; one device is one process, whose lines stay one stream."""
-    found: dict[int, int] = {}
+def _named_streams(lines: list[bytes], skip: set[int]
+                   ) -> dict[int, tuple[int | None, int | None]]:
+    """Per progress line with no process prefix that names one rank in its text (a user's own
+    ``rank 3: step 120``) or else one CUDA device (RETURNN's ``mem_usage:cuda:3``: one process per
+    GPU), the stream it belongs to: (rank, None) or (None, device). Only where at least two
+    streams are named this way; one name is one process, whose lines stay one stream."""
+    found: dict[int, tuple[int | None, int | None]] = {}
     for index, raw in enumerate(lines):
-        if index in skip or not _CANDIDATE.search(raw):
+        if index in skip or _HEADED.match(raw) or not _CANDIDATE.search(raw):
+            continue  # (a prefixed line's stream is its prefix's)
+        ranked, device = b"ank" in raw or b"ANK" in raw, b"cuda:" in raw
+        if not (ranked or device):
             continue
-        if b"cuda:" not in raw or parse_progress(decode(raw, MAX_LINE)) is None:
+        text = decode(raw, MAX_LINE)
+        if parse_progress(text) is None:
             continue  # (a wrapped line's continuation names the device but is no progress)
-        named = set(_DEVICE.findall(raw))
+        ranks = {int(m.group("r")) for m in TEXT_RANK.finditer(text)} if ranked else set()
+        if len(ranks) == 1:
+            found[index] = (ranks.pop(), None)
+            continue
+        named = set(_DEVICE.findall(raw)) if device and not ranks else set()
         if len(named) == 1:
-            found[index] = int(named.pop())
+            found[index] = (None, int(named.pop()))
     return found if len(set(found.values())) >= 2 else {}
 
 
