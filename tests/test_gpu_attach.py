@@ -75,10 +75,13 @@ def test_readings_twice_within_the_budget(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     writer = BundleWriter(str(tmp_path / "bundle"))
     gaps: list[str] = []
+    # a budget with room to spare on a loaded machine (the stand-ins are Python processes, four
+    # of them, each a second or more to start under load): what is under test is that both
+    # readings are taken and kept, not how fast
     began = time.monotonic()
-    gpu.collect(writer, gaps, Budget(deadline=time.monotonic() + 5.0, limit_s=5.0))
+    gpu.collect(writer, gaps, Budget(deadline=time.monotonic() + 60.0, limit_s=60.0))
     writer.close()
-    assert time.monotonic() - began < 5.0 and gaps == []
+    assert time.monotonic() - began < 60.0 and gaps == []
     evidence = JobEvidence()
     load_gpu_file(str(tmp_path / "bundle" / "job" / "gpu.json"), None, evidence, [])
     kernel = (tmp_path / "bundle" / "job" / "kernel-nvrm.log").read_text()
