@@ -14,7 +14,7 @@ from hangscope.analysis.log_progress import quiet_ranks
 from hangscope.analysis.verdict import Kind, Status
 from hangscope.options import LoadOptions
 from hangscope.sources.load import load_paths
-from hangscope.sources.logs import progress
+from hangscope.sources.logs import tail
 from hangscope.sources.logs.progress import parse_progress, scan_progress
 
 RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "recorded"
@@ -111,7 +111,7 @@ def test_a_rank_file_is_one_stream_with_or_without_prefixes(tmp_path) -> None:
 
 def test_the_tail_keeps_the_files_line_numbers(tmp_path, monkeypatch) -> None:
     # GIVEN a log longer than the tail that is read
-    monkeypatch.setattr(progress, "TAIL_BYTES", 4096)
+    monkeypatch.setattr(tail, "TAIL_BYTES", 4096)
     log = tmp_path / "rank3.log"
     log.write_text("".join(f"step {n} loss 0.5 padding padding padding\n" for n in range(1, 2001)))
     # WHEN scanning it

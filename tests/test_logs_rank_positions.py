@@ -9,8 +9,8 @@ import pytest
 from hangscope.analysis.engine import analyze
 from hangscope.options import LoadOptions
 from hangscope.sources.load import load_paths
-from hangscope.sources.logs.progress import logical_tail
 from hangscope.sources.logs.rank_positions import scan_rank_positions
+from hangscope.sources.logs.tail import logical_tail
 
 # how sglang's developers describe a hang from py-spy (frames as py-spy prints them)
 FENCED = """TP0 stuck forever in:

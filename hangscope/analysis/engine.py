@@ -10,9 +10,7 @@ from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import GLOO_P2P_NOTE, GroupView, build_picture, finished
 from hangscope.analysis.gap_lines import group_rank_gaps
 from hangscope.analysis.gpu_ranks import cite_gpus, rank_gpus
-from hangscope.analysis.log_progress import (
-    log_states,
-    logs_advance,
+from hangscope.analysis.log_health import (
     logs_benign,
     logs_finished,
     logs_moving,
@@ -20,6 +18,7 @@ from hangscope.analysis.log_progress import (
     logs_setup_clean,
     logs_tests_clean,
 )
+from hangscope.analysis.log_progress import log_states, logs_advance
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.pg_order import stack_only_note
 from hangscope.analysis.rank_state import exited_cleanly, rank_states

@@ -9,7 +9,7 @@ Rules, named in ``measures["rule"]``:
 * ``low-perf-score`` (0.6): no warning, but the printed per-rank scores (1.0 = best) put some ranks
   under ``THRESHOLD`` (NVRx's default threshold for both measures), the others above it.
 
-A report that found nobody slow is not a finding: ``log_progress.logs_report_clean`` reads it as
+A report that found nobody slow is not a finding: ``log_health.logs_report_clean`` reads it as
 a healthy run where nothing else failed. A straggler still moves, so neither rule explains a
 hang that other evidence shows; they rank below the detectors of waits and deaths.
 """

@@ -25,7 +25,7 @@ harmless, in the software's own terms:
 ``benign_only`` event, one per file whose every non-blank line (the whole file: its tail is all
 of it) is one of these warnings, its continuation (indented, or the warning's own follow-up
 lines) or launcher boilerplate, and which holds at least one of them. fields: ``warnings`` (the
-names, comma-joined), ``count``. ``analysis/log_progress.py`` (rule ``known-benign``) reads a job
+names, comma-joined), ``count``. ``analysis/log_health.py`` (rule ``known-benign``) reads a job
 whose every log is such a file as showing no fault.
 """
 
@@ -36,7 +36,7 @@ from collections.abc import Iterator
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import Line, make_event, parse_line
-from hangscope.sources.logs.progress import LogicalTail
+from hangscope.sources.logs.tail import LogicalTail
 
 KIND = "benign_only"
 WARNINGS: tuple[tuple[str, re.Pattern[str]], ...] = (

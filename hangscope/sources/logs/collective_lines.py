@@ -5,7 +5,7 @@ Below the family parsers, users' own prints (``Rank 7 tensor before allreduce: t
 ``NCCL_DEBUG_SUBSYS=COLL`` lines (``host:pid:tid [0] NCCL INFO Broadcast: opCount 0 sendbuff ... count
 53 datatype 4 op 0 root 0 comm 0x... [nranks=8] stream ...``), RCCL's same format and any wrapper's
 log all say the same thing: this rank called this collective with these arguments. For each line of
-the log's tail (``progress.tail_lines``) naming a collective in any spelling (``all_reduce``,
+the log's tail (``tail.tail_lines``) naming a collective in any spelling (``all_reduce``,
 ``AllReduce``, ``ALLREDUCE``, ``nccl:all_reduce``, ``allreduce``, ...) and at least one of
 count/numel/shape/dtype, a ``collective_line`` event: ``op`` (canonical: ``allreduce``), ``seq``
 (opCount/SeqNum/seq, as written), ``count``, ``shape``, ``dtype``, ``template`` (the line with its
@@ -26,7 +26,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import Line, make_event, parse_line
-from hangscope.sources.logs.progress import LogicalTail, logical_tail
+from hangscope.sources.logs.tail import LogicalTail, logical_tail
 
 MAX_EVENTS = 4096
 _OPS = re.compile(rb"(?i)all[_-]?reduce|all[_-]?gather|reduce[_-]?scatter|broadcast|all[_-]?to[_-]?all"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import make_event, parse_line
-from hangscope.sources.logs.progress import LogicalTail, logical_tail
+from hangscope.sources.logs.tail import LogicalTail, logical_tail
 
 MAX_CUES = 2048
 

@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (the docstring quotes raw log lines verbatim)
 """Lines that say a training run finished: the loop's own words, or its last epoch completed.
 
-Read from the log's tail (``progress.TAIL_BYTES``). ``run_finished`` events (fields ``how``: the
+Read from the log's tail (``tail.TAIL_BYTES``). ``run_finished`` events (fields ``how``: the
 wording matched) for::
 
     Training completed. Do not forget to share your model on huggingface.co/models =)   # HF Trainer
@@ -25,7 +25,7 @@ and torch's exit-time warning of a process group never destroyed (torch >= 2.4, 
 process leaving its program normally)::
 
     [rank0]:[W515 07:06:42.829549331 ProcessGroupNCCL.cpp:1117] WARNING: process group has NOT been destroyed before it is being destructed.
- ``analysis/log_progress.py`` (rule ``run-finished``) reads the event as
+ ``analysis/log_health.py`` (rule ``run-finished``) reads the event as
 a healthy run where no rank logged a failure.
 """
 
@@ -35,7 +35,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import Line, make_event
-from hangscope.sources.logs.progress import LogicalTail, tail_candidates
+from hangscope.sources.logs.tail import LogicalTail, tail_candidates
 
 _CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|successfully finished|epoch|\[=|"
                         rb"success|succeeded|finished|NOT been destroyed|(?:training|total|run) (?:time|duration)")
@@ -86,7 +86,7 @@ def scan_finish(path: str, rank_hint: int | None = None,
             events.append(make_event("run_finished", line, ctx, "info", {"how": how}))
     if not events and len(done) >= 2:
         # 0..N all said so; else the ranks that did, which counts only where they are every
-        # rank the logs show (log_progress.logs_finished checks)
+        # rank the logs show (log_health.logs_finished checks)
         every = sorted(done) == list(range(len(done)))
         last = max(done.values(), key=lambda item: item.line_no)
         events.append(make_event("run_finished", last, ctx, "info",

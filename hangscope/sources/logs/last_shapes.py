@@ -19,7 +19,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import TEXT_RANK, Line, make_event, parse_line
-from hangscope.sources.logs.progress import LogicalTail
+from hangscope.sources.logs.tail import LogicalTail
 
 LAST = 8
 # a tensor's shape as printed: torch.Size([8, 512]), "shape: (8, 512)", "shape [8, 512]"

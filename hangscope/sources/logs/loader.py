@@ -18,11 +18,12 @@ from hangscope.sources.logs.cues import scan_cues
 from hangscope.sources.logs.finish import scan_finish
 from hangscope.sources.logs.last_shapes import scan_last_shapes
 from hangscope.sources.logs.marks import scan_marks
-from hangscope.sources.logs.progress import logical_tail, scan_progress
+from hangscope.sources.logs.progress import scan_progress
 from hangscope.sources.logs.rank_positions import scan_rank_positions
 from hangscope.sources.logs.scan import scan_log
 from hangscope.sources.logs.sizes import scan_sizes
 from hangscope.sources.logs.step_times import scan_step_times
+from hangscope.sources.logs.tail import logical_tail
 from hangscope.sources.logs.work_counts import scan_work_counts
 
 _CERTAIN = ("prefix", "pid", "content")

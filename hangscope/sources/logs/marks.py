@@ -28,7 +28,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import make_event
-from hangscope.sources.logs.progress import LogicalTail, tail_candidates
+from hangscope.sources.logs.tail import LogicalTail, tail_candidates
 
 _CANDIDATE = re.compile(rb"(?i)before|after")
 _RANK = r"(?:rank|RANK|Rank)\s*[=:#]?\s*(?P<r{n}>\d{{1,5}})\b"

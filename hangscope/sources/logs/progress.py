@@ -11,7 +11,7 @@ timestamp or rank prefix (``common.parse_line`` peels those):
 * tqdm bars (Lightning, HF Trainer, plain tqdm): ``Epoch 0:  45%|████▌     | 45/100 [00:10<00:12,
   4.50it/s]``; a bar redrawn with carriage returns counts by its last drawing.
 
-Only the tail of a log is read (``TAIL_BYTES``; the lines before it are counted so that line
+Only the tail of a log is read (``tail.TAIL_BYTES``; the lines before it are counted so that line
 numbers stay the file's). Per rank stream the scan yields at most two events: ``progress`` (the last
 progress line: ``fields`` ``step``, ``total``, ``epoch``, ``unit``) and ``log_end`` (the last
 non-blank line); ``advanced`` is set where an earlier line of the stream (or an earlier drawing of
@@ -28,27 +28,21 @@ count. False positives: any other line that says ``step N``; only the last one m
 
 from __future__ import annotations
 
-import os
 import re
-import time
 from dataclasses import dataclass, field, replace
 from statistics import median
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import (
     TEXT_RANK,
-    Context,
     Line,
     decode,
-    infer_rank_from_path,
     make_event,
     parse_line,
 )
-from hangscope.sources.logs.normalize import Normalized, normalize
+from hangscope.sources.logs.normalize import normalize
+from hangscope.sources.logs.tail import MAX_LINE, tail_lines
 
-TAIL_BYTES = 1 << 20
-COUNT_CHUNK = 8 << 20
-MAX_LINE = 64 << 10
 SETTLE_LINES = 2000  # lines read past the last new stream, or new end or progress of one
 TIMING_SAMPLES = 16  # per-step times kept per stream (its latest progress lines)
 
@@ -289,79 +283,6 @@ def _named_streams(lines: list[bytes], skip: set[int]
     return found if len(set(found.values())) >= 2 else {}
 
 
-def tail_lines(path: str, rank_hint: int | None = None
-               ) -> tuple[Context, int, list[bytes], set[int]] | None:
-    """The log's tail as lines: (its context, the file's line number of the first, the lines, the
-    indexes of continuation lines); None when it cannot be read (the event scan says so)."""
-    ctx = _context(path, rank_hint)
-    try:
-        first_line, data = _tail(path)
-    except OSError:
-        return None
-    lines = data.split(b"\n")
-    return ctx, first_line, lines, _continuations(lines)
-
-
-@dataclass(frozen=True, slots=True)
-class LogicalTail:
-    """The log's tail as logical lines: records a terminal hard-wrapped are rebuilt
-    (``normalize``), each line keeping the file's line number it starts on."""
-
-    ctx: Context
-    lines: list[bytes]
-    skip: set[int]  # indexes of continuation lines (only where nothing was rebuilt)
-    first_line: int
-    fixed: Normalized | None
-
-    def text(self, index: int) -> str:
-        """``lines[index]`` decoded; a line redrawn with carriage returns: its last drawing."""
-        return decode(self.lines[index].rstrip(b"\r").split(b"\r")[-1], MAX_LINE)
-
-    def last_said(self, count: int) -> list[int]:
-        """Indexes of the last ``count`` lines that say something (not blank, not a
-        continuation), in file order."""
-        found: list[int] = []
-        for index in range(len(self.lines) - 1, -1, -1):
-            if len(found) == count:
-                break
-            if index not in self.skip and self.lines[index].strip():
-                found.append(index)
-        return found[::-1]
-
-    def line_no(self, index: int) -> int:
-        """The file's line number of ``lines[index]``."""
-        if self.fixed is None:
-            return self.first_line + index
-        return self.first_line + self.fixed.original_line(index + 1) - 1
-
-
-def logical_tail(path: str, rank_hint: int | None = None) -> LogicalTail | None:
-    """The tail read once, for every scan that wants wrapped records whole (collective lines,
-    cues); None when it cannot be read (the event scan says so)."""
-    read = tail_lines(path, rank_hint)
-    if read is None:
-        return None
-    ctx, first_line, lines, skip = read
-    fixed = normalize(b"\n".join(lines))
-    if fixed is not None:
-        lines, skip = fixed.data.split(b"\n"), set()
-    return LogicalTail(ctx, lines, skip, first_line, fixed)
-
-
-def tail_candidates(path: str, rank_hint: int | None, candidate: re.Pattern[bytes],
-                    tail: LogicalTail | None = None) -> tuple[Context, list[Line]] | None:
-    """The log tail's logical lines (wrapped records rebuilt, as ``logical_tail`` reads them)
-    that ``candidate`` finds a word in, prefix-parsed (a line redrawn with carriage returns: its
-    last drawing), with the log's context; None when unreadable. ``tail``: the one the loader
-    already read and rebuilt, so a file is normalized once for every scan of its tail."""
-    tail = tail or logical_tail(path, rank_hint)
-    if tail is None:
-        return None
-    return tail.ctx, [parse_line(tail.text(index), tail.line_no(index), tail.ctx)
-                      for index, raw in enumerate(tail.lines)
-                      if index not in tail.skip and candidate.search(raw, 0, MAX_LINE)]
-
-
 def _order(found: Progress) -> tuple[float, int]:
     """A position's place in training, to tell an earlier line from a later one of a stream:
     epoch first, then the counter (unknown parts count as the start)."""
@@ -394,29 +315,6 @@ class _Times:
                 "timing_first_line": self.first_line}
 
 
-def _continuations(lines: list[bytes]) -> set[int]:
-    """Indented lines that continue a rank-prefixed line's message (a report block): they are
-    no stream of their own."""
-    found = set()
-    prefixed = False
-    for index, raw in enumerate(lines):
-        if not raw.strip():
-            continue
-        if raw[:1] in (b" ", b"\t"):
-            if prefixed:
-                found.add(index)
-            continue
-        prefixed = _PROCESS_HEAD.match(raw) is not None
-    return found
-
-
-# a process's head (``[rank3]:``, ``[default0]:``, ``[1,0]<stderr>:``, ``[3] ``, Ray's
-# ``(Worker pid=7)``), not any bracket (``[Errno 28] No space left``, ``(base) $``)
-_PROCESS_HEAD = re.compile(rb"\[(?:rank|RANK|Rank|default|trainer|worker)\s?[:=]?\s?\d|"
-                           rb"\[(?:\d+,)?\d+\](?:<|:| )|\[[A-Za-z_]+\d+(?:\|\d+)?\]:|"
-                           rb"\((?:[\w.\-]+ )*pid=\d+")
-
-
 def position(event: LogEvent) -> tuple[float | None, int | None]:
     """(epoch, step) of a ``progress`` event."""
     epoch, step = event.fields.get("epoch"), event.fields.get("step")
@@ -424,41 +322,3 @@ def position(event: LogEvent) -> tuple[float | None, int | None]:
             step if isinstance(step, int) else None)
 
 
-def _context(path: str, rank_hint: int | None) -> Context:
-    source = "hint"
-    local: int | None = None
-    if rank_hint is None:
-        guessed, is_local = infer_rank_from_path(path)
-        if guessed is not None and is_local:
-            local = guessed
-        elif guessed is not None:
-            rank_hint, source = guessed, "path"
-    try:
-        mtime = os.stat(path).st_mtime
-    except OSError:
-        mtime = time.time()
-    return Context(path=path, year=time.localtime(mtime).tm_year, now=mtime, rank_hint=rank_hint,
-                   rank_hint_source=source, local_hint=local)
-
-
-def _tail(path: str) -> tuple[int, bytes]:
-    """(the file's line number of the first line returned, the last ``TAIL_BYTES`` from a line
-    start); the newlines before the cut are counted, not kept."""
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size <= TAIL_BYTES:
-            return 1, handle.read(TAIL_BYTES)
-        cut = size - TAIL_BYTES
-        newlines = 0
-        done = 0
-        while done < cut:
-            chunk = handle.read(min(COUNT_CHUNK, cut - done))
-            if not chunk:
-                break
-            newlines += chunk.count(b"\n")
-            done += len(chunk)
-        data = handle.read(TAIL_BYTES)
-    start = data.find(b"\n")
-    if start < 0:
-        return newlines + 1, data
-    return newlines + 2, data[start + 1:]

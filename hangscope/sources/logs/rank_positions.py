@@ -31,7 +31,7 @@ import re
 from hangscope.model import LogEvent
 from hangscope.sources.logs.collective_lines import canonical_op
 from hangscope.sources.logs.common import Context, Line, make_event, parse_line
-from hangscope.sources.logs.progress import MAX_LINE, LogicalTail
+from hangscope.sources.logs.tail import MAX_LINE, LogicalTail
 
 REACH = 4  # lines after a label where its stack's first frame may be
 MAX_EVENTS = 256

@@ -7,7 +7,7 @@ than the others, the line that says so is the same line on every rank with anoth
 is how a size mismatch that gloo turned into an abort on *another* rank (``Received data size
 doesn't match expected size``) still names its culprit when no flight-recorder dump does.
 
-For each rank stream of the log's tail (``progress.TAIL_BYTES``, streams told apart as
+For each rank stream of the log's tail (``tail.TAIL_BYTES``, streams told apart as
 ``progress`` does) the scan keeps the last line of each *template* (the line with every number
 replaced by ``#``) whose text names a size (``_SIZE_WORDS``) and holds a number, at most
 ``MAX_TEMPLATES`` per stream, as ``size_line`` events (``fields``: ``template``, ``values``, the
@@ -24,7 +24,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import Line, decode, make_event, parse_line
-from hangscope.sources.logs.progress import MAX_LINE, tail_lines
+from hangscope.sources.logs.tail import MAX_LINE, tail_lines
 
 MAX_TEMPLATES = 32  # per stream: the latest ones
 _SIZE_WORDS = re.compile(rb"(?i)size|shape|numel|vocab|classes|params|parameters|elements|"

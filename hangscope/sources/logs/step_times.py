@@ -3,7 +3,7 @@
 ``progress.py`` keeps the median of a rank's latest timed *progress* lines, to compare ranks. A
 job that slowed down as a whole shows instead in one stream's own series: steps that took ~30 s
 and then ~100 s. Loops state that in lines with no step counter at all, so this reads any line of
-the log's tail (``progress.TAIL_BYTES``) that says what a step cost, in these wordings::
+the log's tail (``tail.TAIL_BYTES``) that says what a step cost, in these wordings::
 
     Iteration took 32.709 s.                 # a loop's own timer (cBio/cbio-cluster#342)
     step took 1.52s   /  Epoch took 120.4 seconds
@@ -23,7 +23,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import Line, make_event
-from hangscope.sources.logs.progress import LogicalTail, tail_candidates
+from hangscope.sources.logs.tail import LogicalTail, tail_candidates
 
 MAX_VALUES = 64
 _CANDIDATE = re.compile(rb"(?i)took|/step|s/it|time ?/ ?(?:step|iter)")

@@ -22,7 +22,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import TEXT_RANK, Context, Line, make_event
-from hangscope.sources.logs.progress import LogicalTail, tail_candidates
+from hangscope.sources.logs.tail import LogicalTail, tail_candidates
 
 _CANDIDATE = re.compile(rb"(?i)number of|num_|batches|steps per|iters per|iterations per|"
                         rb"len\(")
