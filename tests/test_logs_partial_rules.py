@@ -510,9 +510,35 @@ def test_a_rank_far_behind_a_pack_printing_a_few_steps_apart(tmp_path: Path) -> 
                    for step in range(final - 5, final + 1))
     verdict = _verdict(tmp_path, **{"train.log": text})
     assert verdict.root is not None and verdict.root.culprit_ranks == [2]
+    # every counter moved within the log and rank 2 is ten steps back: running, but slow
+    assert verdict.root.kind.value == "straggler" and verdict.root.measures["rule"] == "stream-lags"
     close = {0: 346, 1: 351, 2: 344}  # behind, but by less than the others' own spread
     text = "".join(f"[rank {rank}] iter {step}\n" for rank, final in close.items()
                    for step in range(final - 5, final + 1))
     verdict = _verdict(tmp_path / "close" if (tmp_path / "close").mkdir() is None else tmp_path,
                        **{"train.log": text})
     assert verdict.root is None or verdict.root.measures.get("rule") != "stream-behind"
+
+
+def test_a_lagging_rank_that_never_moved_is_missing_not_slow(tmp_path: Path) -> None:
+    # rank 2 printed one step, far behind, and nothing after it: stopped there
+    text = "".join(f"[rank {rank}] iter {step}\n" for rank in (0, 1, 3) for step in range(40, 46))
+    verdict = _verdict(tmp_path, **{"train.log": "[rank 2] iter 30\n" + text})
+    assert verdict.root is not None and verdict.root.culprit_ranks == [2]
+    assert verdict.root.kind.value == "missing_rank"
+    assert verdict.root.measures["rule"] == "stream-behind"
+
+
+def test_srun_labelled_progress_lines_are_each_tasks_stream(tmp_path: Path) -> None:
+    # `srun -l` heads every line with its task id, right-aligned to the widest
+    text = "".join(f"{rank:>2}: Epoch: [1][{step - (3 if rank == 11 else 0)}/500]  loss 1.0\n"
+                   for step in range(10, 13) for rank in range(12))
+    verdict = _verdict(tmp_path, **{"train.log": text})
+    assert verdict.root is not None and verdict.root.culprit_ranks == [11]
+    assert sorted(verdict.root.waiting_ranks) == list(range(11))
+    # the same ranks in step: healthy
+    even = "".join(f"{rank:>2}: Epoch: [1][{step}/500]  loss 1.0\n"
+                   for step in range(10, 13) for rank in range(12))
+    (tmp_path / "even").mkdir()
+    verdict = _verdict(tmp_path / "even", **{"train.log": even})
+    assert verdict.root is None and verdict.status.value == "healthy"

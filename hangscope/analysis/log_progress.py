@@ -167,6 +167,7 @@ class Lagging:
     rank: int
     log: RankLog
     others: dict[int, RankLog]
+    steps_behind: float = 0.0  # behind the nearest other rank, in one epoch (0: epochs apart)
 
 
 def _gap(low: tuple[float, ...], high: tuple[float, ...]) -> float:
@@ -201,7 +202,10 @@ def lagging_stream(evidence: JobEvidence) -> Lagging | None:
     if where[lag] >= min(others) or _gap(where[lag], min(others)) <= _gap(min(others),
                                                                            max(others)):
         return None
-    return Lagging(lag, stepped[lag], {r: log for r, log in stepped.items() if r != lag})
+    nearest = min(others)
+    behind = nearest[1] - where[lag][1] if nearest[0] == where[lag][0] else 0.0
+    return Lagging(lag, stepped[lag], {r: log for r, log in stepped.items() if r != lag},
+                   behind)
 
 
 def describe_progress(event: LogEvent | None) -> str:

@@ -7,17 +7,26 @@ synchronous training each step ends in collectives every rank joins; ranks that 
 the lagging rank never printed were already past, or waiting in, a collective it had not reached.
 Confidence 0.4: a paste cut in the middle of one round of prints reads the same, which the
 finding says; it is a missing_rank only if the job was stuck when the log ended.
+
+Rule ``stream-lags``, its other reading: the lagging rank's own counter still moved within the
+log and it is ``FAR`` steps or more behind. A rank stuck in a collective holds the others within a
+step or two of it (they block in the next collective); ranks printing many steps apart while every
+counter moves are all running, and the one whose lines trail is the slow one (a slower host or
+GPU, contention), so the job is slowed, not stuck: straggler, 0.35 (prints flushed late by one
+rank's buffering read the same).
 """
 
 from __future__ import annotations
 
 from hangscope.analysis.context import Context, log_evidence
-from hangscope.analysis.log_progress import describe_progress, lagging_stream
+from hangscope.analysis.log_progress import Lagging, describe_progress, lagging_stream
 from hangscope.analysis.verdict import Finding, Kind
 from hangscope.ranges import ranks_phrase
 
 RULE = "stream-behind"
 CONFIDENCE = 0.4
+LAGS = "stream-lags"
+FAR = 3  # steps behind the nearest other rank, with the lagging rank's counter still moving
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -26,6 +35,8 @@ def detect(ctx: Context) -> list[Finding]:
         return []
     others = sorted(lag.others)
     ahead = next(iter(lag.others.values())).progress
+    if lag.log.progress.fields.get("advanced") and lag.steps_behind >= FAR:
+        return [_lags(lag, others)]
     summary = (f"rule `{RULE}`: rank {lag.rank}'s log stops at "
                f"{describe_progress(lag.log.progress)} while {ranks_phrase(others)} reached "
                f"{describe_progress(ahead)}, and no rank logged an error. If the job was stuck "
@@ -38,3 +49,20 @@ def detect(ctx: Context) -> list[Finding]:
     return [Finding(kind=Kind.MISSING_RANK, culprit_ranks=[lag.rank], waiting_ranks=others,
                     confidence=CONFIDENCE, summary=summary, evidence=evidence,
                     measures={"rule": RULE})]
+
+
+def _lags(lag: Lagging, others: list[int]) -> Finding:
+    """Rule ``stream-lags`` (module docstring)."""
+    assert lag.log.progress is not None
+    ahead = [lag.others[r].progress for r in others]
+    summary = (f"rule `{LAGS}`: rank {lag.rank}'s log is {lag.steps_behind:g} steps behind the "
+               f"others' and still moving (it ends at {describe_progress(lag.log.progress)}, "
+               f"{ranks_phrase(others)} at {describe_progress(ahead[0])}), and no rank logged an "
+               "error: a rank stuck in a collective would hold the others within a step of it, "
+               f"so every rank runs and rank {lag.rank} trails them: the job goes at its pace "
+               "(a slower host or GPU, contention). Prints one rank flushes late read the same")
+    evidence = [log_evidence(lag.log.progress)] + \
+        [log_evidence(event) for event in ahead[:2] if event is not None]
+    return Finding(kind=Kind.STRAGGLER, culprit_ranks=[lag.rank], waiting_ranks=others,
+                   confidence=0.35, summary=summary, evidence=evidence,
+                   measures={"rule": LAGS, "steps_behind": lag.steps_behind})

@@ -34,6 +34,7 @@ from statistics import median
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import (
+    SRUN_PATTERN,
     TEXT_RANK,
     Line,
     decode,
@@ -54,6 +55,7 @@ _NUM = r"(\d+)(?:\s*(?:/|of)\s*(\d+))?"
 _HEADED = re.compile(rb"\[(?:rank\d|RANK \d|default\d|\d+,\d+\]<|\d{1,4}\] )|\(\w[\w.\-]* pid=")
 # the one CUDA device a progress line names ("mem_usage:cuda:3 6.6GB", "on cuda:1")
 _DEVICE = re.compile(rb"(?<![\w.])cuda:(\d{1,3})\b")
+_SRUN = re.compile(SRUN_PATTERN.encode())  # srun -l's task id heads a line with a digit or blank
 _BEFORE = r"(?<![\w\-.])"  # not inside a word, an option name or a dotted name
 _BAR = re.compile(r"(\d{1,3})%\|[^|\n]{0,200}\|\s*(\d+)/(\d+)\s*\[")
 _COUNTERS = (
@@ -180,7 +182,8 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
         line_no = first_line + (index if number is None else number(index + 1) - 1)
         head = None
         key = hinted
-        if raw[:1] in (b"[", b"("):  # process prefixes ([rank3]:, [default3]:, Ray's) start so
+        if raw[:1] in (b"[", b"(") or _SRUN.match(raw):  # process prefixes ([rank3]:,
+            # [default3]:, Ray's, srun -l's task id) start so
             head = parse_line(decode(segments[0], MAX_LINE), line_no, ctx)
             key = (head.rank if head.rank is not None else ctx.rank_hint,
                    head.local_rank if head.local_rank is not None else ctx.local_hint)
