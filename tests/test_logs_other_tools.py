@@ -218,3 +218,24 @@ def test_rank0_silent_with_a_phase_left_unfinished(tmp_path: Path) -> None:
     assert _verdict(tmp_path, _timeouts([7, 2], seq=2)) == ("missing_rank", [])
     # a phase line alone is no hang
     assert _verdict(tmp_path, "Evaluating the results...\n") == ("none", [])
+
+
+def _barrier_timeout(rank: int, seq: int, numel: int = 1, op: str = "ALLREDUCE") -> str:
+    """torch 2.0-2.3's watchdog line with the element counts (ProcessGroupNCCL.cpp)."""
+    return (f"[E ProcessGroupNCCL.cpp:828] [Rank {rank}] Watchdog caught collective operation "
+            f"timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel}, NumelOut={numel}, "
+            "Timeout(ms)=1800000) ran for 1800437 milliseconds before timing out.\n")
+
+
+def test_rank0_silent_at_an_early_barrier(tmp_path: Path) -> None:
+    # GIVEN one rank's timeout in a one-element all_reduce among the job's first collectives
+    # (torch's NCCL barrier: main_process_first while rank 0 tokenizes), rank 0 silent
+    assert _verdict(tmp_path, _barrier_timeout(1, seq=2)) == ("missing_rank", [0])
+    assert _verdict(tmp_path, _barrier_timeout(5, seq=1, op="BARRIER")) == ("missing_rank", [0])
+    # a one-element all_reduce deep into training is a metric or a flag, not the set-up barrier
+    assert _verdict(tmp_path, _barrier_timeout(1, seq=48213)) == ("missing_rank", [])
+    # early, but a gradient-sized all_reduce: not a barrier
+    assert _verdict(tmp_path, _barrier_timeout(1, seq=2, numel=4194304)) == ("missing_rank", [])
+    # rank 0 timed out in it too: rank 0 was there
+    both = _barrier_timeout(0, seq=2) + _barrier_timeout(1, seq=2)
+    assert _verdict(tmp_path, both)[1] != [0]

@@ -100,8 +100,9 @@ def _rank0_silent(ctx: Context, seen: list[Observation]) -> Finding | None:
     none named), rank 0 logged no wait, and either every rank from 1 up to the highest that
     logged anything timed out (two at least: one rank's paste is the commonest paste of all), or
     a phase of rank 0's or of no rank (evaluation, saving, a dataset scan, a progress bar) was
-    left unfinished before the timeout: ranks count from 0, so rank 0 exists and was not in
-    that collective. 0.4: rank 0's lines may just be missing from the paste."""
+    left unfinished before the timeout, or the collective is an early barrier
+    (``_early_barrier``): ranks count from 0, so rank 0 exists and was not in that collective.
+    0.4: rank 0's lines may just be missing from the paste."""
     waiting = sorted({o.rank for o in seen})
     if 0 in waiting or ctx.picture.observed(0):
         return None
@@ -112,10 +113,16 @@ def _rank0_silent(ctx: Context, seen: list[Observation]) -> Finding | None:
     phase = _phase_before(ctx, seen)
     every = len(waiting) >= 2 and \
         waiting == list(range(1, max(_ranks_logged(ctx) | set(waiting)) + 1))
-    if not every and phase is None:
+    early = _early_barrier(seen)
+    if not every and phase is None and not early:
         return None
     why = ("every rank but rank 0 timed out in it, and rank 0 logged no wait of its own"
            if every else "rank 0 logged no wait of its own")
+    if early and not every:
+        why = (f"it is a barrier (a one-element {first.op} at the job's collective "
+               f"#{first.seq}, before any training step's), where ranks wait for rank 0 to "
+               "finish its rank-0-only set-up (tokenizing or downloading the data, a "
+               "main-process-first block), and " + why)
     if phase is not None:
         why += (", and the log shows a phase left unfinished before the timeout "
                 f"(\u201c{phase.message[:100]}\u201d, {phase.where()})")
@@ -128,6 +135,20 @@ def _rank0_silent(ctx: Context, seen: list[Observation]) -> Finding | None:
                    collective=CollectiveRef(pg=first.pg or None, seq=first.seq, op=first.op,
                                             numbering=first.numbering),
                    measures={"rule": "rank0-silent"})
+
+
+EARLY_SEQ = 8  # a job's first collectives: set-up barriers, before any gradient all-reduce
+
+
+def _early_barrier(seen: list[Observation]) -> bool:
+    """Every timeout is in one of the job's first collectives and it is a barrier (torch's NCCL
+    barrier is a one-element all-reduce; a ``BARRIER`` op name; no data moved): the set-up
+    barrier of ``main_process_first`` / ``wait_for_everyone``, which ranks reach long before
+    rank 0 when rank 0 alone prepares the data."""
+    return all(o.seq is not None and 0 < o.seq <= EARLY_SEQ and o.numbering == "watchdog"
+               and ("barrier" in o.op.lower()
+                    or (o.numel == 1 and o.op.lower().replace("_", "") == "allreduce"))
+               for o in seen)
 
 
 def _phase_before(ctx: Context, seen: list[Observation]) -> LogEvent | None:
