@@ -110,6 +110,23 @@ def test_a_warning_the_job_went_on_after_is_no_fault(tmp_path: Path) -> None:
     assert verdict.root is None
 
 
+def test_a_ray_summary_of_repeats_after_an_error_is_no_going_on(tmp_path: Path) -> None:
+    # GIVEN the driver's network error, then a workers' progress bar Ray relays as a summary
+    # of repeats (buffered for seconds and printed after the fact, so it is no later step)
+    error = ["ncclSystemError: System call (e.g. socket, malloc) or external library call "
+             "failed or device error.", "Last error:",
+             "socketStartConnect: Connect to 10.1.0.7<40815> failed : Connection refused"]
+    relayed = "Loading checkpoint shards: 100%|##########| 4/4 [00:14<00:00,  3.59s/it]"
+    verdict = _verdict(tmp_path, "\n".join(
+        [*error, f"{relayed} [repeated 6x across cluster]", ""]))
+    assert verdict.root is not None and verdict.root.kind.value == "network_fault"
+    # the same bar printed as it happened, and steps after it: the job went on
+    (tmp_path / "on").mkdir()
+    verdict = _verdict(tmp_path / "on", "\n".join(
+        [*error, relayed, "step 1 loss 0.9", "step 2 loss 0.8", ""]))
+    assert verdict.root is None or verdict.root.kind.value != "network_fault"
+
+
 def test_sole_peer_names_the_other_rank_of_two() -> None:
     # rank 1 of two says its peer went away: the culprit is rank 0, never rank 1 itself
     line = LogEvent(kind="cue", message="Connection closed by peer", path="x.log", line_no=3,

@@ -17,6 +17,8 @@ The engine keeps this finding only when it is the only one (``engine._weak_alone
 
 from __future__ import annotations
 
+import re
+
 from hangscope.analysis.context import Context
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
@@ -94,7 +96,10 @@ EXPLAINS_WAIT = {"out-of-memory", "gpu-fault", "fabric-fault", "signal-death", "
 
 def detect(ctx: Context) -> list[Finding]:
     events = list(ctx.evidence.all_logs())
-    progress = [e for e in events if e.kind == "progress"]
+    # Ray's summaries of its workers' repeats, printed after the fact (see ``_survived``); read
+    # on any event of the line (a wrapped one keeps the marker only where it was rebuilt)
+    relayed = {(e.path, e.line_no) for e in events if _RAY_SUMMARY.search(e.message)}
+    progress = [e for e in events if e.kind == "progress" and (e.path, e.line_no) not in relayed]
     waits = [e for e in events if e.kind in _OWN_WAITS
              or (e.kind == "cue" and e.fields.get("cue") == "wait-timeout")]
     # a file made only of warnings known to be harmless (sources/logs/benign.py) carries no cue
@@ -192,9 +197,15 @@ def _job_begun(cue: LogEvent, events: list[LogEvent]) -> bool:
 
 
 def _survived(cue: LogEvent, progress: list[LogEvent]) -> bool:
-    """A progress line of the same rank, later in the same file: the job went on past it."""
+    """A progress line of the same rank, later in the same file: the job went on past it. The
+    caller leaves out lines Ray's driver relayed as a summary of its workers' repeats (``...
+    [repeated 6x across cluster]``): Ray buffers those for seconds and prints them after the
+    fact, so where they stand in the file says nothing of when the workers printed them."""
     return any(e.path == cue.path and e.line_no > cue.line_no
                and (cue.rank is None or e.rank in (None, cue.rank)) for e in progress)
+
+
+_RAY_SUMMARY = re.compile(r"\[repeated \d+x across cluster\]")
 
 
 def _ranks_seen(ctx: Context) -> set[int]:
