@@ -14,6 +14,7 @@ from hangscope.analysis.log_causes import ECHO_KINDS, classify, failures
 from hangscope.analysis.log_progress import describe_progress, lagging_stream, rank_logs
 from hangscope.model import JobEvidence, LogEvent
 from hangscope.sources.logs.perf_reports import THRESHOLD, parse_scores
+from hangscope.sources.logs.progress import position
 
 
 def logs_moving(evidence: JobEvidence) -> str | None:
@@ -26,11 +27,14 @@ def logs_moving(evidence: JobEvidence) -> str | None:
     advanced to the last line of its log and logged nothing wrong was running when the log was
     taken; a hang begins after a log's last line leaves no trace in it, which the note says."""
     every = list(evidence.all_logs())
-    moving = [e for e in every if e.kind == "progress" and e.fields.get("advanced")]
-    if not moving or _failed_or_echoed(evidence, every):
+    progress = [e for e in every if e.kind == "progress"]
+    moving = [e for e in progress if e.fields.get("advanced")]
+    in_step = [] if moving else _in_step(evidence)
+    if not (moving or in_step) or _failed_or_echoed(evidence, every):
         return None
     if any(e.severity in ("error", "fatal") or (e.kind == "cue" and e.fields.get("cue") not in
-                                                 _NOT_A_FAULT) for e in every):
+                                                 _NOT_A_FAULT and not _went_on(e, moving))
+           for e in every):
         return None
     logs = rank_logs(evidence)
     if any(log.lost_peer or log.echoed for log in logs.values()):
@@ -41,11 +45,36 @@ def logs_moving(evidence: JobEvidence) -> str | None:
         return None  # the logs name ranks, and some ranks of the job left none: they may hang
     if lagging_stream(evidence) is not None:
         return None  # one rank's log stops a step behind all the others': rule stream-behind
+    limit = ("Logs cannot show a hang that began after their last line: if the job is stuck "
+             "now, attach to it (hangscope attach) or keep its stacks and FR dumps")
+    if not moving:
+        return (f"rule ranks-in-step: {len(in_step)} ranks' logs stand at the same place "
+                f"({describe_progress(in_step[0])}, {', '.join(e.where() for e in in_step[:3])}) "
+                "and nothing fails: no error, no timeout, no lost peer; ranks of a synchronous "
+                "job that reached one step together were running in step. " + limit)
     latest = max(moving, key=lambda e: (e.time or 0.0, e.line_no))
     return (f"rule logs-advance: the log shows training moving ({describe_progress(latest)} at "
-            f"{latest.where()}) and nothing failing: no error, no timeout, no lost peer. Logs "
-            "cannot show a hang that began after their last line: if the job is stuck now, "
-            "attach to it (hangscope attach) or keep its stacks and FR dumps")
+            f"{latest.where()}) and nothing failing: no error, no timeout, no lost peer. "
+            + limit)
+
+
+def _in_step(evidence: JobEvidence) -> list[LogEvent]:
+    """Rule ``ranks-in-step``: two ranks or more print progress in one wording, every one of
+    them at the same position (each one line, so none is seen to move): the ranks' latest
+    progress events, else []. Basis: ranks of a synchronous job at one step together passed its
+    collectives together; with nothing failing, that is a job running in step (a snapshot)."""
+    stepped = [log.progress for log in rank_logs(evidence).values() if log.progress is not None]
+    if len(stepped) < 2 or len({(e.fields.get("unit"), position(e)) for e in stepped}) != 1:
+        return []
+    return sorted(stepped, key=lambda e: (e.rank is None, e.rank))
+
+
+def _went_on(cue: LogEvent, moving: list[LogEvent]) -> bool:
+    """A cue word the same stream's training went on past (its progress moved, and its latest
+    line stands later in the same file): a warning the job outlived (an "OOM" in a sanity
+    check's wording), not a fault."""
+    return any(e.path == cue.path and e.line_no > cue.line_no
+               and (cue.rank is None or e.rank in (None, cue.rank)) for e in moving)
 
 
 ERRATIC = 4.0  # slowest over fastest of a stream's recent step times, its first step left out

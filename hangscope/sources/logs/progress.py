@@ -56,6 +56,7 @@ _HEADED = re.compile(rb"\[(?:rank\d|RANK \d|default\d|\d+,\d+\]<|\d{1,4}\] )|\(\
 # the one CUDA device a progress line names ("mem_usage:cuda:3 6.6GB", "on cuda:1")
 _DEVICE = re.compile(rb"(?<![\w.])cuda:(\d{1,3})\b")
 _SRUN = re.compile(SRUN_PATTERN.encode())  # srun -l's task id heads a line with a digit or blank
+_K2_HEAD = re.compile(rb"\.py:\d+\] \(\d{1,5}/\d{1,5}\) ")  # icefall's "[train.py:908] (1/4) "
 _BEFORE = r"(?<![\w\-.])"  # not inside a word, an option name or a dotted name
 _BAR = re.compile(r"(\d{1,3})%\|[^|\n]{0,200}\|\s*(\d+)/(\d+)\s*\[")
 _COUNTERS = (
@@ -182,8 +183,9 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
         line_no = first_line + (index if number is None else number(index + 1) - 1)
         head = None
         key = hinted
-        if raw[:1] in (b"[", b"(") or _SRUN.match(raw):  # process prefixes ([rank3]:,
-            # [default3]:, Ray's, srun -l's task id) start so
+        if raw[:1] in (b"[", b"(") or _SRUN.match(raw) or _K2_HEAD.search(raw, 0, 160):
+            # process prefixes ([rank3]:, [default3]:, Ray's, srun -l's task id) start so; the
+            # k2 logger's "(rank/world)" stands after the time and the file
             head = parse_line(decode(segments[0], MAX_LINE), line_no, ctx)
             key = (head.rank if head.rank is not None else ctx.rank_hint,
                    head.local_rank if head.local_rank is not None else ctx.local_hint)
@@ -237,9 +239,11 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
                     times[key].add(timing, line_no)
                 settled = 0
                 break
-    if len(ends) > 1:
+    if len(ends) > 1 and (len(last) > 1 or (None, None) not in last):
         # lines that name no rank in a log whose other lines do (and whose name names none):
-        # the launcher's own, not a rank's stream
+        # the launcher's own, not a rank's stream; unless they alone say how far training got
+        # (Megatron prints its iteration lines from one rank with no prefix, beside a
+        # "[Rank 1] memory" line)
         ends.pop((None, None), None)
         last.pop((None, None), None)
     events = []

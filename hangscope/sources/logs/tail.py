@@ -106,12 +106,17 @@ def _continuations(lines: list[bytes]) -> set[int]:
     for index, raw in enumerate(lines):
         if not raw.strip():
             continue
-        if raw[:1] in (b" ", b"\t"):
+        if raw[:1] in (b" ", b"\t") and not _STAMPED.match(raw):
             if prefixed:
                 found.add(index)
             continue
         prefixed = _PROCESS_HEAD.match(raw) is not None
     return found
+
+
+# an indented line that opens with its own date is a record of its own, not a continuation
+# (Megatron's " [2024-04-06 02:55:45] iteration 2/100 | ..." after a "[Rank 1] memory" line)
+_STAMPED = re.compile(rb"[ \t]+\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d")
 
 
 # a process's head (``[rank3]:``, ``[default0]:``, ``[1,0]<stderr>:``, ``[3] ``, Ray's
