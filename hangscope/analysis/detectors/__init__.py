@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hangscope.analysis.context import Detector
 from hangscope.analysis.detectors import (
+    absent_from_round,
     arg_skew,
     busy_rank,
     call_sites,
@@ -62,6 +63,7 @@ ALL: tuple[Detector, ...] = (
     rank_died.detect,
     quiet_death.detect,
     stream_behind.detect,
+    absent_from_round.detect,
     local_peer_gone.detect,
     rank_oom.detect,
     network_fault.detect,

@@ -5,9 +5,11 @@ Connection closed by localRank N`` (NCCL's proxy service, at INFO) for the same 
 local rank of that host is named so. Basis: a proxy prints it when the process it served closed
 its connection; one local rank named by all its neighbours is the one process that went away
 first (a segfault, a kill), the others report it. At a normal teardown every process closes and
-many local ranks are named, which this does not read. The culprit is the global rank of that
-process where a log maps it (its ``Init COMPLETE`` line, or a process on GPU N of the same host);
-otherwise the finding names the host and local rank only.
+many local ranks are named, which this does not read; nor does it read closures logged after a
+watchdog timeout in the same file: a process its own watchdog took down after a collective
+timed out closed its connections as a consequence of waiting, not first. The culprit is the
+global rank of that process where a log maps it (its ``Init COMPLETE`` line, or a process on GPU N
+of the same host); otherwise the finding names the host and local rank only.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def detect(ctx: Context) -> list[Finding]:
             continue  # several local ranks named: a teardown, or more than one death
         (local, events), = by_peer.items()
         reporters = {e.fields.get("pid") for e in events}
-        if len(reporters) < MIN_REPORTERS:
+        if len(reporters) < MIN_REPORTERS or _after_timeout(every, events):
             continue
         culprit = _global_rank(every, host, local)
         who = f"rank {culprit}" if culprit is not None else f"the process of local rank {local}"
@@ -57,3 +59,13 @@ def _global_rank(every: list[LogEvent], host: str, local: int) -> int | None:
              and e.fields.get("cuda_dev") == local
              and e.kind not in ("nccl_local_peer_closed",)}
     return ranks.pop() if len(ranks) == 1 else None
+
+
+_TIMEOUTS = frozenset({"nccl_watchdog_timeout", "nccl_work_status"})
+
+
+def _after_timeout(every: list[LogEvent], closed: list[LogEvent]) -> bool:
+    """A watchdog timeout earlier in the file of the first closure: the teardown it started."""
+    first = min(closed, key=lambda e: (e.path, e.line_no))
+    return any(e.kind in _TIMEOUTS and e.path == first.path and e.line_no < first.line_no
+               for e in every)

@@ -102,7 +102,12 @@ def _rank0_silent(ctx: Context, seen: list[Observation]) -> Finding | None:
     a phase of rank 0's or of no rank (evaluation, saving, a dataset scan, a progress bar) was
     left unfinished before the timeout, or the collective is an early barrier
     (``_early_barrier``): ranks count from 0, so rank 0 exists and was not in that collective.
-    0.4: rank 0's lines may just be missing from the paste."""
+    0.4: rank 0's lines may just be missing from the paste.
+    Its weakest form, ``lone``: one rank's timeout is all there is and rank 0 logged nothing at
+    all. Which rank that one waits for, the lines do not say; rank 0 is the likeliest (the one
+    rank that runs rank-0-only work: evaluation, checkpoint saves, data preparation, logging,
+    and in the threads users file, the absent rank far more often than any other), so it is
+    named at 0.3 as a prior, with the logs to fetch to confirm it."""
     waiting = sorted({o.rank for o in seen})
     if 0 in waiting or ctx.picture.observed(0):
         return None
@@ -114,12 +119,25 @@ def _rank0_silent(ctx: Context, seen: list[Observation]) -> Finding | None:
     every = len(waiting) >= 2 and \
         waiting == list(range(1, max(_ranks_logged(ctx) | set(waiting)) + 1))
     early = _early_barrier(seen)
-    if not every and phase is None and not early:
+    lone = len(waiting) == 1 and 0 not in _ranks_logged(ctx)
+    if not every and phase is None and not early and not lone:
         return None
     why = ("every rank but rank 0 timed out in it, and rank 0 logged no wait of its own"
            if every else "rank 0 logged no wait of its own")
+    if not (every or early or phase is not None):
+        summary = (f"rule rank0-silent (lone): {ranks_phrase(waiting)} {first.describe()}, and "
+                   "its timeout is the only one here: rank 0 logged nothing. The lines do not "
+                   "say whom it waited for; rank 0 is the likeliest (it alone runs rank-0-only "
+                   "work: evaluation, checkpoint saves, data preparation), a prior and not a "
+                   "proof: fetch rank 0's log, or set TORCH_NCCL_DUMP_ON_TIMEOUT=1 for FR dumps")
+        return Finding(kind=Kind.MISSING_RANK, culprit_ranks=[0], waiting_ranks=waiting,
+                       confidence=0.3, summary=summary, evidence=[_item(seen[0])],
+                       collective=CollectiveRef(pg=first.pg or None, seq=first.seq, op=first.op,
+                                                numbering=first.numbering),
+                       measures={"rule": "rank0-silent", "form": "lone"})
     if early and not every:
-        why = (f"it is a barrier (a one-element {first.op} at the job's collective "
+        size = "a one-element" if first.numel == 1 else "an"
+        why = (f"it is a barrier ({size} {first.op} at the job's collective "
                f"#{first.seq}, before any training step's), where ranks wait for rank 0 to "
                "finish its rank-0-only set-up (tokenizing or downloading the data, a "
                "main-process-first block), and " + why)
@@ -142,12 +160,14 @@ EARLY_SEQ = 8  # a job's first collectives: set-up barriers, before any gradient
 
 def _early_barrier(seen: list[Observation]) -> bool:
     """Every timeout is in one of the job's first collectives and it is a barrier (torch's NCCL
-    barrier is a one-element all-reduce; a ``BARRIER`` op name; no data moved): the set-up
+    barrier is a one-element all-reduce; a ``BARRIER`` op name; an all-reduce whose size a
+    torch older than 2.0 did not print counts too: DDP's own first collectives are broadcasts,
+    so an early all-reduce is a barrier or a flag far more often than a gradient): the set-up
     barrier of ``main_process_first`` / ``wait_for_everyone``, which ranks reach long before
     rank 0 when rank 0 alone prepares the data."""
     return all(o.seq is not None and 0 < o.seq <= EARLY_SEQ and o.numbering == "watchdog"
                and ("barrier" in o.op.lower()
-                    or (o.numel == 1 and o.op.lower().replace("_", "") == "allreduce"))
+                    or (o.numel in (None, 1) and o.op.lower().replace("_", "") == "allreduce"))
                for o in seen)
 
 

@@ -62,8 +62,10 @@ CUES: tuple[Cue, ...] = (
         r"(?i)Duplicate GPU detected|both on CUDA device|same (?:GPU|CUDA device) (?:for|by) (?:two|multiple|several) (?:ranks|processes)")),
     # gloo (ProcessGroupGloo.cpp) found no address for the host name and bound to loopback:
     # peers on other hosts cannot reach that rank, so the group's connectFullMesh never completes
+    # (or its pair says so itself: "connectFullMesh failed ... (rank=8, size=16,
+    # local=[127.0.0.1])", a rank whose own end of the mesh is loopback)
     Cue("gloo-loopback", "init_hang", "cause", re.compile(
-        r"Unable to resolve hostname to a \(local\) address")),
+        r"Unable to resolve hostname to a \(local\) address|\blocal=\[127\.\d+\.\d+\.\d+\]")),
     Cue("gpu-fault", "rank_died", "cause", re.compile(
         r"(?i)illegal memory access|device-side assert|unspecified launch failure|uncorrectable ECC|"
         r"GPU (?:has )?fallen off the bus|\bXid\b(?: \(PCI:[0-9a-fA-F:.]+\))?[^0-9]{0,8}(?:13|31|43|48|62|63|64|79|92|94|95|119|120)\b|"
@@ -177,7 +179,9 @@ CUES: tuple[Cue, ...] = (
     Cue("busy-phase", "missing_rank", "symptom", re.compile(
         r"^(?:\w+: )?(?:Evaluat|Validat|Saving|Scanning|Caching|Building|Preprocess|Tokeniz|Grouping|"
         r"Loading|Downloading|Processing|Filtering|Mapping|Writing|Exporting|Testing|Computing|Generating)\w*\b|"
-        r"^[^|\n]{0,300}?\b(?:[0-9]|[1-9][0-9])%\|")),
+        r"^[^|\n]{0,300}?\b(?:[0-9]|[1-9][0-9])%\||"
+        # tqdm rounds 497/499 up to "100%": the count says the bar is not done
+        r"^[^|\n]{0,300}?\b100%\|[^|\n]{0,200}\|\s*(\d+)/(?!\1\b)\d+")),
     Cue("wait-timeout", "missing_rank", "symptom", re.compile(
         r"(?i)Watchdog caught collective operation timeout|\btimed[ -]out\b|Timeout(?:Error|Exception)|"
         r"\btime ?outs?\b(?= (?:at|after|while|waiting|error|exceeded|expired|reached|occurred|happened)\b)|no progress|heartbeat (?:lost|timeout|missed)"), _DIST),

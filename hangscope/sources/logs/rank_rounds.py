@@ -1,0 +1,64 @@
+"""A round of one print from every rank, with one rank absent: users' own probes.
+
+To find which rank stalls, people print one line per rank at the same spot (``rank 4, fetch sample
+1469``, ``[rank 2] entering all_reduce``) and paste the last round. A round is the run of lines of
+one template (the text with its numbers masked) that each name one rank in their text
+(``TEXT_RANK``), read back from the template's last line until a rank repeats (the round before).
+Where that last round names every rank from 0 to N but one, and N + 1 >= ``MIN_RANKS``, a
+``rank_round`` event is kept on its last line: fields ``absent`` (the rank), ``present`` (how many
+printed), ``template``. A line's process head (``[rank3]:``) stays its own stream and is not
+read here (the progress streams read those).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from hangscope.model import LogEvent
+from hangscope.sources.logs.common import TEXT_RANK, make_event, parse_line
+from hangscope.sources.logs.tail import MAX_LINE, LogicalTail
+
+MIN_RANKS = 4
+_CANDIDATE = re.compile(rb"(?i)\brank\s*[=:#]?\s*\[?\d")
+_NUMBER = re.compile(r"\d+")
+
+
+def scan_rank_rounds(tail: LogicalTail | None) -> list[LogEvent]:
+    if tail is None:
+        return []
+    by_template: dict[str, list[tuple[int, int]]] = defaultdict(list)  # template -> (index, rank)
+    for index in range(len(tail.lines)):
+        if index in tail.skip or not _CANDIDATE.search(tail.lines[index], 0, MAX_LINE):
+            continue
+        body = parse_line(tail.text(index), tail.line_no(index), tail.ctx).body.strip()
+        ranks = {int(m.group("r")) for m in TEXT_RANK.finditer(body)}
+        if len(ranks) == 1:
+            by_template[_NUMBER.sub("#", body)[:200]].append((index, ranks.pop()))
+    out = []
+    for template, seen in by_template.items():
+        found = _absent(seen)
+        if found is None:
+            continue
+        absent, present, last = found
+        line = parse_line(tail.text(last), tail.line_no(last), tail.ctx)
+        out.append(make_event("rank_round", line, tail.ctx, "info",
+                              {"absent": absent, "present": present, "template": template}))
+    return out
+
+
+def _absent(seen: list[tuple[int, int]]) -> tuple[int, int, int] | None:
+    """(the one rank absent, how many printed, the round's last line) of the template's last
+    round, or None."""
+    if len(seen) < MIN_RANKS - 1:
+        return None
+    round_: set[int] = set()
+    for _index, rank in reversed(seen):
+        if rank in round_:
+            break
+        round_.add(rank)
+    top = max(round_)
+    missing = set(range(top + 1)) - round_
+    if top + 1 < MIN_RANKS or len(missing) != 1:
+        return None
+    return missing.pop(), len(round_), seen[-1][0]
