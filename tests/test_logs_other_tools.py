@@ -187,8 +187,9 @@ def test_rank0_silent_names_rank_0(tmp_path: Path) -> None:
     # GIVEN every rank but 0 timing out in one all_reduce, and rank 0 saying nothing
     assert _verdict(tmp_path, "Evaluating the results...\n" + _timeouts([3, 1, 2])) == \
         ("missing_rank", [0])
-    # one rank's paste names nobody: it is the commonest paste there is
-    assert _verdict(tmp_path, _timeouts([1])) == ("missing_rank", [])
+    # one rank's paste, rank 0 silent: rank 0 as the likeliest absent rank, a prior (rule
+    # rank0-silent's lone form, 0.3; see test_rank0_silent_lone_is_a_prior)
+    assert _verdict(tmp_path, _timeouts([1])) == ("missing_rank", [0])
     # rank 0 timed out too: it was in the collective
     assert _verdict(tmp_path, _timeouts([0, 1, 2]))[1] != [0]
     # a gap in the waiting ranks (rank 2 said nothing either): not rank 0 alone
@@ -214,8 +215,9 @@ def test_rank0_silent_with_a_phase_left_unfinished(tmp_path: Path) -> None:
     # GIVEN only two of eight ranks' timeouts, after a dataset scan that stopped at 6%
     scan = "train: Scanning 'labels/train' images and labels...113162 found:   6%|▋ "
     assert _verdict(tmp_path, scan + _timeouts([7, 2], seq=2)) == ("missing_rank", [0])
-    # the same timeouts with no phase before them: who they wait for is not said
-    assert _verdict(tmp_path, _timeouts([7, 2], seq=2)) == ("missing_rank", [])
+    # the same timeouts with no phase before them, deep in training: who they wait for is not
+    # said (at seq 2 they would be the set-up barrier: test_rank0_silent_at_an_early_barrier)
+    assert _verdict(tmp_path, _timeouts([7, 2], seq=48213)) == ("missing_rank", [])
     # a phase line alone is no hang
     assert _verdict(tmp_path, "Evaluating the results...\n") == ("none", [])
 
@@ -232,10 +234,39 @@ def test_rank0_silent_at_an_early_barrier(tmp_path: Path) -> None:
     # (torch's NCCL barrier: main_process_first while rank 0 tokenizes), rank 0 silent
     assert _verdict(tmp_path, _barrier_timeout(1, seq=2)) == ("missing_rank", [0])
     assert _verdict(tmp_path, _barrier_timeout(5, seq=1, op="BARRIER")) == ("missing_rank", [0])
+    # several ranks with a gap among them (neither every rank but 0, nor one rank alone):
+    # early and one-element, the set-up barrier waits for rank 0
+    gap = _barrier_timeout(1, seq=3) + _barrier_timeout(5, seq=3)
+    assert _verdict(tmp_path, gap) == ("missing_rank", [0])
+    # torch < 2.0 printed no sizes: an early all_reduce is still the barrier
+    old = _timeouts([2, 5], seq=3)
+    assert _verdict(tmp_path, old) == ("missing_rank", [0])
     # a one-element all_reduce deep into training is a metric or a flag, not the set-up barrier
-    assert _verdict(tmp_path, _barrier_timeout(1, seq=48213)) == ("missing_rank", [])
+    late = _barrier_timeout(1, seq=48213) + _barrier_timeout(5, seq=48213)
+    assert _verdict(tmp_path, late) == ("missing_rank", [])
     # early, but a gradient-sized all_reduce: not a barrier
-    assert _verdict(tmp_path, _barrier_timeout(1, seq=2, numel=4194304)) == ("missing_rank", [])
+    big = _barrier_timeout(1, seq=2, numel=4194304) + _barrier_timeout(5, seq=2, numel=4194304)
+    assert _verdict(tmp_path, big) == ("missing_rank", [])
     # rank 0 timed out in it too: rank 0 was there
     both = _barrier_timeout(0, seq=2) + _barrier_timeout(1, seq=2)
     assert _verdict(tmp_path, both)[1] != [0]
+
+
+def _root(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "paste.log"
+    path.write_text(text)
+    evidence = JobEvidence()
+    load_log_file(str(path), None, evidence, [])
+    return analyze(evidence)[0].root
+
+
+def test_rank0_silent_lone_is_a_prior(tmp_path: Path) -> None:
+    # GIVEN one rank's timeout deep in training and no line of rank 0's
+    root = _root(tmp_path, _timeouts([6], seq=48213))
+    # THEN rank 0, named as a prior at low confidence, with what to fetch to confirm it
+    assert root is not None and root.culprit_ranks == [0] and root.waiting_ranks == [6]
+    assert root.confidence <= 0.3 and root.measures["form"] == "lone"
+    assert "prior" in root.summary and "fetch rank 0's log" in root.summary
+    # rank 0 logged a line of its own (not a wait): no prior about an absent rank 0
+    root = _root(tmp_path, "[rank0]: step 48000 loss 1.0\n" + _timeouts([6], seq=48213))
+    assert root is not None and root.measures.get("form") != "lone"

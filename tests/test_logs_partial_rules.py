@@ -542,3 +542,114 @@ def test_srun_labelled_progress_lines_are_each_tasks_stream(tmp_path: Path) -> N
     (tmp_path / "even").mkdir()
     verdict = _verdict(tmp_path / "even", **{"train.log": even})
     assert verdict.root is None and verdict.status.value == "healthy"
+
+
+# --- ranks-in-step, and what a healthy log's streams are ---------------------------------------
+
+def test_ranks_at_one_step_with_nothing_failing_are_in_step(tmp_path: Path) -> None:
+    # icefall's k2 logger: the rank stands after the time and the file ("(1/4)")
+    text = "".join(f"2022-10-03 21:05:24,89{r} INFO [train.py:908] ({r}/4) Epoch 1, batch 5950, "
+                   f"loss[loss=0.46], batch size: 9, lr: 2.41e-03\n" for r in (1, 0, 3, 2))
+    verdict = _verdict(tmp_path, **{"train.log": text})
+    assert verdict.root is None and verdict.status.value == "healthy"
+    assert any(gap.startswith("rule ranks-in-step") for gap in verdict.evidence_gaps)
+    # one rank a step behind is no longer in step
+    behind = text.replace("(2/4) Epoch 1, batch 5950", "(2/4) Epoch 1, batch 5900")
+    (tmp_path / "behind").mkdir()
+    verdict = _verdict(tmp_path / "behind", **{"train.log": behind})
+    assert verdict.status.value != "healthy"
+
+
+def test_one_rank_at_one_step_is_no_sign_of_health(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"train.log": "[rank0]: step 1347 loss 0.3\n"})
+    assert verdict.status.value == "inconclusive"
+
+
+def test_a_cue_word_the_training_went_on_past_keeps_a_log_healthy(tmp_path: Path) -> None:
+    # icefall's sanity check names OOM in its wording; training went on after it
+    text = ("INFO [train.py:914] (0/8) Sanity check -- see if any of the batches in epoch 0 "
+            "would cause OOM.\n" + "".join(f"INFO [train.py:689] (0/8) Epoch 3, batch {b}, "
+                                           "loss[loss=0.33]\n" for b in (0, 50, 100)))
+    verdict = _verdict(tmp_path, **{"train.log": text})
+    assert verdict.status.value == "healthy"
+    # the same word after the last step: nothing went on past it
+    (tmp_path / "after").mkdir()
+    verdict = _verdict(tmp_path / "after", **{"train.log": text + "CUDA out of memory.\n"})
+    assert verdict.status.value != "healthy"
+
+
+def test_unprefixed_iterations_beside_one_ranked_line_still_show_training(tmp_path: Path) -> None:
+    # Megatron: "[Rank 1] memory" from one rank, iteration lines (indented, dated) from another
+    text = ("[Rank 1] (after 1 iterations) memory (MB) | allocated: 54250.9 | reserved: 61480.0\n"
+            + "".join(f" [2024-04-06 02:55:{45 + 5 * i}] iteration        {i + 2}/     100 | "
+                      "consumed samples: 256 | elapsed time per iteration (ms): 5630.1 | lm loss: "
+                      "2.02E+00 |\n" for i in range(2)))
+    verdict = _verdict(tmp_path, **{"train.log": text})
+    assert verdict.status.value == "healthy", verdict.evidence_gaps
+    # the same with torch's "[rank1]:" head on the memory line: the iterations are still the
+    # only progress there is, and they count
+    (tmp_path / "headed").mkdir()
+    verdict = _verdict(tmp_path / "headed",
+                       **{"train.log": text.replace("[Rank 1] (after", "[rank1]: (after")})
+    assert verdict.status.value == "healthy", verdict.evidence_gaps
+
+
+# --- every-rank-timed-out, absent-from-round, set-up after the first prints --------------------
+
+def _first_broadcast(rank: int, seq: int = 1) -> str:
+    return (f"[E ProcessGroupNCCL.cpp:474] [Rank {rank}] Watchdog caught collective operation "
+            f"timeout: WorkNCCL(SeqNum={seq}, OpType=BROADCAST, NumelIn=778567680, "
+            "NumelOut=778567680, Timeout(ms)=1800000) ran for 1800047 milliseconds before "
+            "timing out.\n")
+
+
+def test_every_rank_in_the_first_collective_and_none_done_is_the_transport(
+        tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, **{"train.log": _first_broadcast(0) + _first_broadcast(1)})
+    root = verdict.root
+    assert root is not None and root.kind.value == "network_fault"
+    assert root.measures["rule"] == "every-rank-timed-out" and root.culprit_ranks == []
+    assert "the ones not shown are the ones waited for" in root.summary
+    # deep in training, the shown ranks are more likely a part of a larger job
+    (tmp_path / "late").mkdir()
+    late = _first_broadcast(0, seq=808) + _first_broadcast(1, seq=808)
+    verdict = _verdict(tmp_path / "late", **{"train.log": late})
+    assert verdict.root is None or verdict.root.kind.value != "network_fault"
+    # a third process named by NCCL's lines: not every rank timed out
+    (tmp_path / "third").mkdir()
+    third = "gpu-1:6729:7171 [2] NCCL INFO [Service thread] Connection closed by localRank 0\n"
+    verdict = _verdict(tmp_path / "third", **{"train.log": _first_broadcast(0) +
+                                              _first_broadcast(1) + third})
+    assert verdict.root is None or verdict.root.measures.get("rule") != "every-rank-timed-out"
+
+
+def test_the_one_rank_missing_from_a_round_of_probe_prints(tmp_path: Path) -> None:
+    text = "".join(f"rank {r}, fetch sample {100 + 7 * r}\n" for r in (4, 2, 5, 1, 3, 0, 7))
+    verdict = _verdict(tmp_path, **{"train.log": text})
+    root = verdict.root
+    assert root is not None and (root.kind.value, root.culprit_ranks) == ("missing_rank", [6])
+    assert root.measures["rule"] == "absent-from-round"
+    # a full round before it, and rank 6 absent only from the last one
+    (tmp_path / "two").mkdir()
+    full = "".join(f"rank {r}, fetch sample {r}\n" for r in range(8))
+    verdict = _verdict(tmp_path / "two", **{"train.log": full + text})
+    assert verdict.root is not None and verdict.root.culprit_ranks == [6]
+    # every rank printed: nothing to say; two ranks missing: no one rank named
+    for name, body in (("all", full), ("gaps", text.replace("rank 2,", "rank 9,"))):
+        (tmp_path / name).mkdir()
+        verdict = _verdict(tmp_path / name, **{"train.log": body})
+        assert verdict.root is None or verdict.root.measures.get("rule") != "absent-from-round"
+
+
+def test_nccl_setup_after_the_first_training_print_that_never_completes(tmp_path: Path) -> None:
+    # NCCL sets a communicator up at the first collective: the loop's first print comes first
+    text = ("0: Epoch 0 progress: 0.00%\n"
+            "0: ip-10-1-29-23:183654:183654 [0] NCCL INFO Bootstrap: Using enp73s0:10.1.29.23<0>\n"
+            "0: ip-10-1-29-23:183655:183655 [1] NCCL INFO Bootstrap: Using enp73s0:10.1.29.23<0>\n"
+            "0: ip-10-1-29-23:183654:183654 [0] NCCL INFO NCCL version 2.27.5+cuda12.8\n")
+    verdict = _verdict(tmp_path, **{"train.log": text})
+    assert verdict.root is not None and verdict.root.kind.value == "init_hang"
+    # the same set-up with a training step after it: set-up completed
+    (tmp_path / "after").mkdir()
+    verdict = _verdict(tmp_path / "after", **{"train.log": text + "0: Epoch 0 progress: 1.00%\n"})
+    assert verdict.root is None or verdict.root.kind.value != "init_hang"

@@ -231,6 +231,12 @@ def test_one_local_rank_closed_by_all_its_neighbours_died(tmp_path: Path) -> Non
     teardown = lines + ["gpu-50:345:1300 [7] NCCL INFO [Service thread] Connection closed by "
                         "localRank 0"]
     assert _root(tmp_path, "\n".join(teardown) + "\n")[2] != "closed-by-local-rank"
+    # the named process logged its own watchdog timeout first: its closing is the teardown the
+    # timeout started, not a death
+    timeout = ("[rank7]:[E ProcessGroupNCCL.cpp:523] [Rank 7] Watchdog caught collective "
+               "operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=1, NumelOut=1, "
+               "Timeout(ms)=1800000) ran for 1800013 milliseconds before timing out.")
+    assert _root(tmp_path, "\n".join([timeout, *lines]) + "\n")[2] != "closed-by-local-rank"
 
 
 def test_a_rank_whose_fingerprints_trail_the_others_never_issued_the_collective(

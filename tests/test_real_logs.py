@@ -71,7 +71,6 @@ KNOWN_MISSES = {
     "i_llamafactory_8836_host_oom_loading": "batch 10 (after its first look, no rule written for it): want rank_oom/[] got inconclusive:None/None",
     "i_nccl_899_reverse_order_allreduce_multi_comm": "batch 10 (after its first look, no rule written for it): want pg_order_deadlock/[] got inconclusive:None/None",
     "j_deepspeedai_deepspeed_860_zero3_inference_allgather_wait": "batch 11 (after its first look, no rule written for it): want missing_rank/[] got inconclusive:None/None",
-    "j_meta_pytorch_torchtune_1165_endofepoch_allgather_rank0_save": "batch 11 (after its first look, no rule written for it): want missing_rank/[0] got hang:missing_rank/[]",
     "j_nvidia_nccl_tests_106_slow_node_644_busbw": "batch 11 (after its first look, no rule written for it): want straggler/[] got inconclusive:None/None",
     "j_particleflow_390_rank0_only_eval_timeout": "batch 11 (after its first look, no rule written for it): want missing_rank/[] got inconclusive:None/None",
     "j_prime_rl_3186_fsdp_ulysses_order_deadlock": "batch 11 (after its first look, no rule written for it): want pg_order_deadlock/[] got hang:init_hang/[]",

@@ -82,7 +82,8 @@ def _never_completed(ctx: Context) -> list[Finding]:
     setup = [e for e in every if e.kind == "runtime_config" and e.fields.get("host")
              and e.fields.get("key") in _SETUP_KEYS]
     if not setup or ctx.stacks or ctx.picture.dumps or any(
-            e.kind in ("nccl_device", "nccl_init_done", "progress", "run_finished")
+            e.kind in ("nccl_device", "nccl_init_done")
+            or (e.kind in ("progress", "run_finished") and not _before_setup(e, setup))
             or e.severity in ("error", "fatal") or e.kind.startswith(("nccl_w", "nccl_t"))
             for e in every):
         return []
@@ -104,6 +105,14 @@ def _never_completed(ctx: Context) -> list[Finding]:
                     measures={"rule": "nccl-init-never-completed"})]
 
 
+def _before_setup(event: LogEvent, setup: list[LogEvent]) -> bool:
+    """A progress line above the first set-up line of its own file: NCCL sets a communicator up
+    at its first collective, so a training loop's first prints come before it and do not say
+    set-up finished."""
+    lines = [e.line_no for e in setup if e.path == event.path]
+    return bool(lines) and event.line_no < min(lines)
+
+
 def _started_not_completed(ctx: Context) -> list[Finding]:
     """Rule ``nccl-init-started-not-completed``: NCCL (>= 2.19) logged ``Init START`` for a
     communicator and never its ``Init COMPLETE``, with no error, timeout or step after. Basis: the
@@ -112,15 +121,14 @@ def _started_not_completed(ctx: Context) -> list[Finding]:
     completed before it. No culprit (0.4): the lines do not say whom it waits for. False
     positive: a paste cut right after the START line."""
     every = list(ctx.evidence.all_logs())
-    if ctx.stacks or ctx.picture.dumps or any(
-            e.kind in ("progress", "run_finished") or e.severity in ("error", "fatal")
-            or e.kind.startswith(("nccl_w", "nccl_t")) for e in every):
-        return []
     ready = {(e.fields.get("host"), e.fields.get("pid"), e.fields.get("comm"))
              for e in every if e.kind == "nccl_comm_ready"}
     open_ = [e for e in every if e.kind == "nccl_init_start" and
              (e.fields.get("host"), e.fields.get("pid"), e.fields.get("comm")) not in ready]
-    if not open_:
+    if not open_ or ctx.stacks or ctx.picture.dumps or any(
+            (e.kind in ("progress", "run_finished") and not _before_setup(e, open_))
+            or e.severity in ("error", "fatal")
+            or e.kind.startswith(("nccl_w", "nccl_t")) for e in every):
         return []
     first = open_[0]
     summary = (f"rule nccl-init-started-not-completed: NCCL began setting up communicator "

@@ -19,6 +19,14 @@ finding says what to check. Rules, named in ``measures["rule"]``:
   some sizes. Basis: the test checks every element against the expected sum; wrong elements with
   every rank running mean data changed between the GPUs (a transport, PCIe/NIC setting or
   protocol problem between unlike nodes), not a rank that is missing.
+* ``every-rank-timed-out`` (0.35): the watchdogs of ranks 0 to N (two at least, none missing
+  between) all timed out in the same collective (one op and sequence number, the same sizes) of
+  one group, no other rank or device is named anywhere, and either a declared world size is
+  N + 1 or the collective is among the job's first ``EARLY_SEQ`` (where NCCL first connects its
+  peers, so where a broken peer path, PCIe ACS or an IOMMU stalls a job). Basis: the ranks the
+  logs know all entered it and none finished; the transport under them stalled. A paste of some
+  ranks of a larger job reads the same (then the ranks not shown are the ones waited for), which
+  the finding says; deep in training with no declared size it is read as such, not as this.
 """
 
 from __future__ import annotations
@@ -38,7 +46,44 @@ def detect(ctx: Context) -> list[Finding]:
     every = sorted(ctx.evidence.all_logs(), key=lambda e: (e.path, e.line_no))
     if any(failures(ctx.evidence).values()):
         return []  # a rank's own failure (an OOM, a signal, an exception) explains the wait
-    return _ras_clean(every) or _tests_wrong(every) or _tests(every)
+    return _ras_clean(every) or _tests_wrong(every) or _tests(every) or \
+        _every_rank(ctx, every)
+
+
+_DEFAULT_PG = ("", "0", "0:default_pg", "default_pg")
+EARLY_SEQ = 8
+
+
+def _every_rank(ctx: Context, every: list[LogEvent]) -> list[Finding]:
+    """Rule ``every-rank-timed-out`` (module docstring)."""
+    timeouts = [e for e in every if e.kind == "nccl_watchdog_timeout" and e.rank is not None]
+    ranks = sorted({e.rank for e in timeouts if e.rank is not None})
+    if len(ranks) < 2 or ranks != list(range(len(ranks))):
+        return []
+    spots = {(str(e.fields.get("op", "")).upper(), e.fields.get("seq"),
+              e.fields.get("numel_in"), str(e.fields.get("pg", ""))) for e in timeouts}
+    if len(spots) != 1:
+        return []
+    op, seq, _numel, pg = spots.pop()
+    named = {e.rank for e in every if e.rank is not None} | set(ctx.evidence.ranks)
+    named |= {int(e.fields[k]) for e in every for k in ("local_rank", "cuda_dev", "gpu")
+              if isinstance(e.fields.get(k), int)}  # another process's device on the host
+    declared = ctx.evidence.world_size or 0
+    if pg not in _DEFAULT_PG or not isinstance(seq, int) or not op or named - set(ranks) \
+            or declared > len(ranks) or (declared != len(ranks) and seq > EARLY_SEQ):
+        return []
+    summary = (f"rule every-rank-timed-out: ranks {ranks[0]}-{ranks[-1]}, every rank these "
+               f"logs name, timed out in the same collective ({op} #{seq}, the same sizes): "
+               "all of them entered it and none finished, so the transport under it stalled "
+               "rather than a rank staying away" + (" (it was the job's first collective, "
+                                                    "where NCCL first connects its peers)"
+                                                    if seq == 1 else "")
+               + ". If the job has more ranks than these, the ones not shown are the ones "
+               "waited for: fetch their logs. Else " + _CHECK)
+    return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=ranks,
+                    confidence=0.35, summary=summary,
+                    evidence=[log_evidence(e, fold=True) for e in timeouts[:2]],
+                    measures={"rule": "every-rank-timed-out"})]
 
 
 def _ras_clean(every: list[LogEvent]) -> list[Finding]:
