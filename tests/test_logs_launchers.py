@@ -184,3 +184,21 @@ def test_k2_icefall_logger_names_the_rank() -> None:
     plain = parse_line("2023-04-13 16:00:05,621 INFO [trainer.py:650] loaded (5/8) shards", 1,
                        ctx)
     assert plain.rank is None
+
+
+def test_deepspeeds_failed_worker_whose_return_code_the_paste_cut(tmp_path: Path) -> None:
+    # DeepSpeed's launcher/launch.py sigkill_handler: the failed worker's command, then
+    # "exits with return code = -9"; a paste that ends inside the command still names the worker
+    head = ("[2023-04-07 13:09:33,220] [ERROR] [launch.py:324:sigkill_handler] ['/usr/bin/python3',"
+            " '-u', 'run_clm.py', '--local_rank=3', '--deepspeed', 'ds_config.json', '--sav")
+    (found,) = [e for e in scan_log("ds.log", data=(head + "\n").encode())
+                if e.kind == "elastic_child_failed"]
+    assert found.fields["local_rank"] == 3 and "unknown" in str(found.fields["signal"])
+    whole = head + "e_steps', '10'] exits with return code = -9\n"
+    (found,) = [e for e in scan_log("ds.log", data=whole.encode())
+                if e.kind == "elastic_child_failed"]
+    assert (found.fields["local_rank"], found.fields["exitcode"]) == (3, -9)
+    # a command list quoted in prose (no handler head) is no failure
+    quoted = "see ['/usr/bin/python3', '-u', 'run_clm.py', '--local_rank=3'\n"
+    assert not [e for e in scan_log("ds.log", data=quoted.encode())
+                if e.kind == "elastic_child_failed"]

@@ -634,6 +634,12 @@ def test_the_one_rank_missing_from_a_round_of_probe_prints(tmp_path: Path) -> No
     full = "".join(f"rank {r}, fetch sample {r}\n" for r in range(8))
     verdict = _verdict(tmp_path / "two", **{"train.log": full + text})
     assert verdict.root is not None and verdict.root.culprit_ranks == [6]
+    # NCCL's own set-up lines under mpirun's heads name ranks too: a process's stream, no probe
+    (tmp_path / "nccl").mkdir()
+    nccl = "".join(f"[1,{r}]<stdout>:gpu01:1100{r}:1109{r} [{r}] NCCL INFO rank {r} nranks 4\n"
+                   for r in (0, 2, 3))
+    verdict = _verdict(tmp_path / "nccl", **{"train.log": nccl})
+    assert verdict.root is None or verdict.root.measures.get("rule") != "absent-from-round"
     # every rank printed: nothing to say; two ranks missing: no one rank named
     for name, body in (("all", full), ("gaps", text.replace("rank 2,", "rank 9,"))):
         (tmp_path / name).mkdir()

@@ -111,10 +111,12 @@ def _rank0_silent(ctx: Context, seen: list[Observation]) -> Finding | None:
     waiting = sorted({o.rank for o in seen})
     if 0 in waiting or ctx.picture.observed(0):
         return None
-    spots = {(o.op.lower(), o.seq) for o in seen}
-    if len(spots) != 1 or not all(o.pg in ("", "0", "0:default_pg") for o in seen):
+    # (a work-status line, "Timeout at NCCL work: 15037", names the seq and not the op)
+    spots = {(o.op.lower(), o.seq) for o in seen if o.op}
+    if len(spots) != 1 or {o.seq for o in seen} != {next(iter(spots))[1]} or \
+            not all(o.pg in ("", "0", "0:default_pg") for o in seen):
         return None
-    first = min(seen, key=lambda o: o.where)
+    first = min((o for o in seen if o.op), key=lambda o: o.where)
     phase = _phase_before(ctx, seen)
     every = len(waiting) >= 2 and \
         waiting == list(range(1, max(_ranks_logged(ctx) | set(waiting)) + 1))

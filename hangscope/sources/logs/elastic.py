@@ -208,11 +208,17 @@ def deepspeed_exit(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
             end = _DS_EXIT.search(nxt.body)
             if end is not None:
                 break
-        else:
-            return []
     local = _DS_LOCAL.search(text)
-    code = int(end.group("exit"))
-    fields: dict[str, str | int | float] = {"exitcode": code, "signal": _signal_of(code)}
+    fields: dict[str, str | int | float]
+    if end is not None:
+        code = int(end.group("exit"))
+        fields = {"exitcode": code, "signal": _signal_of(code)}
+    elif local is not None and line.body.lstrip().startswith("["):
+        # the paste ends inside the command list, before "exits with return code": the handler
+        # only reports a worker that exited on its own, so that worker failed; how, it does not say
+        fields = {"signal": "unknown (the log ends before its return code)"}
+    else:
+        return []
     if local is not None:
         fields["local_rank"] = int(local.group("lr"))
     return [make_event("elastic_child_failed", line, ctx, "error", fields,

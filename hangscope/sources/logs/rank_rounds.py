@@ -6,8 +6,9 @@ one template (the text with its numbers masked) that each name one rank in their
 (``TEXT_RANK``), read back from the template's last line until a rank repeats (the round before).
 Where that last round names every rank from 0 to N but one, and N + 1 >= ``MIN_RANKS``, a
 ``rank_round`` event is kept on its last line: fields ``absent`` (the rank), ``present`` (how many
-printed), ``template``. A line's process head (``[rank3]:``) stays its own stream and is not
-read here (the progress streams read those).
+printed), ``template``. A line whose process head names its rank (``[rank3]:``, ``[1,3]<stdout>:``)
+is that process's stream, not a probe, and NCCL's own set-up lines (``rank 3 nranks 4``) are no
+probe either: neither is read here.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from hangscope.sources.logs.tail import MAX_LINE, LogicalTail
 MIN_RANKS = 4
 _CANDIDATE = re.compile(rb"(?i)\brank\s*[=:#]?\s*\[?\d")
 _NUMBER = re.compile(r"\d+")
+_TOOL = re.compile(r"\bNCCL (?:INFO|WARN)\b|\bnranks\b")
 
 
 def scan_rank_rounds(tail: LogicalTail | None) -> list[LogEvent]:
@@ -31,7 +33,10 @@ def scan_rank_rounds(tail: LogicalTail | None) -> list[LogEvent]:
     for index in range(len(tail.lines)):
         if index in tail.skip or not _CANDIDATE.search(tail.lines[index], 0, MAX_LINE):
             continue
-        body = parse_line(tail.text(index), tail.line_no(index), tail.ctx).body.strip()
+        line = parse_line(tail.text(index), tail.line_no(index), tail.ctx)
+        body = line.body.strip()
+        if line.rank is not None or _TOOL.search(body):
+            continue  # a process's own head names its stream; NCCL's "rank 3 nranks 4" is set-up
         ranks = {int(m.group("r")) for m in TEXT_RANK.finditer(body)}
         if len(ranks) == 1:
             by_template[_NUMBER.sub("#", body)[:200]].append((index, ranks.pop()))
