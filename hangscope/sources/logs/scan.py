@@ -99,7 +99,10 @@ except ImportError:  # pragma: no cover - exercised by forcing the fallback in t
     _TRIGGER_SEARCH = None
 else:
     _TRIGGER_LIST: list[bytes] = sorted(_HANDLERS, key=len, reverse=True)
-    _TRIGGER_SEARCH = _ahocorasick.BytesAhoCorasick(_TRIGGER_LIST)
+    # a DFA: twice the default's speed on NCCL_DEBUG=INFO text (about 330 against 165 MiB/s on
+    # 64 MiB, this machine), for a table of some tens of triggers that builds in microseconds
+    _TRIGGER_SEARCH = _ahocorasick.BytesAhoCorasick(
+        _TRIGGER_LIST, implementation=_ahocorasick.Implementation.DFA)
 
 _SNIFF_WORDS = (b"NCCL INFO", b"NCCL WARN", b"Traceback (most recent call last)", b"[rank",
                 b"ProcessGroupNCCL", b"torch.distributed", b"Watchdog caught", b"ChildFailedError",
