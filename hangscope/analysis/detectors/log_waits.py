@@ -6,7 +6,11 @@ sequence number of one group than the others. Strength: a monitored barrier name
 did not arrive (0.9); a desync report is torch's own cross-rank analysis (0.85); watchdog SeqNums
 that differ within a named group, 0.75 (0.55 when the lines name no group: two groups may count
 alike). When ranks time out and nothing names who they wait for, the finding has no culprit
-(0.3), says which collective they wait in and what to fetch or set to find the rank.
+(0.3), says which collective they wait in and what to fetch or set to find the rank; except where
+rank 0 is the one rank the evidence leaves (rule ``rank0-silent``: every other rank waits, a
+rank-0 phase was left unfinished, the wait is the set-up barrier, or, weakest and said to be a
+prior, one rank's timeout is all there is), or the waits are a broadcast rank 0 roots
+(``broadcast-root-absent``), or the launcher stopped ranks that never timed out.
 False positives: a report of one group read as another's (a desync report's ranks are group
 ranks; they are global only in the default group).
 """
