@@ -95,6 +95,25 @@ def test_failed_even_where_a_rank_dumped_before_retiring_it(tmp_path) -> None:
     assert "failed rather than hung" in verdict.root.summary
 
 
+def test_a_failed_mismatch_with_no_majority_still_outranks_the_first_death(tmp_path) -> None:
+    # GIVEN what eval_class_counts leaves when ranks 1 and 3 exit before they dump: only rank 0
+    # ([5, 5]) and rank 2 ([6, 6]) recorded seq 10, both retired it (gloo raised), and the
+    # launcher says rank 1 ended on SIGABRT first
+    dumps = {0: gloo_dump(gloo_history(10), "[0, 1, 2, 3]"),
+             2: gloo_dump(gloo_history(10, last_sizes=[[6, 6]]), "[0, 1, 2, 3]")}
+    write_dumps(str(tmp_path / "d"), dumps)
+    (tmp_path / "torchrun.log").write_text(
+        "E1127 01:20:11.000000 900 torch/distributed/elastic/multiprocessing/api.py:869] "
+        "failed (exitcode: -6) local_rank: 1 (pid: 31562) of binary: /usr/bin/python3\n")
+    verdict = verdict_for([str(tmp_path / "d"), str(tmp_path / "torchrun.log")])
+    # THEN the mismatch is the root cause (it explains the deaths), said with its tie
+    root = verdict.root
+    assert root.kind is Kind.SIZE_MISMATCH, [(f.kind, f.culprit_ranks) for f in verdict.findings]
+    assert "failed rather than hung" in root.summary and "no majority" in root.summary
+    assert 1 not in root.culprit_ranks
+    assert verdict.status is Status.CRASHED
+
+
 def test_a_mismatch_the_ranks_hang_in_is_a_hang(tmp_path) -> None:
     # GIVEN the same, but no rank retired seq 10: they are all still in it
     dumps = {r: gloo_dump(gloo_history(10, retired_last=False), "[0, 1, 2]") for r in (0, 1)}

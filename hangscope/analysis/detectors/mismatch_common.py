@@ -66,9 +66,11 @@ def mismatch_finding(ctx: Context, div: Divergence, kind: Kind) -> Finding:
         confidence = 0.55
         summary += " (no majority: either side may be the wrong one)"
     summary += _OUTCOME_TEXT.get(div.outcome, "")
-    if div.outcome == "failed" and div.majority_is_clear:
+    if div.outcome == "failed":
         # the mismatch explains the failure: it outranks the first rank that raised or died
-        confidence = 0.95
+        # (0.9), also where no majority says which side is wrong (ranks that died before their
+        # dumps held the collective leave a tie; the summary says either side may be wrong)
+        confidence = 0.95 if div.majority_is_clear else 0.92
     evidence = [ctx.fr_evidence(ranks[0], entry, group, "entered")
                 for entry, ranks in div.sides if ranks]
     return Finding(
