@@ -11,7 +11,12 @@ from __future__ import annotations
 import re
 
 from hangscope.analysis.log_causes import ECHO_KINDS, classify, failures
-from hangscope.analysis.log_progress import describe_progress, lagging_stream, rank_logs
+from hangscope.analysis.log_progress import (
+    describe_progress,
+    lagging_stream,
+    rank_logs,
+    went_on,
+)
 from hangscope.model import JobEvidence, LogEvent
 from hangscope.sources.logs.perf_reports import THRESHOLD, parse_scores
 from hangscope.sources.logs.progress import position
@@ -27,13 +32,12 @@ def logs_moving(evidence: JobEvidence) -> str | None:
     advanced to the last line of its log and logged nothing wrong was running when the log was
     taken; a hang begins after a log's last line leaves no trace in it, which the note says."""
     every = list(evidence.all_logs())
-    progress = [e for e in every if e.kind == "progress"]
-    moving = [e for e in progress if e.fields.get("advanced")]
+    moving = [e for e in every if e.kind == "progress" and e.fields.get("advanced")]
     in_step = [] if moving else _in_step(evidence)
     if not (moving or in_step) or _failed_or_echoed(evidence, every):
         return None
     if any(e.severity in ("error", "fatal") or (e.kind == "cue" and e.fields.get("cue") not in
-                                                 _NOT_A_FAULT and not _went_on(e, moving))
+                                                 _NOT_A_FAULT and not went_on(e, moving))
            for e in every):
         return None
     logs = rank_logs(evidence)
@@ -69,12 +73,6 @@ def _in_step(evidence: JobEvidence) -> list[LogEvent]:
     return sorted(stepped, key=lambda e: (e.rank is None, e.rank))
 
 
-def _went_on(cue: LogEvent, moving: list[LogEvent]) -> bool:
-    """A cue word the same stream's training went on past (its progress moved, and its latest
-    line stands later in the same file): a warning the job outlived (an "OOM" in a sanity
-    check's wording), not a fault."""
-    return any(e.path == cue.path and e.line_no > cue.line_no
-               and (cue.rank is None or e.rank in (None, cue.rank)) for e in moving)
 
 
 ERRATIC = 4.0  # slowest over fastest of a stream's recent step times, its first step left out

@@ -208,6 +208,14 @@ def lagging_stream(evidence: JobEvidence) -> Lagging | None:
                    behind)
 
 
+def went_on(cue: LogEvent, progress: list[LogEvent]) -> bool:
+    """A progress line of the cue's rank (or of no rank, where the cue names none) later in the
+    same file: training went on past the line, so it is a warning the job outlived, not its
+    fault. The callers choose which progress lines count."""
+    return any(e.path == cue.path and e.line_no > cue.line_no
+               and (cue.rank is None or e.rank in (None, cue.rank)) for e in progress)
+
+
 def describe_progress(event: LogEvent | None) -> str:
     """``step 41/600 (epoch 3)`` for a progress event."""
     if event is None:

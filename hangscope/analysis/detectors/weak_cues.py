@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 
 from hangscope.analysis.context import Context
+from hangscope.analysis.log_progress import went_on
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import ranks_phrase
@@ -96,7 +97,7 @@ EXPLAINS_WAIT = {"out-of-memory", "gpu-fault", "fabric-fault", "signal-death", "
 
 def detect(ctx: Context) -> list[Finding]:
     events = list(ctx.evidence.all_logs())
-    # Ray's summaries of its workers' repeats, printed after the fact (see ``_survived``); read
+    # Ray's summaries of its workers' repeats, printed after the fact (``_RAY_SUMMARY``); read
     # on any event of the line (a wrapped one keeps the marker only where it was rebuilt)
     relayed = {(e.path, e.line_no) for e in events if _RAY_SUMMARY.search(e.message)}
     progress = [e for e in events if e.kind == "progress" and (e.path, e.line_no) not in relayed]
@@ -106,7 +107,7 @@ def detect(ctx: Context) -> list[Finding]:
     benign = {e.path for e in events if e.kind == "benign_only"}
     cues = [e for e in events if e.kind == "cue" and e.fields.get("cue") not in SUPPORT_ONLY
             and e.path not in benign
-            and not _survived(e, progress) and not _after_own_wait(e, waits)]
+            and not went_on(e, progress) and not _after_own_wait(e, waits)]
     if not cues:
         return []
     best = max(cues, key=lambda e: STRENGTH.get(str(e.fields["cue"]), 0))
@@ -196,15 +197,9 @@ def _job_begun(cue: LogEvent, events: list[LogEvent]) -> bool:
         for e in events)
 
 
-def _survived(cue: LogEvent, progress: list[LogEvent]) -> bool:
-    """A progress line of the same rank, later in the same file: the job went on past it. The
-    caller leaves out lines Ray's driver relayed as a summary of its workers' repeats (``...
-    [repeated 6x across cluster]``): Ray buffers those for seconds and prints them after the
-    fact, so where they stand in the file says nothing of when the workers printed them."""
-    return any(e.path == cue.path and e.line_no > cue.line_no
-               and (cue.rank is None or e.rank in (None, cue.rank)) for e in progress)
-
-
+# Ray's driver relays its workers' repeats as a summary (``... [repeated 6x across cluster]``),
+# buffered for seconds and printed after the fact: where such a line stands in the file says
+# nothing of when the workers printed it, so it is no sign the job went on past a cue
 _RAY_SUMMARY = re.compile(r"\[repeated \d+x across cluster\]")
 
 
