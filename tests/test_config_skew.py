@@ -136,6 +136,20 @@ def test_what_never_matters_is_not_compared() -> None:
     assert compare(gather(_evidence(per_rank))) == []
 
 
+def test_a_value_of_its_own_on_every_rank_is_an_identity_not_a_skew() -> None:
+    # GIVEN each rank states its own NCCL_HOSTID (a host's name for NCCL) and its own interface
+    # address, and rank 3 alone another NCCL_IB_HCA
+    per_rank = {r: {"env:NCCL_HOSTID": f"node{r}", "env:NCCL_SOCKET_IFNAME": f"eth{r}",
+                    "env:NCCL_IB_HCA": "mlx5_0"} for r in range(4)}
+    per_rank[3]["env:NCCL_IB_HCA"] = "mlx5_1"
+    # THEN only the setting that some ranks share and one rank lacks is a difference
+    diffs = compare(gather(_evidence(per_rank)))
+    assert [d.key for d in diffs] == ["env:NCCL_IB_HCA"]
+    # AND two ranks that differ are still a difference (nothing to tell a skew from an identity)
+    two = {0: {"env:NCCL_SOCKET_IFNAME": "eth0"}, 1: {"env:NCCL_SOCKET_IFNAME": "ib0"}}
+    assert [d.key for d in compare(gather(_evidence(two)))] == ["env:NCCL_SOCKET_IFNAME"]
+
+
 def test_the_odd_group_is_the_minority_and_ties_have_none() -> None:
     per_rank = {r: {"lib:libnccl": "/usr/lib/libnccl.so.2.21.5"} for r in range(4)}
     per_rank[3] = {"lib:libnccl": "/venv/site-packages/nvidia/nccl/lib/libnccl.so.2"}

@@ -202,3 +202,19 @@ def test_deepspeeds_failed_worker_whose_return_code_the_paste_cut(tmp_path: Path
     quoted = "see ['/usr/bin/python3', '-u', 'run_clm.py', '--local_rank=3'\n"
     assert not [e for e in scan_log("ds.log", data=quoted.encode())
                 if e.kind == "elastic_child_failed"]
+
+
+def test_a_loggers_rank_tag_behind_torchruns_local_prefix_names_the_rank(tmp_path: Path) -> None:
+    # GIVEN torchrun --tee 3 output ("[default2]:" gives only the local rank) of a job whose
+    # logger prints "[rankN]" after its time and level, and rank 2's steps take 25x longer
+    # (recorded on an H200: fixtures/recorded_nccl/straggler)
+    lines = []
+    for step in range(0, 40, 5):
+        for rank in range(4):
+            ms = 260 if rank == 2 else 10
+            lines.append(f"[default{rank}]:2026-11-28 03:06:{10 + step:02d},470 INFO [rank{rank}] "
+                         f"train: step {step}/40 loss 4.1851 step_time {ms}ms")
+    verdict = _verdict(tmp_path, "\n".join(lines) + "\n")
+    # THEN the lines are the ranks' own streams, and rank 2 is the straggler
+    assert verdict.findings and verdict.findings[0].kind.value == "straggler"
+    assert verdict.findings[0].culprit_ranks == [2]

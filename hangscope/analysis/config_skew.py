@@ -7,7 +7,8 @@ key; a key with two or more values among the ranks that state it is a difference
 
 What never counts: identity and per-rank paths are not collected or are dropped here
 (``RANK``/``LOCAL_RANK``, hosts, pids, ``CUDA_VISIBLE_DEVICES`` (one GPU per local rank by design),
-``*_FILE``/``*_DIR`` settings that embed a rank or pid). A key only some ranks' logs mention is
+``NCCL_HOSTID`` (a host's name for NCCL), ``*_FILE``/``*_DIR`` settings that embed a rank or pid),
+and a key on which three ranks or more each state a value of their own is an identity, not a skew. A key only some ranks' logs mention is
 unknown for the others, never a difference; an environment variable is "(unset)" only for ranks
 whose environment was read whole at collection.
 
@@ -45,7 +46,10 @@ UNSET = "(unset)"
 EXPLAINED_BY_CONFIG = frozenset({Kind.INIT_HANG, Kind.MISSING_RANK})
 CONFIDENCE = 0.5
 CONFIDENCE_WITH_STATE = 0.7  # the odd ranks are also the only ones in their state
-_IGNORED_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NCCL_RAS_ADDR", "NCCL_COMM_ID"})
+_IGNORED_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NCCL_RAS_ADDR", "NCCL_COMM_ID", "NCCL_HOSTID"})
+# Three ranks or more that state a key, each with its own value: an identity (a host id, an
+# address), not a setting some ranks got wrong.
+_IDENTITY_MIN_RANKS = 3
 _IGNORED_SUFFIXES = ("_FILE", "_DIR", "_PATH", "_FILE_NAME")
 _LABELS = {"nccl_version": "NCCL version", "nccl_cuda": "NCCL built for CUDA",
            "cuda_driver_version": "CUDA driver version", "torch_version": "torch version",
@@ -120,7 +124,7 @@ def compare(facts: Facts) -> list[ConfigDifference]:
                 value, cited = facts[rank][key]
                 by_value[value].append(rank)
                 where.setdefault(value, cited)
-        if len(by_value) < 2:
+        if len(by_value) < 2 or _identity(by_value):
             continue
         groups = [ConfigGroup(value, members, where[value])
                   for value, members in sorted(by_value.items(), key=lambda kv: (-len(kv[1]),
@@ -128,6 +132,11 @@ def compare(facts: Facts) -> list[ConfigDifference]:
         unknown = [r for r in ranks if key not in facts[r]]
         out.append(ConfigDifference(key=key, groups=groups, unknown=unknown))
     return out
+
+
+def _identity(by_value: dict[str, list[int]]) -> bool:
+    return (len(by_value) >= _IDENTITY_MIN_RANKS
+            and all(len(members) == 1 for members in by_value.values()))
 
 
 def signatures(facts: Facts, diffs: Iterable[ConfigDifference]) -> dict[int, tuple[str, ...]]:

@@ -183,6 +183,9 @@ def _glog_epoch(ctx: Context, month: int, day: int, hh: int, mm: int, ss: int,
 # k2/icefall/lhotse recipes' logger (and those built on them: vall-e, ...): ``%(asctime)s
 # %(levelname)s [%(filename)s:%(lineno)d] (%(rank)s/%(world_size)s) %(message)s``
 _P_K2 = re.compile(r"\[[\w.\-]+\.py:\d+\] \((\d{1,5})/(\d{1,5})\) ")
+# a logger's own rank tag after its time and level ("2026-11-28 03:05:57,470 INFO [rank2] train:"),
+# behind a launcher prefix that gives only the local rank ("[default2]:")
+_B_RANK = re.compile(r"\[(?:rank ?[:=]? ?|RANK )(\d{1,5})\]")
 
 
 def parse_line(text: str, line_no: int, ctx: Context) -> Line:
@@ -300,8 +303,11 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
         line.body = rest[m.end():]
     if stamp is not None and line.time is None:
         _iso(stamp.group(1) + " ", line)  # the collector's time, where the line has none
-    if line.rank is None and line.body.startswith("[") and (k2 := _P_K2.match(line.body)):
-        line.rank, line.rank_source = int(k2.group(1)), "prefix"
+    if line.rank is None and line.body.startswith("["):
+        if k2 := _P_K2.match(line.body):
+            line.rank, line.rank_source = int(k2.group(1)), "prefix"
+        elif m and (tag := _B_RANK.match(line.body)):
+            line.rank, line.rank_source = int(tag.group(1)), "prefix"
     return line
 
 
