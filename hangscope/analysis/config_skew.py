@@ -8,7 +8,8 @@ key; a key with two or more values among the ranks that state it is a difference
 What never counts: identity and per-rank paths are not collected or are dropped here
 (``RANK``/``LOCAL_RANK``, hosts, pids, ``CUDA_VISIBLE_DEVICES`` (one GPU per local rank by design),
 ``NCCL_HOSTID`` (a host's name for NCCL), ``*_FILE``/``*_DIR`` settings that embed a rank or pid),
-and a key on which three ranks or more each state a value of their own is an identity, not a skew. A key only some ranks' logs mention is
+and a key on which three ranks or more each state a value of their own is an identity, not a
+skew. A key only some ranks' logs mention is
 unknown for the others, never a difference; an environment variable is "(unset)" only for ranks
 whose environment was read whole at collection.
 
