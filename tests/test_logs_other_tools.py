@@ -270,3 +270,37 @@ def test_rank0_silent_lone_is_a_prior(tmp_path: Path) -> None:
     # rank 0 logged a line of its own (not a wait): no prior about an absent rank 0
     root = _root(tmp_path, "[rank0]: step 48000 loss 1.0\n" + _timeouts([6], seq=48213))
     assert root is not None and root.measures.get("form") != "lone"
+
+
+def test_a_block_of_ranks_missing_between_those_that_timed_out_is_named(tmp_path: Path) -> None:
+    # GIVEN ranks 0, 1 and 3 time out in one all_reduce and rank 2 logged nothing (naver/dust3r
+    # issue 192's shape)
+    line = ("[rank{r}]:[E ProcessGroupNCCL.cpp:523] [Rank {r}] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=367201, OpType=ALLREDUCE, NumelIn=443012, "
+            "NumelOut=443012, Timeout(ms)=600000) ran for 600031 milliseconds before timing out.")
+    root = _root(tmp_path, "\n".join(line.format(r=r) for r in (1, 0, 3)) + "\n")
+    # THEN rank 2, the gap, is the one they waited for
+    assert (root.kind.value, root.culprit_ranks, root.measures["rule"]) == \
+        ("missing_rank", [2], "hole-in-timeouts")
+    # AND with rank 2's own line there, no hole is read
+    root = _root(tmp_path, "\n".join(line.format(r=r) for r in (1, 0, 3, 2)) + "\n")
+    assert root is None or root.measures.get("rule") != "hole-in-timeouts"
+
+
+def test_the_one_rank_of_a_paste_that_states_its_own_death_is_named(tmp_path: Path) -> None:
+    # GIVEN only rank 0's prefixed lines: its steps, then a fatal interpreter error (pytorch/
+    # torchtitan issue 1066's shape)
+    steps = "".join(f"[rank0]:[titan] 2025-04-07 08:16:{10 + i},137 - root - INFO - step: "
+                    f"{3800 + 10 * i}  loss:  4.77  memory:  4.99GiB(6.30%)\n" for i in range(4))
+    text = steps + "[rank0]:Fatal Python error: none_dealloc: deallocating None\n" \
+        "[rank0]:Python runtime state: initialized\n"
+    assert _verdict(tmp_path, text) == ("rank_died", [0])
+
+
+def test_nccls_cuda_device_above_0_is_the_local_rank_of_its_failure(tmp_path: Path) -> None:
+    # GIVEN NCCL's own allocation failure on CUDA device 1, not isolated by CUDA_VISIBLE_DEVICES
+    # (hiyouga/LLaMA-Factory issue 8036's shape), and nothing else naming the process
+    text = ("[2025-05-12 17:31:38] AIS:2375:2649 [1] include/alloc.h:65 NCCL WARN Cuda failure 2 "
+            "'out of memory'\nAIS:2375:2649 [1] NCCL INFO transport/shm.cc:534 -> 1\n")
+    # THEN under one process per GPU, device 1 is local rank 1 on this one host
+    assert _verdict(tmp_path, text) == ("rank_oom", [1])

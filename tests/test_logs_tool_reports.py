@@ -306,3 +306,62 @@ def test_nccl_init_timings_of_every_rank_are_a_clean_setup(tmp_path: Path) -> No
              "(kernels 0.18, bootstrap 1.60, allgathers 0.00, topo 0.52, graphs 0.01, "
              "connections 0.15, rest 0.00)" for r in range(2)]
     assert _verdict(tmp_path, "\n".join(lines) + "\n").status == Status.HEALTHY
+
+
+# nccl-tests' result table as pasted: no "nThread" head, no closing bandwidth line, the paste
+# starting at the header's second line (NVIDIA/nccl-tests#293's shape)
+def _rows(n: int, wrong: int = 0) -> str:
+    rows = ["#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
+            "            (us)  (GB/s)  (GB/s)"]
+    for i in range(n):
+        size = 8 << i
+        rows.append(f"{size:>12}  {size // 4:>12}     float     sum      -1    17.08    0.00    "
+                    f"0.00      {wrong if i == n - 1 else 0}    16.76    0.00    0.00      0")
+    return "\n".join(rows) + "\n"
+
+
+def test_many_clean_result_rows_are_a_healthy_table_cut_short(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, _rows(10))
+    assert verdict.status.value == "healthy" and not verdict.findings
+    # AND a table that stops after a few rows is still a test that did not finish
+    kind, _, rule = _root(tmp_path, "#  size count type redop root time algbw busbw #wrong\n"
+                          + _rows(3))
+    assert (kind, rule) == ("network_fault", "tests-no-result")
+    # AND a row counted wrong is never healthy
+    assert _verdict(tmp_path, _rows(10, wrong=4)).status.value != "healthy"
+
+
+# DeepSpeed's comms logger (deepspeed/utils/comms_logging.py, verbose): one line per collective
+# it timed after it completed
+COMMS = ("[2022-06-26 01:39:5{i},722] [INFO] [logging.py:69:log_dist] [Rank 0] rank=0 | comm op: "
+         "{op} | time (ms): 9.46 | msg size: 678.86 MB | algbw (Gbps): 1204.52  | busbw (Gbps): "
+         "1129.23")
+
+
+def test_comms_logger_lines_of_completed_collectives_are_healthy(tmp_path: Path) -> None:
+    text = "\n".join(COMMS.format(i=i, op=op) for i, op in
+                     enumerate(("reduce_scatter_tensor", "all_gather_into_tensor",
+                                "all_gather_into_tensor"))) + "\n"
+    assert _verdict(tmp_path, text).status.value == "healthy"
+    # AND the same lines beside a timeout are no health
+    timeout = ("[rank0]:[E1128 03:06:23.070814391 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog "
+               "caught collective operation timeout: WorkNCCL(SeqNum=26, OpType=ALLREDUCE, "
+               "NumelIn=524288, NumelOut=524288, Timeout(ms)=20000) ran for 20039 milliseconds "
+               "before timing out.\n")
+    assert _verdict(tmp_path, text + timeout).status.value != "healthy"
+
+
+# CUDA samples' p2pBandwidthLatencyTest (huggingface/transformers#20438's shape)
+def _matrix(off: float) -> str:
+    lines = ["    P2P=Enabled Latency (P2P Writes) Matrix (us)",
+             "      GPU     0      1      2      3"]
+    for gpu in range(4):
+        cells = ["2.10" if col == gpu else f"{off:.2f}" for col in range(4)]
+        lines.append(f"        {gpu}   " + " ".join(cells))
+    return "\n".join(lines) + "\n"
+
+
+def test_a_p2p_latency_matrix_of_tens_of_milliseconds_is_a_broken_path(tmp_path: Path) -> None:
+    assert _root(tmp_path, _matrix(49206.6)) == ("network_fault", [], "p2p-latency-matrix")
+    # AND NVLink-speed peer writes say nothing is wrong
+    assert _root(tmp_path, _matrix(2.9))[0] is None

@@ -27,7 +27,7 @@ _ECHO = re.compile(r"Connection (closed|reset) by peer|Broken pipe|Timed out wai
                    r"timed out|Watchdog caught|DistBackendError|NCCL communicator was aborted|"
                    r"remote process exited|ChildFailedError|Socket Timeout|recvBytes|"
                    r"Application timeout caused pair closure|failed to pass monitoredBarrier|"
-                   r"Detected mismatch between collectives", re.I)
+                   r"Detected mismatch between collectives|Read timeout \[", re.I)
 # A Python exception that is the CUDA runtime's report of a fault on the rank's own GPU.
 _GPU_FAULT = re.compile(r"CUDA error: (?!out of memory)|CUDA_ERROR_|cudaError")
 ECHO_KINDS = frozenset({"gloo_connection_closed", "gloo_timeout", "nccl_watchdog_timeout",
@@ -78,8 +78,9 @@ def classify(event: LogEvent) -> str | None:
         return "gpu"
     if kind == "traceback":
         message = f"{event.fields.get('exc_type', '')}: {event.fields.get('exc_message', '')}"
-        if _ECHO.search(message) or "ChildFailedError" in message:
-            return None
+        if _ECHO.search(message) or "ChildFailedError" in message or \
+                event.fields.get("main_first"):
+            return None  # (inside a main-process-first block: its exception is the wait's end)
         if event.fields.get("thread") not in (None, "", "MainThread"):
             return "thread_exception"  # the thread died; the process lives on
         return "gpu" if _GPU_FAULT.search(message) else "exception"
@@ -97,6 +98,8 @@ def classify(event: LogEvent) -> str | None:
         return "gpu"  # NCCL's CUDA call failed on this rank's own GPU
     if kind == "nccl_error" and _SETUP_CAUSE.search(str(event.fields.get("last_error", ""))):
         return None  # NCCL's bootstrap could not set its sockets up: set-up, not this rank
+    if kind == "gloo_enforce_fail" and "driver shutting down" in str(event.fields.get("check", "")):
+        return None  # CUDA's runtime unloading as the process exits: its teardown, not a cause
     if kind in ("gloo_enforce_fail", "nccl_error"):
         return "collective_error"
     return None
@@ -134,7 +137,10 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
         if local is None and event.path in sole and event.line_no < sole[event.path][1]:
             local = sole[event.path][0]  # rule sole-failed-child (see _sole_failed_child)
         gpu = event.fields.get("gpu")
-        if local is None and event.kind in OOM_KINDS and isinstance(gpu, int) and gpu > 0:
+        if gpu is None and event.kind == "cuda_error":
+            gpu = event.fields.get("cuda_dev")  # NCCL's "host:pid:tid [N]": the CUDA device
+        if local is None and (event.kind in OOM_KINDS or event.kind == "cuda_error") \
+                and isinstance(gpu, int) and gpu > 0:
             # rule gpu-index-as-local-rank: a process that saw GPU N > 0 was not isolated by
             # CUDA_VISIBLE_DEVICES, so under one process per GPU, N is its local rank (GPU 0 is
             # also what every isolated process sees: not read)

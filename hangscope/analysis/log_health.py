@@ -158,6 +158,21 @@ def _setup_line(event: LogEvent) -> bool:
         str(event.fields.get("text", ""))) is not None)
 
 
+# result rows that a paste of a finished test shows (a table cut before its closing line): the
+# default sweep prints 27 sizes, 8 B to 1 GiB; a test that hangs stops at its first rows or at
+# a large size
+CLEAN_ROWS = 8
+
+
+COMM_OPS = 3  # DeepSpeed's comms logger lines: each a collective that completed, with its time
+
+
+def clean_rows(run: LogEvent) -> bool:
+    """Rule ``tests-rows-clean``: at least :data:`CLEAN_ROWS` result rows, none counted wrong:
+    that many sizes ran and checked out, so the paste is a table cut short, not a hang."""
+    return int(run.fields.get("rows", 0) or 0) >= CLEAN_ROWS and not run.fields.get("wrong")
+
+
 def logs_tests_clean(evidence: JobEvidence) -> str | None:
     """Rule ``tests-finished``: where the logs are all there is, a note when nccl-tests (or
     rccl-tests) printed its closing bandwidth line with no result row counted wrong and nothing
@@ -166,10 +181,23 @@ def logs_tests_clean(evidence: JobEvidence) -> str | None:
     every = list(evidence.all_logs())
     done = [e for e in every if e.kind == "nccl_tests_done" or (
         e.kind == "nccl_tests" and e.fields.get("finished"))]
-    if not done or any(e.kind == "nccl_tests" and e.fields.get("wrong") for e in every):
+    rows = [e for e in every if e.kind == "nccl_tests" and clean_rows(e)]
+    ops = [e for e in every if e.kind == "comm_op_done"]
+    if not (done or rows or len(ops) >= COMM_OPS) or any(
+            e.kind == "nccl_tests" and e.fields.get("wrong") for e in every):
         return None
     if _failed_or_echoed(evidence, every):
         return None
+    if not done and not rows:
+        return (f"rule comm-ops-completed: a comms logger timed {len(ops)} collectives that "
+                f"completed ({ops[0].where()} on) and nothing failed")
+    if not done:
+        run = rows[-1]
+        return (f"rule tests-rows-clean: nccl-tests ran {run.fields.get('rows')} sizes (up to "
+                f"{run.fields.get('last_size')} B, {run.where()}) with no result counted wrong "
+                "and nothing failed; the paste ends before the closing bandwidth line, so a "
+                "size after it is not seen (whether the bandwidth is what the links should give "
+                "is for you to compare)")
     return ("rule tests-finished: nccl-tests ran to its closing bandwidth line "
             f"({done[-1].where()}) with no result counted wrong: the collectives completed "
             "and checked out (whether the bandwidth is what the links should give is for you "

@@ -134,6 +134,14 @@ def _from_event(rank: int | None, event: LogEvent,
                             time=event.time, numel=_int(fields.get("numel_in")),
                             shape=str(fields.get("tensor_shape", "")),
                             timeout_ms=_int(fields.get("timeout_ms")))]
+    if kind == "nccl_error" and rank is not None and fields.get("async") \
+            and _int(fields.get("seq")) is not None:
+        # "Collective WorkNCCL(SeqNum=.., OpType=..) raised the following async exception": the
+        # rank was in that collective when NCCL failed it (the watchdog's numbering)
+        return [Observation(rank, "waiting", "watchdog", _pg_of(event, status_pg),
+                            _int(fields.get("seq")), str(fields.get("op", "")), where,
+                            time=event.time, numel=_int(fields.get("numel_in")),
+                            timeout_ms=_int(fields.get("timeout_ms")))]
     if kind == "nccl_work_status" and rank is not None and _int(fields.get("seq")) is not None:
         seq = _int(fields.get("seq"))
         out = [Observation(rank, "timed_out", "work_status", str(fields.get("pg", "")), seq, "",

@@ -118,16 +118,20 @@ def _started_not_completed(ctx: Context) -> list[Finding]:
     communicator and never its ``Init COMPLETE``, with no error, timeout or step after. Basis: the
     two lines bracket one communicator's setup in each process; a START left open is a setup
     still waiting (for a peer's bootstrap or a transport's connection), whatever communicators
-    completed before it. No culprit (0.4): the lines do not say whom it waits for. False
-    positive: a paste cut right after the START line."""
+    completed before it. No culprit (0.4): the lines do not say whom it waits for; except where
+    the START lines name their ranks in a communicator of N and the ranks missing from 0..N-1 are
+    one block (0.6: those never began). A launcher stopped from outside after it (a person's
+    Ctrl-C, a scheduler's limit) is the job's end, not a failure. False positive: a paste cut
+    right after the START line."""
     every = list(ctx.evidence.all_logs())
     ready = {(e.fields.get("host"), e.fields.get("pid"), e.fields.get("comm"))
              for e in every if e.kind == "nccl_comm_ready"}
     open_ = [e for e in every if e.kind == "nccl_init_start" and
              (e.fields.get("host"), e.fields.get("pid"), e.fields.get("comm")) not in ready]
+    stopped = _stopped_from_outside(every)
     if not open_ or ctx.stacks or ctx.picture.dumps or any(
             (e.kind in ("progress", "run_finished") and not _before_setup(e, open_))
-            or e.severity in ("error", "fatal")
+            or (e.severity in ("error", "fatal") and not _after(e, stopped))
             or e.kind.startswith(("nccl_w", "nccl_t")) for e in every):
         return []
     first = open_[0]
@@ -136,13 +140,57 @@ def _started_not_completed(ctx: Context) -> list[Finding]:
                f"{len({(e.fields.get('host'), e.fields.get('pid')) for e in open_})} process(es) "
                "and never logged its 'Init COMPLETE', an error or a step: the setup still waits "
                "for a peer's bootstrap or a transport connection these lines do not name (or the "
-               "paste was cut there). Next: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,NET "
-               "on every node, and py-spy dump of a rank")
-    return [Finding(kind=Kind.INIT_HANG, culprit_ranks=[], waiting_ranks=[], confidence=0.4,
-                    summary=summary,
+               "paste was cut there)")
+    if stopped:
+        summary += (f"; the launcher was then stopped from outside ({stopped[0].where()}): the "
+                    "job was ended while it waited, not by a rank's failure")
+    culprits, waiting = _never_started(open_)
+    if culprits:
+        summary += (f". The START lines are of {ranks_phrase(waiting)} of a communicator of "
+                    f"{first.fields.get('nranks')} ranks: {ranks_phrase(culprits)} never began "
+                    "its setup, and the others wait for it there")
+    summary += (". Next: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,NET on every node, and "
+                "py-spy dump of a rank")
+    return [Finding(kind=Kind.INIT_HANG, culprit_ranks=culprits, waiting_ranks=waiting,
+                    confidence=0.6 if culprits else 0.4, summary=summary,
                     evidence=[log_evidence(e)
                               for e in open_[:3]],
                     measures={"rule": "nccl-init-started-not-completed"})]
+
+
+def _stopped_from_outside(every: list[LogEvent]) -> list[LogEvent]:
+    """The launcher's own report that it was signalled (a person's Ctrl-C, a scheduler's time
+    limit): what it logs after is its teardown."""
+    return [e for e in every if e.kind == "elastic_agent_signalled"]
+
+
+def _after(event: LogEvent, stops: list[LogEvent]) -> bool:
+    return any(event.path == s.path and event.line_no >= s.line_no for s in stops)
+
+
+def _never_started(open_: list[LogEvent]) -> tuple[list[int], list[int]]:
+    """Ranks of the largest open communicator that logged no START, where two processes or more
+    logged theirs and the ranks that did and those that did not are each one contiguous block
+    (ranks go to nodes and launches in blocks; ranks scattered across the job say the paste was
+    trimmed, not who is missing)."""
+    sizes = [int(e.fields["nranks"]) for e in open_ if isinstance(e.fields.get("nranks"), int)]
+    if not sizes:
+        return [], []
+    world = max(sizes)
+    mine = [e for e in open_ if e.fields.get("nranks") == world
+            and isinstance(e.fields.get("comm_rank"), int)]
+    if len({(e.fields.get("host"), e.fields.get("pid")) for e in mine}) < 2:
+        return [], []  # one process's log says nothing of the others
+    started = sorted({int(e.fields["comm_rank"]) for e in mine})
+    missing = sorted(set(range(world)) - set(started))
+    if not started or not missing or started[-1] >= world \
+            or not _block(started) or not _block(missing):
+        return [], []
+    return missing, started
+
+
+def _block(ranks: list[int]) -> bool:
+    return ranks[-1] - ranks[0] == len(ranks) - 1
 
 
 # process-group creation every rank of the job calls, in the same order (new_group and its

@@ -9,7 +9,8 @@ alike). When ranks time out and nothing names who they wait for, the finding has
 (0.3), says which collective they wait in and what to fetch or set to find the rank; except where
 rank 0 is the one rank the evidence leaves (rule ``rank0-silent``: every other rank waits, a
 rank-0 phase was left unfinished, the wait is the set-up barrier, or, weakest and said to be a
-prior, one rank's timeout is all there is), or the waits are a broadcast rank 0 roots
+prior, one rank's timeout is all there is), or ranks around one block timed out and that block
+logged nothing (``hole-in-timeouts``), or the waits are a broadcast rank 0 roots
 (``broadcast-root-absent``), or the launcher stopped ranks that never timed out.
 False positives: a report of one group read as another's (a desync report's ranks are group
 ranks; they are global only in the default group).
@@ -43,7 +44,8 @@ def detect(ctx: Context) -> list[Finding]:
                    and o.numbering != "store" and o.rank not in waiting_named]
     if unexplained and not findings:
         findings.append(_silent(ctx, unexplained) or _root_absent(ctx, unexplained)
-                        or _rank0_silent(ctx, unexplained) or _unknown(ctx, unexplained))
+                        or _hole(ctx, unexplained) or _rank0_silent(ctx, unexplained)
+                        or _unknown(ctx, unexplained))
     return findings
 
 
@@ -97,6 +99,33 @@ def _root_absent(ctx: Context, seen: list[Observation]) -> Finding | None:
                    collective=CollectiveRef(pg=first.pg or None, seq=first.seq, op=first.op,
                                             numbering=first.numbering),
                    measures={"rule": "broadcast-root-absent"})
+
+
+def _hole(ctx: Context, seen: list[Observation]) -> Finding | None:
+    """Rule ``hole-in-timeouts``: three ranks or more timed out in one collective (one op, one
+    seq), rank 0 among them, and the ranks between 0 and the highest of them that did not are one
+    block that logged nothing at all: ranks count from 0 with no gaps, so those exist and were
+    not in it. 0.45: their lines may just be missing from the paste."""
+    waiting = sorted({o.rank for o in seen})
+    spots = {(o.op.lower(), o.seq) for o in seen if o.op}
+    if len(waiting) < 3 or waiting[0] != 0 or len(spots) != 1 or \
+            {o.seq for o in seen} != {next(iter(spots))[1]}:
+        return None
+    hole = sorted(set(range(waiting[-1] + 1)) - set(waiting))
+    if not hole or len(hole) >= len(waiting) or hole[-1] - hole[0] != len(hole) - 1 \
+            or any(ctx.picture.observed(r) for r in hole) or _ranks_logged(ctx) & set(hole):
+        return None
+    first = min((o for o in seen if o.op), key=lambda o: o.where)
+    summary = (f"rule hole-in-timeouts: {ranks_phrase(waiting)} {first.describe()}, and "
+               f"{ranks_phrase(hole)}, between them, logged nothing: ranks count from 0 with no "
+               f"gaps, so {ranks_phrase(hole)} existed and was not in that collective; the others "
+               "waited for it (its lines may also just be missing from the paste: fetch its log)")
+    return Finding(kind=Kind.MISSING_RANK, culprit_ranks=hole, waiting_ranks=waiting,
+                   confidence=0.45, summary=summary,
+                   evidence=[_item(o) for o in _one_per_rank(seen)[:4]],
+                   collective=CollectiveRef(pg=first.pg or None, seq=first.seq, op=first.op,
+                                            numbering=first.numbering),
+                   measures={"rule": "hole-in-timeouts"})
 
 
 def _rank0_silent(ctx: Context, seen: list[Observation]) -> Finding | None:

@@ -7,6 +7,10 @@ each WARN line. The culprit is the rank(s) reporting the errors, and the summary
 they blame. False positives: transport errors logged as a *consequence* of a peer process dying
 (which rank_died / rank_oom then explain, ranked above this).
 
+Rule ``transport-after-timeout``: transport errors all logged more than a few seconds after the
+job's first watchdog timeout or failed collective are the abort's echo (the watchdog closes the
+rank's communicators, its peers' sockets see the connection closed): no finding from them.
+
 Rule ``mismatch-on-many-ranks``: NCCL's device-side check ``Mismatched collective detected,
 please check your collective calls at and around rank N`` (NCCL 2.4-2.6 ``init.cu``, N is the
 reporting rank's own ``comm->rank``) fires on at least three ranks. Basis: the check fires in a
@@ -30,7 +34,7 @@ import re
 from collections import Counter
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.log_causes import describe, failures, unranked
+from hangscope.analysis.log_causes import Failure, describe, failures, rank_events, unranked
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import ranks_phrase
@@ -39,7 +43,37 @@ _AROUND = re.compile(r"Mismatched collective detected.*?around rank (?P<rank>\d+
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return _transport(ctx) or _mismatch_on_many_ranks(ctx) or _all_joined(ctx)
+    return _transport(ctx) or _mismatch_on_many_ranks(ctx) or _all_joined(ctx) \
+        or _p2p_latency(ctx)
+
+
+P2P_SLOW = 50.0  # off-diagonal latency this many times the diagonal's: the path is broken
+P2P_SLOW_US = 1000.0
+
+
+def _p2p_latency(ctx: Context) -> list[Finding]:
+    """Rule ``p2p-latency-matrix``: CUDA's p2pBandwidthLatencyTest shows GPU-to-GPU writes at
+    least 50 times slower than a GPU's own and over a millisecond. Basis: peer writes on one host
+    take microseconds over NVLink or PCIe; tens of milliseconds is a path that does not work
+    (IOMMU or PCIe ACS redirecting peer traffic, a broken P2P setting): NCCL's P2P transport over
+    it stalls. 0.55."""
+    every = [e for e in ctx.evidence.all_logs() if e.kind == "p2p_matrix"]
+    slow = [e for e in every if float(e.fields.get("off_us", 0)) >= P2P_SLOW_US
+            and float(e.fields.get("off_us", 0)) >= P2P_SLOW * float(e.fields.get("diag_us", 1))]
+    if not slow:
+        return []
+    m = slow[0]
+    summary = (f"rule p2p-latency-matrix: CUDA's P2P test measured GPU-to-GPU latency of "
+               f"{float(m.fields['off_us']):g} us against {float(m.fields['diag_us']):g} us within "
+               f"a GPU ({m.fields.get('title')}, {m.fields.get('gpus')} GPUs): peer writes that "
+               "slow mean the P2P path between the GPUs does not work (IOMMU or PCIe ACS "
+               "redirecting peer traffic, a broken P2P setting), and NCCL's P2P transport over it "
+               "stalls. Check ACS and the IOMMU; NCCL_P2P_DISABLE=1 confirms it")
+    return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=[],
+                    confidence=0.55, summary=summary,
+                    evidence=[EvidenceItem("log", None, " ".join(m.message.split())[:300],
+                                           m.where())],
+                    measures={"rule": "p2p-latency-matrix"})]
 
 
 def _all_joined(ctx: Context) -> list[Finding]:
@@ -105,6 +139,8 @@ def _transport(ctx: Context) -> list[Finding]:
     reporters = sorted(rank for rank, items in transport.items() if items)
     if not reporters:
         return _unranked(ctx)
+    if _after_the_waits(ctx, [f for r in reporters for f in transport[r]]):
+        return []
     peers = Counter(str(f.event.fields.get("peer", "?")) for r in reporters for f in transport[r])
     other_causes = any(f.what in ("oom", "signal", "exception", "dead", "gpu")
                        for items in per_rank.values() for f in items)
@@ -118,6 +154,26 @@ def _transport(ctx: Context) -> list[Finding]:
     return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=reporters, waiting_ranks=[],
                     confidence=0.5 if other_causes else 0.75, summary=summary,
                     evidence=evidence)]
+
+
+# kinds of a rank's own collective that timed out or failed (the watchdog's records)
+_WAITS = frozenset({"nccl_watchdog_timeout", "nccl_work_status", "nccl_heartbeat_stuck"})
+_ECHO_MARGIN_S = 5.0  # clocks of two hosts may differ by a few seconds
+
+
+def _after_the_waits(ctx: Context, errors: list[Failure]) -> bool:
+    """Rule ``transport-after-timeout``: every transport error was logged (by its own time) more
+    than a few seconds after the job's first watchdog timeout or failed collective. Basis: when
+    the watchdog gives up it aborts the rank's communicators, and its peers' sockets then see the
+    connection closed: errors that come after the waits cannot have caused them."""
+    waits = [event.time for _, event in rank_events(ctx.evidence)
+             if event.time is not None and (event.kind in _WAITS or event.kind == "nccl_error"
+                                            and event.fields.get("async"))]
+    times = [f.event.time for f in errors]
+    if not waits or any(t is None for t in times):
+        return False
+    first = min(waits)
+    return all(t is not None and t > first + _ECHO_MARGIN_S for t in times)
 
 
 def _unranked(ctx: Context) -> list[Finding]:

@@ -173,12 +173,16 @@ def _agent_signalled(ctx: Context) -> list[Finding]:
     its own before: that node's workers were stopped with it, so its ranks died first and the
     other nodes' errors (a closed rendezvous, a lost peer) follow. A scheduler's preemption or
     cancel, the host's OOM killer acting on the agent's cgroup, or a closed terminal (SIGHUP) sends
-    it; which, the line does not say. 0.55: the node's ranks are not named."""
+    it; which, the line does not say. 0.55: the node's ranks are not named. Not where the ranks'
+    last progress line came more than a minute before the signal: the job had stalled, and the
+    signal is a person's or a scheduler's stop of a hung job."""
     events = [e for e in _all_events(ctx) if e.kind == "elastic_agent_signalled"
               and e.fields.get("signal") in _KILLS]
     if not events or any(o.state in WAITING_STATES for o in ctx.picture.observations):
         return []
     first = events[0]
+    if _stalled_before(first, _all_events(ctx)):
+        return []
     summary = (f"rule agent-signalled: a node's torchrun agent received "
                f"{first.fields['signal']} from outside and shut its workers down ({first.where()}),"
                " with no failure or timeout logged anywhere: that node's ranks died first (a "
@@ -188,6 +192,19 @@ def _agent_signalled(ctx: Context) -> list[Finding]:
     evidence = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:3]]
     return [Finding(kind=Kind.RANK_DIED, culprit_ranks=[], waiting_ranks=[], confidence=0.55,
                     summary=summary, evidence=evidence, measures={"rule": "agent-signalled"})]
+
+
+STALL_S = 60.0  # no progress line for this long before the signal: the job had stopped moving
+
+
+def _stalled_before(signalled: LogEvent, events: list[LogEvent]) -> bool:
+    """The ranks' last progress line came long before the agent was signalled: the job had
+    stalled, and the signal is a person's or a scheduler's stop of a hung job, not its cause."""
+    if signalled.time is None:
+        return False
+    last = max((e.time for e in events if e.kind == "progress" and e.time is not None),
+               default=None)
+    return last is not None and signalled.time - last > STALL_S
 
 
 def _all_events(ctx: Context) -> list[LogEvent]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from hangscope.analysis.context import Context, log_evidence
 from hangscope.analysis.log_causes import failures
+from hangscope.analysis.log_health import clean_rows
 from hangscope.analysis.verdict import Finding, Kind
 from hangscope.model import LogEvent
 
@@ -108,7 +109,7 @@ def _ras_clean(every: list[LogEvent]) -> list[Finding]:
 
 def _tests(every: list[LogEvent]) -> list[Finding]:
     runs = [e for e in every if e.kind == "nccl_tests" and e.fields.get("header")
-            and not e.fields.get("finished")]
+            and not e.fields.get("finished") and not clean_rows(e)]
     if not runs:
         return []
     run = runs[-1]

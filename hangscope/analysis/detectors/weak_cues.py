@@ -86,6 +86,12 @@ BASIS = {
 }
 _NAMES_CULPRIT = {"out-of-memory", "gpu-fault", "signal-death", "abort", "data-loading",
                   "exit-nonzero", "exception", "slow-words", "fabric-fault", "gloo-loopback"}
+# a traceback whose exception is the rank's own wait running out (gloo's "Read timeout", a
+# collective's or the store's timeout): what aborts after it is its teardown
+_TIMED_OUT = re.compile(r"(?i)\btimed? ?out\b|\bTimeout\b")
+# Deaths a process states of itself (a signal, a fatal interpreter error, its GPU): where its lines
+# carry its rank in their prefix and it is the only rank here, the line names it
+_OWN_DEATH = {"signal-death", "abort", "gpu-fault", "out-of-memory"}
 # Cues that only support another rule (log_waits' rank0-silent), never a finding of their own
 SUPPORT_ONLY = {"busy-phase"}
 # Lines that are the cause whatever else was found: NCCL says "Duplicate GPU detected" and then
@@ -102,11 +108,20 @@ def detect(ctx: Context) -> list[Finding]:
     relayed = {(e.path, e.line_no) for e in events if _RAY_SUMMARY.search(e.message)}
     progress = [e for e in events if e.kind == "progress" and (e.path, e.line_no) not in relayed]
     waits = [e for e in events if e.kind in _OWN_WAITS
-             or (e.kind == "cue" and e.fields.get("cue") == "wait-timeout")]
+             or (e.kind == "cue" and e.fields.get("cue") == "wait-timeout")
+             or (e.kind == "traceback" and _TIMED_OUT.search(str(e.fields.get("exc_message"))))]
     # a file made only of warnings known to be harmless (sources/logs/benign.py) carries no cue
     benign = {e.path for e in events if e.kind == "benign_only"}
+    # a launcher's own traceback when it was signalled from outside (torchrun's SignalException),
+    # one from a main-process-first block, one whose exception is the rank's wait timing out:
+    # the stop of the job or a wait, not a rank's failure
+    stopped = {(e.path, e.line_no) for e in events if e.kind == "traceback"
+               and str(e.fields.get("exc_type", "")).endswith("SignalException")
+               or e.kind in ("traceback", "collective_wait") and e.fields.get("main_first")
+               or e.kind == "traceback" and _TIMED_OUT.search(str(e.fields.get("exc_message")))}
     cues = [e for e in events if e.kind == "cue" and e.fields.get("cue") not in SUPPORT_ONLY
-            and e.path not in benign
+            and e.path not in benign and (e.path, e.line_no) not in stopped
+            and "SignalException" not in e.message
             and not went_on(e, progress) and not _after_own_wait(e, waits)]
     if not cues:
         return []
@@ -182,7 +197,7 @@ def _after_own_wait(cue: LogEvent, waits: list[LogEvent]) -> bool:
         return False
     if name in ("exit-nonzero", "exception"):  # the same stream: the same rank, or both unnamed
         return any(w.path == cue.path and w.line_no < cue.line_no and w.rank == cue.rank
-                   and w.kind == "cue" for w in waits)
+                   and w.kind in ("cue", "traceback") for w in waits)
     return any(w.path == cue.path and w.line_no < cue.line_no
                and (cue.rank is None or w.rank == cue.rank) for w in waits)
 
@@ -219,6 +234,9 @@ def _culprits(name: str, lines: list[LogEvent], seen: set[int]) -> tuple[list[in
         return [], None
     if name in _NAMES_CULPRIT and named and len(seen) > 1 and len(named) < len(seen):
         return named, None
+    if name in _OWN_DEATH and seen == set(named) and len(named) == 1 \
+            and all(e.fields.get("rank_source") == "prefix" for e in lines if e.rank is not None):
+        return named, None  # rule own-death: the one rank here, by its own prefix, says it died
     if name == "setup-stops":
         return _not_set_up(lines)
     return [], None

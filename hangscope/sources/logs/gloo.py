@@ -6,7 +6,8 @@ tcp/pair.cc``, ``unbound_buffer.cc``; recorded here with torch 2.13 CPU, see fix
 
     RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation to complete
 
-  fields: timeout_ms, op (recv/send), src.
+  fields: timeout_ms, op (recv/send), src. gloo of torch <= 1.0 says ``buffer.cc:76] Read timeout
+  [127.0.0.1]:32444`` (fields op ``recv``, peer, peer_port, src).
 
 ``gloo_connection_closed`` (``pair.cc``; older builds print ``../third_party/gloo/...``)::
 
@@ -30,6 +31,8 @@ from hangscope.sources.logs.common import Context, Line, make_event
 
 _SRC = re.compile(r"\[(?:enforce fail at )?(?P<src>[^\]\s]*gloo[^\]\s]*:\d+)\]")
 _TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation to complete")
+# gloo of torch <= 1.0 (``transport/tcp/buffer.cc``): "Read timeout [127.0.0.1]:32444"
+_READ_TIMEOUT = re.compile(r"Read timeout \[(?P<peer>[^\]]+)\]:(?P<port>\d+)")
 _CLOSED = re.compile(r"Connection closed by peer \[(?P<peer>[^\]]+)\]:(?P<port>\d+)")
 _READ_ERR = re.compile(
     r"(?:Read|Write) error \[(?P<peer>[^\]]+)\]:(?P<port>\d+): (?P<why>Connection reset by peer|"
@@ -48,6 +51,16 @@ def timeout(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     if not m or ("gloo" not in line.body and "unbound_buffer" not in line.body):
         return []
     fields: dict[str, str | int | float] = {"timeout_ms": int(m.group("ms")), "op": m.group("op")}
+    _src(line.body, fields)
+    return [make_event("gloo_timeout", line, ctx, "error", fields)]
+
+
+def read_timeout(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    m = _READ_TIMEOUT.search(line.body)
+    if not m or "gloo" not in line.body:
+        return []
+    fields: dict[str, str | int | float] = {"op": "recv", "peer": m.group("peer"),
+                                            "peer_port": int(m.group("port"))}
     _src(line.body, fields)
     return [make_event("gloo_timeout", line, ctx, "error", fields)]
 
@@ -94,6 +107,7 @@ def enforce(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Timed out waiting ", timeout),
+    (b"Read timeout [", read_timeout),
     (b"Connection closed by peer", closed),
     (b"Read error [", closed),
     (b"Write error [", closed),

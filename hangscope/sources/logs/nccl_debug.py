@@ -59,7 +59,7 @@ from hangscope.sources.logs.common import Context, Line, make_event
 LINE = re.compile(
     r"(?:^|\s)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
     r"(?:(?P<src>[\w./\-]+(?::| )\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
-_COMM = re.compile(r"\bcomm (0x[0-9a-f]+) rank \d+ nranks \d+")
+_COMM = re.compile(r"\bcomm (0x[0-9a-f]+) rank (\d+) nranks (\d+)")
 _LOCAL_CLOSED = re.compile(r"Connection closed by localRank (\d+)")
 _TIMINGS = re.compile(r"Init timings: rank (\d+) nranks (\d+) total ([\d.]+)")
 MAX_COMMS = 100_000  # communicators whose START is remembered per file
@@ -161,7 +161,8 @@ def init_start(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     ctx.comms_started.add(comm.group(1))
     return [make_event("nccl_init_start", line, ctx, "info",
                        {"host": m.group("host"), "pid": int(m.group("pid")),
-                        "comm": comm.group(1)})]
+                        "comm": comm.group(1), "comm_rank": int(comm.group(2)),
+                        "nranks": int(comm.group(3))})]
 
 
 def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:

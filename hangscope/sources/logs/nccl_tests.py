@@ -28,13 +28,14 @@ from hangscope.sources.logs.common import Context, Line, make_event
 _HEAD = re.compile(r"#\s*nThread\s+\d+\s+nGpus\s+\d+\s+minBytes\s+\d+")
 _DEVICE = re.compile(r"^#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+")
 _TABLE = re.compile(r"^#\s+size\s+count\s+type\s+redop\b")
+_UNITS = re.compile(r"^#\s+\(B\)\s+\(elements\)")  # the header's second line, "(B) (elements) ..."
 _ROW = re.compile(r"^\s*(?P<size>\d+)\s+\d+\s+\w+\s+\w+\s+-?\d+\s+(?P<rest>[\d.]+(?:\s+(?:[\d.]+|N/A))+)\s*$")
 _DONE = re.compile(r"^#\s*Avg bus bandwidth\s*:")
 
 
 def tests_output(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     """From the ``nThread`` line, or from the result table's header where a paste starts there."""
-    table = _TABLE.match(line.body) is not None
+    table = _TABLE.match(line.body) is not None or _UNITS.match(line.body) is not None
     if not table and _HEAD.search(line.body) is None:
         return []
     fields: dict[str, str | int | float] = {"devices": 0, "header": int(table), "rows": 0,
@@ -45,7 +46,7 @@ def tests_output(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
             break  # the next run's output
         if _DEVICE.match(body):
             fields["devices"] = int(fields["devices"]) + 1
-        elif _TABLE.match(body):
+        elif _TABLE.match(body) or _UNITS.match(body):
             fields["header"] = 1
             follow.consume(following.line_no)
         elif (row := _ROW.match(body)) is not None:
@@ -73,5 +74,6 @@ def tests_done(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"nThread ", tests_output),
     (b"#wrong", tests_output),
+    (b"(elements)", tests_output),  # a paste that starts at the header's second line
     (b"Avg bus bandwidth", tests_done),
 ]

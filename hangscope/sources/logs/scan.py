@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from hangscope.errors import BadInputError
 from hangscope.model import LogEvent
 from hangscope.sources.logs import (
+    bench_reports,
     dataloader,
     elastic,
     gloo,
@@ -55,7 +56,8 @@ MAX_JSON_BYTES = 64 << 20
 
 # Order matters only when one line holds triggers of several families: first match wins.
 _FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, mpi, oom, dataloader, gloo, init, traceback,
-             gpu, runtime_lines, stall_reports, perf_reports, nccl_tests, pg_wrapper, pipeline)
+             gpu, runtime_lines, stall_reports, perf_reports, nccl_tests, bench_reports, pg_wrapper,
+             pipeline)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
 for _module in _FAMILIES:
@@ -78,14 +80,14 @@ _ANCHORS = re.compile(
     rb"|W(?:atchdog|ARN |aiting in store)|w(?:atchdog|een collectives|aiting on [Rr]ank|aiting for [Rr]ank|aits on rank|aits for rank)|v(?:ersion:? \d)|V(?:ersion \d)"
     rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node |hread )|A(?:vg bus bandwidth)|#(?:wrong)|H(?:eartbeat monitor)"
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
-    rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: )|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks|TRAGGLER DETECTION)"
-    rb"|F(?:ailures:)|P(?:G on this rank|G debug info|U relative performance:|U individual performance:)|I(?:nit timings)|R(?:unning collective: C|ecorder|eceived a dump|eceived \d+ death|eceived Signals\.)|i(?:ng to dump d|ng ncclUniqueId)"
+    rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: |elements\))|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks|TRAGGLER DETECTION)"
+    rb"|F(?:ailures:)|P(?:G on this rank|G debug info|U relative performance:|U individual performance:)|I(?:nit timings)|R(?:unning collective: C|ecorder|eceived a dump|eceived \d+ death|eceived Signals\.|ead timeout \[)|i(?:ng to dump d|ng ncclUniqueId)"
     rb"|M(?:ISMATCH|ismatched collective d|issing communicator|issing ranks:|EMBER: |PLETE)|S(?:TART\b)|B(?:arrier in|arrier, but)"
     rb"|U(?:DA out of memory|DA error|nexpected |sing |nable to determine)"
     rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal |glers? detected|glers found)"
     rb"|j(?:ob process|oining collective)|N(?:VRM: )|O(?:ut Of Memory|OM when alloc)|H(?:W Exception by GPU)"
     rb"|x(?:pectedly)|l(?:ocalRank \d)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')"
-    rb"|\*(?:\*\* STEP |\*\* JOB )|(?:noticed that |srun: |The first process to do so was|RUNNING AT )"
+    rb"|\*(?:\*\* STEP |\*\* JOB )|(?:noticed that |srun: |The first process to do so was|RUNNING AT |comm op: |Matrix \(us\))"
     rb"|S(?:endF|endB|END_F|END_B)|R(?:ecvF|ecvB|ECV_F|ECV_B)|C(?:onnected all)")
 _PREFILTER = _ANCHORS
 

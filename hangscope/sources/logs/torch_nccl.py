@@ -93,16 +93,9 @@ def _pg_fields(line: Line, ctx: Context, fields: dict[str, str | int | float]
     return resolve_rank(line, ctx, group_rank, pg)
 
 
-def watchdog(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
-    m = _WATCHDOG.search(line.body)
-    if not m:
-        return []
-    fields: dict[str, str | int | float] = {"pg": ""}
-    if m.group("ran"):  # an elided or cut record ("WorkNCCL(... OpType=BROADCAST ...)") keeps the rest
-        fields["ran_ms"] = int(m.group("ran"))
-    # a paste's wrap, rejoined where the cut's width was not known, may leave a blank inside a
-    # word ("OpTy pe=", "Numel Out="): the record's own blanks all follow a comma
-    work = _CUT_BLANK.sub("", m.group("work"))
+def _work_fields(record: str, fields: dict[str, str | int | float]) -> None:
+    """The fields of a ``WorkNCCL(SeqNum=.., OpType=.., NumelIn=.., ...)`` record."""
+    work = _CUT_BLANK.sub("", record)
     for key, value in _KV.findall(work):
         value = value.strip()
         if key == "SeqNum":
@@ -117,6 +110,18 @@ def watchdog(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
             fields["timeout_ms"] = int(value)
         else:
             fields["tensor_shape"] = value
+
+
+def watchdog(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    m = _WATCHDOG.search(line.body)
+    if not m:
+        return []
+    fields: dict[str, str | int | float] = {"pg": ""}
+    if m.group("ran"):  # an elided or cut record ("WorkNCCL(... OpType=BROADCAST ...)") keeps the rest
+        fields["ran_ms"] = int(m.group("ran"))
+    # a paste's wrap, rejoined where the cut's width was not known, may leave a blank inside a
+    # word ("OpTy pe=", "Numel Out="): the record's own blanks all follow a comma
+    _work_fields(m.group("work"), fields)
     if m.start() > 0 and "terminated with exception" in line.body[:m.start()] \
             or "DistBackendError" in line.body[:m.start()]:
         fields["repeat"] = 1
@@ -319,6 +324,38 @@ def nccl_error(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
             fields["error"] = code.group("text").strip()[:200]
     if not fields:
         return []
+    _follow_code(line, follow, fields)
+    rank, source = _pg_fields(line, ctx, fields)
+    return [make_event("nccl_error", line, ctx, "error", fields, rank=rank, rank_source=source)]
+
+
+# torch 2.x: "[Rank 3] Collective WorkNCCL(SeqNum=26, OpType=_ALLGATHER_BASE, NumelIn=16, ...)
+# raised the following async exception: NCCL error: invalid usage (...), NCCL version 2.28.9",
+# then "ncclInvalidUsage: ...", "Last error:" and NCCL's WARN text on the lines below
+_ASYNC = re.compile(r"WorkNCCL\((?P<work>(?:[^()]|\(ms\))*)\) raised the following async "
+                    r"exception: (?P<error>.*?)(?:, NCCL version (?P<ver>[\w.\-+]+))?\s*$")
+
+
+def async_error(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """A collective of this rank failed with an NCCL error: the record says which collective
+    (seq, op, sizes), so the rank's place is known as a watchdog timeout's would be."""
+    m = _ASYNC.search(line.body)
+    if not m:
+        return []
+    fields: dict[str, str | int | float] = {"error": m.group("error").strip()[:200],
+                                            "async": 1}
+    if m.group("ver"):
+        fields["nccl_version"] = m.group("ver")
+    _work_fields(m.group("work"), fields)
+    code = _NCCL_CODE.search(m.group("error"))
+    if code:
+        fields["code"] = code.group(1)
+    _follow_code(line, follow, fields)
+    rank, source = _pg_fields(line, ctx, fields)
+    return [make_event("nccl_error", line, ctx, "error", fields, rank=rank, rank_source=source)]
+
+
+def _follow_code(line: Line, follow: Follow, fields: dict[str, str | int | float]) -> None:
     # "Last error:" is followed by the NCCL WARN text that caused it, on the next line
     for nxt in follow.lines():
         if nxt.key != line.key:
@@ -335,8 +372,6 @@ def nccl_error(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         if nxt.raw and nxt.line_no - line.line_no <= 3 and "NCCL" not in nxt.body[:5]:
             fields.setdefault("last_error", nxt.body.strip()[:300])
         break
-    rank, source = _pg_fields(line, ctx, fields)
-    return [make_event("nccl_error", line, ctx, "error", fields, rank=rank, rank_source=source)]
 
 
 _DUMP_SIGNAL = re.compile(
@@ -410,6 +445,7 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Heartbeat monitor timed out", heartbeat),
     (b"got stuck for", heartbeat),
     (b"NCCL error in:", nccl_error),
+    (b"raised the following async exception", async_error),
     (b"ncclRemoteError", nccl_error),
     (b"ncclSystemError", nccl_error),
     (b"ncclInternalError", nccl_error),

@@ -24,7 +24,10 @@ A block cut before its exception line (the paste ends, or the next record starts
 (``torch/utils/data/dataloader.py``, ``_try_get_data`` / ``_get_data``, which block in
 ``self._data_queue.get(timeout=...)``) say the process was stopped while it waited for a batch.
 It gives a ``dataloader_wait`` event at that frame's line (fields last_frame, last_function,
-frames)::
+frames). A block (cut or whole) through a main-process-first block (``main_process_first``,
+``torch_distributed_zero_first``: the main process runs it while the others wait in a barrier)
+says so in ``main_first``; a cut one gives a ``collective_wait`` event at its head (fields
+main_first, frames)::
 
     Traceback (most recent call last):
       File ".../site-packages/torch/utils/data/dataloader.py", line 761, in _try_get_data
@@ -51,12 +54,22 @@ _EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|F
 _LOADER_FILE = "torch/utils/data/dataloader.py"
 _LOADER_WAITS = frozenset({"_try_get_data", "_get_data"})
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+# blocks the main process runs first while every other rank waits in a barrier (transformers'
+# TrainingArguments.main_process_first, its torch_distributed_zero_first, accelerate's
+# main_process_first / local_main_process_first, YOLO's torch_distributed_zero_first)
+MAIN_FIRST = frozenset({"main_process_first", "local_main_process_first",
+                        "torch_distributed_zero_first", "distributed_zero_first"})
+_MAIN_FIRST_CALL = re.compile(r"\bwith\b.*?\b(" + "|".join(sorted(MAIN_FIRST)) + r")\(")
 
 
 def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
-    if not line.body.lstrip().startswith("Traceback (most recent call last):"):
+    body = line.body
+    at = body.find("Traceback (most recent call last):")
+    indent = len(body) - len(body.lstrip())
+    if at < 0 or at != indent and not body[:at].rstrip().endswith("]"):
         return []
-    indent = len(line.body) - len(line.body.lstrip())
+    if at != indent:
+        indent = 0  # after a progress bar's last drawing, with no newline between them
     frames = 0
     last_file, last_line, last_func = "", 0, ""
     exc_type, exc_msg = "", ""
@@ -66,6 +79,7 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     chained_starts: list[int] = []
     state = "frames"
     waits_at: tuple[Line, str] | None = None
+    main_first: tuple[Line, str] | None = None
     for nxt in follow.lines():
         seen += 1
         if seen > MAX_BLOCK_LINES:
@@ -95,11 +109,15 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
             frames += 1
             last_file, last_line = fm.group("file"), int(fm.group("line"))
             last_func = (fm.group("func") or "").strip()
+            if last_func in MAIN_FIRST and main_first is None:
+                main_first = (nxt, last_func)
             if waits_at is None and last_func in _LOADER_WAITS \
                     and last_file.replace("\\", "/").endswith(_LOADER_FILE):
                 waits_at = (nxt, f"{last_file}:{last_line}")
             continue
         if text.startswith((" ", "\t")) or not text.strip():
+            if main_first is None and (mf := _MAIN_FIRST_CALL.search(text)):
+                main_first = (nxt, mf.group(1))  # "with training_args.main_process_first(...):"
             continue  # source line, caret line, "..." or a blank
         if text.startswith("Traceback (most recent call last):"):
             continue
@@ -110,6 +128,8 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
             continue
         break
     if not exc_type:
+        if main_first is not None:
+            return _main_first_wait(line, main_first[1], ctx, frames)
         return [] if waits_at is None else _loader_wait(*waits_at, ctx, frames)
     for number in chained_starts:  # one event per block; exception lines keep their own triggers
         follow.consume(number)
@@ -120,7 +140,18 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         fields["last_function"] = last_func
     if first_exc:
         fields["first_exc_type"] = first_exc
+    if main_first is not None:
+        fields["main_first"] = main_first[1]
     return [make_event("traceback", line, ctx, "error", fields)]
+
+
+def _main_first_wait(head: Line, function: str, ctx: Context, frames: int) -> list[LogEvent]:
+    """Rule ``main-process-first`` (``analysis/detectors/main_first.py``): a traceback, cut before
+    its exception, through a block the main process runs first while the others wait."""
+    fields: dict[str, str | int | float] = {"frames": frames, "main_first": function}
+    message = (f"a traceback, cut before its exception, runs through {function}: the rank waits "
+               "in that block's barrier for the main process")
+    return [make_event("collective_wait", head, ctx, "warning", fields, message=message)]
 
 
 def _loader_wait(frame: Line, where: str, ctx: Context, frames: int) -> list[LogEvent]:

@@ -1,0 +1,76 @@
+# ruff: noqa: E501  (the docstring quotes raw log lines verbatim)
+"""Reports of collectives and GPU links that completed, from tools other than nccl-tests.
+
+DeepSpeed's comms logger (``deepspeed/utils/comms_logging.py``, ``comms_logger.verbose``) prints
+one line per collective it timed, after it completed::
+
+    [2022-06-26 01:39:55,722] [INFO] [logging.py:69:log_dist] [Rank 0] rank=0 | comm op: reduce_scatter_tensor | time (ms): 9.46 | msg size: 678.86 MB | algbw (Gbps): 1204.52  | busbw (Gbps): 1129.23
+
+CUDA's ``p2pBandwidthLatencyTest`` (cuda-samples) prints GPU-to-GPU latency matrices, the
+diagonal a GPU to itself::
+
+    P2P=Enabled Latency (P2P Writes) Matrix (us)
+       GPU     0      1      2      3
+         0   4.95 49206.88 49206.64 49206.69
+         1 49206.62   2.08 49206.51 49206.52
+
+Events: ``comm_op_done`` at each logger line (``op``, ``time_ms``); ``p2p_matrix`` at a latency
+matrix's title (``gpus``, ``diag_us`` and ``off_us``: the medians of the diagonal and of the rest,
+``title``). The lines are no rank's subject (a matrix is the host's).
+"""
+
+from __future__ import annotations
+
+import re
+from statistics import median
+
+from hangscope.model import LogEvent
+from hangscope.sources.logs.base import Follow, Handler
+from hangscope.sources.logs.common import Context, Line, make_event
+
+MAX_GPUS = 64
+_COMM_OP = re.compile(r"\|\s*comm op:\s*(?P<op>\w+)\s*\|\s*time \(ms\):\s*(?P<ms>\d+(?:\.\d+)?)")
+_MATRIX = re.compile(r"(?P<title>[\w=\- ]*Latency[\w()= \-]*Matrix) \(us\)")
+_HEADER = re.compile(r"^\s*GPU(?:\s+\d+)+\s*$")
+_ROW = re.compile(r"^\s*(?P<gpu>\d+)(?P<values>(?:\s+\d+(?:\.\d+)?)+)\s*$")
+
+
+def comm_op(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    m = _COMM_OP.search(line.body)
+    if m is None:
+        return []
+    return [make_event("comm_op_done", line, ctx, "info",
+                       {"op": m.group("op"), "time_ms": float(m.group("ms"))},
+                       rank=None, rank_source="")]
+
+
+def latency_matrix(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    m = _MATRIX.search(line.body)
+    if m is None:
+        return []
+    diag: list[float] = []
+    off: list[float] = []
+    rows = 0
+    for following in follow.lines():
+        body = following.body
+        if _HEADER.match(body):
+            continue
+        row = _ROW.match(body)
+        if row is None or rows >= MAX_GPUS:
+            break
+        gpu = int(row.group("gpu"))
+        for column, value in enumerate(row.group("values").split()):
+            (diag if column == gpu else off).append(float(value))
+        rows += 1
+    if rows < 2 or not diag or not off:
+        return []
+    return [make_event("p2p_matrix", line, ctx, "info",
+                       {"title": m.group("title").strip(), "gpus": rows,
+                        "diag_us": median(diag), "off_us": median(off)},
+                       rank=None, rank_source="")]
+
+
+HANDLERS: list[tuple[bytes, Handler]] = [
+    (b"comm op: ", comm_op),
+    (b"Matrix (us)", latency_matrix),
+]
