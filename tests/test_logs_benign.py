@@ -74,3 +74,38 @@ def test_nccl_error_returns_after_a_cuda_failure_are_a_death(tmp_path: Path) -> 
                                   "NCCL INFO transport/nvls.cc:324 -> 1",
                                   "NCCL INFO init.cc:1093 -> 1"])
     assert verdict.root is not None and verdict.root.kind.value == "rank_died"
+
+
+# the exit warnings of ProcessGroupNCCL's destructor (torch 2.4+: 2.3's wording first), DeepSpeed's
+# backend notice with its next line, and torch.cuda.nccl's import warning on a build without NCCL
+EXIT_AND_NOTICES = [
+    "[rank0]:[W227 10:54:51.986111855 ProcessGroupNCCL.cpp:1374] Warning: WARNING: process group "
+    "has NOT been destroyed before we destruct ProcessGroupNCCL. On normal program exit, the "
+    "application should call destroy_process_group to ensure that any pending NCCL operations have "
+    "finished in this process.",
+    "[rank1]:[W730 15:32:14.298860965 ProcessGroupNCCL.cpp:1479] Warning: WARNING: "
+    "destroy_process_group() was not called before program exit, which can leak resources. For "
+    "more info, please see https://pytorch.org/docs/stable/distributed.html#shutdown (function "
+    "operator())",
+    "[WARNING] [comm.py:152:init_deepspeed_backend] NCCL backend in DeepSpeed not yet implemented",
+    " [INFO] [comm.py:594:init_distributed] cdb=None",
+    "D:\\envs\\t2\\lib\\site-packages\\torch\\cuda\\nccl.py:15: UserWarning: PyTorch is not "
+    "compiled with NCCL support",
+    "  warnings.warn('PyTorch is not compiled with NCCL support')",
+]
+
+
+@pytest.mark.parametrize("line", range(0, len(EXIT_AND_NOTICES)))
+def test_exit_warnings_and_backend_notices_alone_are_healthy(tmp_path: Path, line: int) -> None:
+    lines = EXIT_AND_NOTICES[line:line + 2] if line in (2, 4) else [EXIT_AND_NOTICES[line]]
+    if line in (3, 5):
+        return  # (a follow-up line, read with its warning)
+    assert _verdict(tmp_path, lines).status is Status.HEALTHY
+
+
+def test_exit_warnings_beside_a_timeout_are_no_health(tmp_path: Path) -> None:
+    timeout = ("[rank0]:[E1128 03:06:23.070814391 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog "
+               "caught collective operation timeout: WorkNCCL(SeqNum=26, OpType=ALLREDUCE, "
+               "NumelIn=4096, NumelOut=4096, Timeout(ms)=20000) ran for 20039 milliseconds before "
+               "timing out.")
+    assert _verdict(tmp_path, [timeout, EXIT_AND_NOTICES[1]]).status is not Status.HEALTHY

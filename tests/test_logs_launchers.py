@@ -218,3 +218,28 @@ def test_a_loggers_rank_tag_behind_torchruns_local_prefix_names_the_rank(tmp_pat
     # THEN the lines are the ranks' own streams, and rank 2 is the straggler
     assert verdict.findings and verdict.findings[0].kind.value == "straggler"
     assert verdict.findings[0].culprit_ranks == [2]
+
+
+def test_a_childs_traceback_inside_the_failure_table_is_read_for_its_cause(tmp_path: Path) -> None:
+    # GIVEN torchrun's failure table whose traceback row holds the child's own traceback
+    # (@record), ending in a DETAIL mismatch (pytorch/pytorch#148976's shape)
+    text = """============================================================
+bug.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2025-03-11_18:33:20
+  host      : lenovo
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 340055)
+  error_file: /tmp/torchelastic_ih8xk_wi/attempt_0/1/error.json
+  traceback : Traceback (most recent call last):
+    File "/home/u/bug.py", line 16, in main
+      dist.barrier()
+    File "/home/u/.local/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py", line 4551, in barrier
+      work = group.barrier(opts=opts)
+  RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=1OpType=BARRIER), but Rank 2 is running collective: CollectiveFingerPrint(SequenceNumber=0OpType=BARRIER).
+"""
+    verdict = _verdict(tmp_path, text)
+    # THEN the mismatch it names is the finding, not the exit it caused
+    assert verdict.findings[0].kind.value == "collective_mismatch"

@@ -121,3 +121,29 @@ def test_a_rank_waiting_in_a_main_process_first_block_waits_for_rank_0(tmp_path:
                           "RuntimeError: Socket Timeout\n")
     root = _verdict(tmp_path, whole).findings[0]
     assert (root.kind.value, root.culprit_ranks) == ("missing_rank", [0])
+
+
+def test_a_ranks_own_memory_reports_climbing_without_bound_are_an_oom(tmp_path: Path) -> None:
+    # GIVEN rank 0's per-batch lines report its RSS from 5 GB to 212 GB and the log ends (wenet
+    # issue 989's shape)
+    gb = (5.11, 5.11, 46.51, 105.61, 161.09, 212.04)
+    text = "".join(f"2022-03-23 23:5{i}:28,855 DEBUG TRAIN Batch 0/{185100 + 100 * i} loss 4.57 "
+                   f"lr 0.00065 rank 0 RSS MEM USE: {g}G\n" for i, g in enumerate(gb))
+    root = _verdict(tmp_path, text).findings[0]
+    assert (root.kind.value, root.culprit_ranks, root.measures["rule"]) == \
+        ("rank_oom", [0], "host-memory-climb")
+    # AND reports that stay flat say nothing
+    flat = "".join(f"2022-03-23 23:5{i}:28,855 DEBUG TRAIN Batch 0/{185100 + 100 * i} loss 4.57 "
+                   f"rank 0 RSS MEM USE: 5.1{i}G\n" for i in range(6))
+    verdict = _verdict(tmp_path, flat)
+    assert not verdict.findings or verdict.findings[0].kind.value != "rank_oom"
+
+
+def test_a_host_memory_report_then_a_kill_is_an_oom(tmp_path: Path) -> None:
+    # GIVEN DeepSpeed's memory report at 84.6% of the host, then its launcher killing the worker
+    text = ("[2024-01-22 16:50:44,316] [INFO] [utils.py:799:see_memory_usage] CPU Virtual Memory: "
+            "used = 26.4 GB, percent = 84.6%\n"
+            "[2024-01-22 16:50:49,553] [INFO] [launch.py:315:sigkill_handler] Killing subprocess "
+            "1080504\n")
+    root = _verdict(tmp_path, text).findings[0]
+    assert (root.kind.value, root.measures["rule"]) == ("rank_oom", "memory-then-kill")

@@ -365,3 +365,30 @@ def test_a_p2p_latency_matrix_of_tens_of_milliseconds_is_a_broken_path(tmp_path:
     assert _root(tmp_path, _matrix(49206.6)) == ("network_fault", [], "p2p-latency-matrix")
     # AND NVLink-speed peer writes say nothing is wrong
     assert _root(tmp_path, _matrix(2.9))[0] is None
+
+
+def test_nccl_error_returns_of_system_calls_are_a_network_fault(tmp_path: Path) -> None:
+    # GIVEN NCCL set-up over a container's bridge address and its socket calls returning
+    # ncclSystemError (2) back up the stack (NVIDIA/nccl#1381's shape)
+    lines = ["c39f5cf046aa:4533:4533 [0] NCCL INFO Bootstrap : Using eth0:172.17.0.3<0>",
+             "c39f5cf046aa:4533:4667 [0] NCCL INFO NET/Socket : Using [0]eth0:172.17.0.3<0>",
+             "c39f5cf046aa:4533:4667 [0] NCCL INFO misc/socket.cc:568 -> 2",
+             "c39f5cf046aa:4534:4588 [1] NCCL INFO misc/socket.cc:568 -> 2",
+             "c39f5cf046aa:4533:4667 [0] NCCL INFO misc/socket.cc:619 -> 2"]
+    assert _root(tmp_path, "\n".join(lines) + "\n")[0] == "network_fault"
+    # AND the same set-up with no error return reads healthy (set-up lines only)
+    verdict = _verdict(tmp_path, "\n".join(lines[:2]) + "\n")
+    assert verdict.status.value == "healthy"
+
+
+def test_watchdogs_stuck_each_in_another_group_are_a_group_order_deadlock(tmp_path: Path) -> None:
+    # GIVEN three ranks' heartbeat monitors, each stuck in another process group (NVIDIA/Fuser
+    # issue 3055: groups destroyed in different orders; torch 2.5 prints an empty GUID)
+    line = ("[F930 15:23:07.686401350 ProcessGroupNCCL.cpp:1309] [PG ID {pg} PG GUID  Rank {r}] "
+            "[PG ID {pg} PG GUID  Rank {r}] Terminating the process after attempting to dump "
+            "debug info, due to ProcessGroupNCCL watchdog hang.")
+    text = "\n".join(line.format(pg=pg, r=r) for pg, r in ((6, 0), (3, 1), (5, 3))) + "\n"
+    assert _root(tmp_path, text) == ("pg_order_deadlock", [], "stuck-in-different-groups")
+    # AND ranks stuck in one group are not read so
+    same = "\n".join(line.format(pg=6, r=r) for r in (0, 1)) + "\n"
+    assert _root(tmp_path, same)[2] != "stuck-in-different-groups"

@@ -144,6 +144,7 @@ def logs_report_clean(evidence: JobEvidence) -> str | None:
 
 # what NCCL's INFO set-up lines give (sources/logs/nccl_debug.py, runtime_lines.py)
 _SETUP_KINDS = frozenset({"runtime_config", "nccl_device", "nccl_init_done", "nccl_init_start",
+                          "nccl_interface",
                           "nccl_comm_ready", "nccl_init_timing", "nccl_connected", "log_end",
                           "size_line"})
 # NCCL WARNs of set-up that it recovers from on its own: without the IB verbs library it uses its
@@ -241,6 +242,12 @@ _BENIGN_BASIS = {
     "ddp-grad-strides": "DDP copies gradients into its buckets: a cost in speed only",
     "ddp-unused-parameters": "DDP searches the graph for unused parameters: a cost in speed only",
     "deprecated-env": "torch still reads the deprecated variable's name",
+    "pg-not-destroyed": ("ProcessGroupNCCL's destructor warns at the end of a program that "
+                         "exited without destroy_process_group: the job had finished"),
+    "deepspeed-nccl-backend": ("DeepSpeed falls back to torch.distributed's own NCCL backend, "
+                               "which its next line (cdb=None) shows"),
+    "no-nccl-build": ("a torch build without NCCL warns when torch.cuda.nccl is imported; a job "
+                      "on gloo never uses it"),
 }
 
 

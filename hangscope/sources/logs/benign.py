@@ -21,6 +21,14 @@ harmless, in the software's own terms:
         (DDP: an extra graph traversal per step, speed only)
     Environment variable NCCL_BLOCKING_WAIT is deprecated; use TORCH_NCCL_BLOCKING_WAIT instead
         (torch reads the old name too)
+    WARNING: destroy_process_group() was not called before program exit, which can leak resources.
+    WARNING: process group has NOT been destroyed before we destruct ProcessGroupNCCL. ...
+        (ProcessGroupNCCL's destructor at the end of a program that exited: the job finished)
+    [WARNING] [comm.py:152:init_deepspeed_backend] NCCL backend in DeepSpeed not yet implemented
+        (DeepSpeed then uses torch.distributed's NCCL backend; its "cdb=None" INFO line follows)
+    UserWarning: PyTorch is not compiled with NCCL support
+        (torch.cuda.nccl's import-time warning on builds without NCCL, Windows': a job on gloo
+        never uses it)
 
 ``benign_only`` event, one per file whose every non-blank line (the whole file: its tail is all
 of it) is one of these warnings, its continuation (indented, or the warning's own follow-up
@@ -50,6 +58,11 @@ WARNINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"find_unused_parameters=True was specified in DDP constructor, but did not find any unused parameters")),
     ("deprecated-env", re.compile(
         r"Environment variable (?:NCCL_\w+|TORCH_\w+) is deprecated; use (?:TORCH_)?\w+ instead")),
+    ("pg-not-destroyed", re.compile(
+        r"destroy_process_group\(\) was not called before program exit|"
+        r"process group has NOT been destroyed before we destruct ProcessGroupNCCL")),
+    ("deepspeed-nccl-backend", re.compile(r"NCCL backend in DeepSpeed not yet implemented")),
+    ("no-nccl-build", re.compile(r"PyTorch is not compiled with NCCL support")),
 )
 # Lines around the warnings that say nothing: their own follow-up lines, torchrun's banner,
 # Python's warnings.warn echo
@@ -58,7 +71,8 @@ _FOLLOW = re.compile(
     r"- Explicitly set the environment variable TOKENIZERS_PARALLELISM=|"
     r"\*{5,}\s*$|Setting OMP_NUM_THREADS environment variable for each process to be 1 in default|"
     r"warnings\.warn\(|This can (?:potentially )?cause a hang if|You can (?:s?pecify|specify) device_id|"
-    r"Specify device_ids? in barrier\(\)|or call init_process_group\(\) with a device_id)")
+    r"Specify device_ids? in barrier\(\)|or call init_process_group\(\) with a device_id|"
+    r"\[INFO\] \[comm\.py:\d+:\w+\])")
 # a glog head a terminal cut from its message (``[W1003 20:49:10.123654124``)
 _HEAD_ONLY = re.compile(r"^\[?[IWEF]\d{4} \d{2}:\d{2}:\d{2}(?:\.\d+)?(?: +\d+)?\]?$")
 

@@ -107,7 +107,8 @@ _LEVELS: dict[str, Severity] = {
 
 # in-message process-group prefixes written by ProcessGroupNCCL::logPrefix()/createLogPrefix()
 PG_PREFIX = re.compile(
-    r"\[PG ID (?P<id>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]*)\))? Rank (?P<r1>\d+)\]"
+    # (the GUID may be empty: "[PG ID 4 PG GUID  Rank 2]", torch 2.5 for a group with no desc)
+    r"\[PG ID (?P<id>\d+) PG GUID (?P<guid>[^\s(\]]*)(?:\((?P<desc>[^)]*)\))? {1,2}Rank (?P<r1>\d+)\]"
     r"|\[PG (?P<pg>\d+)(?: \((?P<desc2>[^)]*)\))? Rank (?P<r2>\d+)\]"
     r"|\[Rank (?P<r3>\d+)\]")
 

@@ -83,7 +83,10 @@ CUES: tuple[Cue, ...] = (
         r"No route to host|Network is unreachable|EHOSTUNREACH|ENETUNREACH|"
         # ibstat / ibstatus: an HCA port that is down
         r"^\s*State: Down\b|^\s*Physical state: (?:Disabled|Polling|LinkErrorRecovery)\b|"
-        r"socket (?:connect|poll|recv|send)\w* (?:to .* )?(?:failed|error|timed out)")),
+        r"socket (?:connect|poll|recv|send)\w* (?:to .* )?(?:failed|error|timed out)|"
+        # NCCL's error-return trace of code 2 (ncclSystemError: a system call, in practice a
+        # socket's, failed): "NCCL INFO misc/socket.cc:568 -> 2", one line per function
+        r"\bINFO [\w./\-]+\.(?:cc|cu|h|cpp):\d+ -> 2\b")),
     Cue("network-words", "network_fault", "cause", re.compile(
         r"(?i)\bNET/(?:IB|OFI|Socket|Plugin)\b|\bib(?:v|verbs)\b|\bmlx5|\bRoCE\b|\bEFA\b|\binfiniband\b|\bGDR\b|"
         r"gdrcopy|\bsocket\b|\bNCCL_SOCKET_IFNAME|\bNCCL_IB_\w+|\binterface\b|\bnetwork\b"), _FAIL, _NOT_NETWORK),

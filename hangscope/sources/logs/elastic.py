@@ -57,6 +57,7 @@ _FAILED_BIN = re.compile(r"(?:of binary:|for binary located at) (?P<bin>\S+)")
 _CLOSING = re.compile(r"Sending process (?P<pid>\d+) (?:the )?closing signal (?P<sig>SIG\w+)")
 _ENTRY = re.compile(r"^\[(\d+)\]:\s*$")
 _FIELD = re.compile(r"^  (\w+)\s*: ?(.*)$")
+_TABLE_KEYS = frozenset({"time", "host", "rank", "exitcode", "error_file", "traceback"})
 _RANK = re.compile(r"(-?\d+)(?: \(local_rank: (\d+)\))?")
 _EXIT = re.compile(r"(-?\d+)(?: \(pid: (\d+)\))?(?:\s+\((SIG\w+)\))?")
 _TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
@@ -113,17 +114,20 @@ def table(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         text = nxt.body
         if text.startswith(("---", "===")) or text.strip().startswith("Root Cause"):
             break
-        follow.consume(nxt.line_no)
         em = _ENTRY.match(text)
         if em:
+            follow.consume(nxt.line_no)
             flush()
             entry, values = nxt, {}
             continue
         fm = _FIELD.match(text)
-        if fm and entry is not None:
+        if fm and entry is not None and fm.group(1) in _TABLE_KEYS:
+            follow.consume(nxt.line_no)
             key = fm.group(1)
             if key not in values:
                 values[key] = fm.group(2).strip()
+        # other lines (a child's traceback, which @record's error file puts in the table) are
+        # left to their own readers: a DETAIL mismatch or an OOM in it is the failure's cause
     flush()
     return events
 

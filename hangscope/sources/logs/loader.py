@@ -16,6 +16,7 @@ from hangscope.sources.logs.benign import scan_benign
 from hangscope.sources.logs.collective_lines import scan_collective_lines
 from hangscope.sources.logs.cues import scan_cues
 from hangscope.sources.logs.finish import scan_finish
+from hangscope.sources.logs.host_memory import scan_host_memory
 from hangscope.sources.logs.last_shapes import scan_last_shapes
 from hangscope.sources.logs.marks import scan_marks
 from hangscope.sources.logs.progress import scan_progress
@@ -57,6 +58,7 @@ def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: 
     events += scan_collective_lines(path, rank_hint=rank, tail=tail)  # rank + collective lines
     events += scan_marks(path, rank_hint=rank, tail=tail)  # a user's before/after prints around a call
     events += scan_step_times(path, rank_hint=rank, tail=tail)  # what each step took, in order
+    events += scan_host_memory(path, rank_hint=rank, tail=tail)  # its own host memory reports
     events += scan_finish(path, rank_hint=rank, tail=tail)  # the run said it finished
     events += scan_work_counts(path, rank_hint=rank, tail=tail)  # how many steps each rank runs
     events += scan_rank_positions(path, tail)  # a summary of where each rank's stack sits

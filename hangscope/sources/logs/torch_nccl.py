@@ -287,7 +287,8 @@ _STUCK = re.compile(r"watchdog (?:thread )?got stuck for (\d+) seconds")
 
 def heartbeat(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     body = line.body
-    if "Heartbeat monitor timed out" not in body and not _STUCK.search(body):
+    if "Heartbeat monitor timed out" not in body and not _STUCK.search(body) \
+            and "due to ProcessGroupNCCL watchdog hang" not in body:
         return []
     fields: dict[str, str | int | float] = {}
     hm = _HEARTBEAT.search(body)
@@ -444,6 +445,9 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"successfully reached monitoredBarrier", monitored_barrier),
     (b"Heartbeat monitor timed out", heartbeat),
     (b"got stuck for", heartbeat),
+    # "[PG ID 6 PG GUID  Rank 0] Terminating the process after attempting to dump debug info, due
+    # to ProcessGroupNCCL watchdog hang" (the heartbeat monitor's own end)
+    (b"due to ProcessGroupNCCL watchdog hang", heartbeat),
     (b"NCCL error in:", nccl_error),
     (b"raised the following async exception", async_error),
     (b"ncclRemoteError", nccl_error),
