@@ -111,6 +111,10 @@ VARIANTS: dict[str, Callable[[str], str]] = {
 
 # (log stem, variant): what the variant gives today instead of the original's verdict.
 DIFFERS: dict[tuple[str, str], str] = {
+    ("r_cosyvoice_517_epoch_end_rank0_allreduce_alone", "wrap80"):
+        "missing_rank [] instead of missing_rank [1]: the progress lines name their rank at their "
+        "end ('... grad_norm 0.19 rank 1'); wrapped at 80 the name moves to a continuation line "
+        "of its own, so rank 1's stream is no longer told from rank 0's",
     ("h_deepep_106_ib_error12_multinode_wrapped", "wrap200"):
         "network_fault [5] instead of network_fault []: the paste is two screen rows of 1000 and "
         "359 columns (records padded with blanks and run together); re-wrapped at 200, the padding "

@@ -304,3 +304,26 @@ def test_nccls_cuda_device_above_0_is_the_local_rank_of_its_failure(tmp_path: Pa
             "'out of memory'\nAIS:2375:2649 [1] NCCL INFO transport/shm.cc:534 -> 1\n")
     # THEN under one process per GPU, device 1 is local rank 1 on this one host
     assert _verdict(tmp_path, text) == ("rank_oom", [1])
+
+
+def test_nccls_proxy_service_names_the_rank_of_its_process(tmp_path: Path) -> None:
+    # GIVEN NCCL's allocation failure, then its proxy thread's line in the same process naming
+    # rank 93 (NVIDIA/nccl issue 962's shape)
+    text = ("node:2134736:2285781 [0] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'\n"
+            "node:2134736:2285781 [0] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 "
+            "bytes\nnode:2134736:2285781 [0] proxy.cc:1518 NCCL WARN [Proxy Service 93] Failed to "
+            "execute operation Setup from rank 93, retcode 1\n")
+    assert _verdict(tmp_path, text) == ("rank_oom", [93])
+
+
+def test_a_cuda_device_index_names_no_rank_in_lines_of_several_hosts(tmp_path: Path) -> None:
+    # GIVEN two hosts' NCCL lines: both hosts' IB completions fail, then a process of gpu5 on
+    # CUDA device 1 fails (NVIDIA/nccl-tests issue 24's shape)
+    ib = ("{h}:{p}:{t} [0] transport/net_ib.cu:788 NCCL WARN NET/IB : Got completion with error "
+          "12, opcode 1, len 0, vendor err 129\n")
+    text = (ib.format(h="gpu5", p=35917, t=35994) + ib.format(h="gpu4", p=35902, t=35977)
+            + "gpu5:35917:35917 [1] init.cu:194 NCCL WARN Cuda failure 'an illegal memory access "
+            "was encountered'\n")
+    # THEN device 1 is no rank of the job (each host has its own local rank 1): the fabric's
+    # errors come first
+    assert _verdict(tmp_path, text)[0] == "network_fault"

@@ -137,7 +137,7 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
         if local is None and event.path in sole and event.line_no < sole[event.path][1]:
             local = sole[event.path][0]  # rule sole-failed-child (see _sole_failed_child)
         gpu = event.fields.get("gpu")
-        if gpu is None and event.kind == "cuda_error":
+        if gpu is None and event.kind == "cuda_error" and len(line_hosts(evidence)) <= 1:
             gpu = event.fields.get("cuda_dev")  # NCCL's "host:pid:tid [N]": the CUDA device
         if local is None and (event.kind in OOM_KINDS or event.kind == "cuda_error") \
                 and isinstance(gpu, int) and gpu > 0:
@@ -148,6 +148,12 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
         # On a single host a launcher's local rank is the global rank.
         if isinstance(local, int) and len(hosts) <= 1 and (world is None or local < world):
             yield local, event
+
+
+def line_hosts(evidence: JobEvidence) -> set[str]:
+    """The hosts NCCL's own lines name ("gpu5:35917:35994 [1] ..."): a log of several hosts'
+    lines has a local rank per host, so a device index names no one rank."""
+    return {str(e.fields["host"]) for e in evidence.unattributed_logs if e.fields.get("host")}
 
 
 def _sole_failed_child(events: list[LogEvent]) -> dict[str, tuple[int, int]]:

@@ -14,7 +14,7 @@ diagonal a GPU to itself::
          0   4.95 49206.88 49206.64 49206.69
          1 49206.62   2.08 49206.51 49206.52
 
-Events: ``comm_op_done`` at each logger line (``op``, ``time_ms``); ``p2p_matrix`` at a latency
+Events: ``comm_op_done`` at each logger line (``op``, ``time_ms`` where the line holds it); ``p2p_matrix`` at a latency
 matrix's title (``gpus``, ``diag_us`` and ``off_us``: the medians of the diagonal and of the rest,
 ``title``). The lines are no rank's subject (a matrix is the host's).
 """
@@ -29,7 +29,8 @@ from hangscope.sources.logs.base import Follow, Handler
 from hangscope.sources.logs.common import Context, Line, make_event
 
 MAX_GPUS = 64
-_COMM_OP = re.compile(r"\|\s*comm op:\s*(?P<op>\w+)\s*\|\s*time \(ms\):\s*(?P<ms>\d+(?:\.\d+)?)")
+# (the time may be on a line of its own where a terminal wrapped the record)
+_COMM_OP = re.compile(r"\|\s*comm op:\s*(?P<op>\w+)(?:\s*\|\s*time \(ms\):\s*(?P<ms>\d+(?:\.\d+)?))?")
 _MATRIX = re.compile(r"(?P<title>[\w=\- ]*Latency[\w()= \-]*Matrix) \(us\)")
 _HEADER = re.compile(r"^\s*GPU(?:\s+\d+)+\s*$")
 _ROW = re.compile(r"^\s*(?P<gpu>\d+)(?P<values>(?:\s+\d+(?:\.\d+)?)+)\s*$")
@@ -39,9 +40,10 @@ def comm_op(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     m = _COMM_OP.search(line.body)
     if m is None:
         return []
-    return [make_event("comm_op_done", line, ctx, "info",
-                       {"op": m.group("op"), "time_ms": float(m.group("ms"))},
-                       rank=None, rank_source="")]
+    fields: dict[str, str | int | float] = {"op": m.group("op")}
+    if m.group("ms"):
+        fields["time_ms"] = float(m.group("ms"))
+    return [make_event("comm_op_done", line, ctx, "info", fields, rank=None, rank_source="")]
 
 
 def latency_matrix(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:

@@ -165,10 +165,18 @@ def init_start(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
                         "nranks": int(comm.group(3))})]
 
 
+# NCCL's proxy thread names its own rank: "[Proxy Service 93] Failed to execute operation Setup
+# from rank 93" (proxy.cc); like Init COMPLETE's, it maps the line's host:pid to that rank
+_PROXY = re.compile(r"\[Proxy Service (\d+)\]")
+
+
 def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     m = LINE.search(line.body)
     if not m or m.group("level") not in ("WARN", "ABORT"):
         return []
+    proxy = _PROXY.search(m.group("msg"))
+    if proxy is not None:
+        ctx.pid_rank.setdefault((m.group("host"), int(m.group("pid"))), (0, int(proxy.group(1))))
     msg = m.group("msg").strip()
     fields: dict[str, str | int | float] = {
         "host": m.group("host"), "pid": int(m.group("pid")), "tid": int(m.group("tid")),

@@ -357,7 +357,8 @@ def _finish(events: list[LogEvent], ctx: Context) -> list[LogEvent]:
         pid, host = event.fields.get("pid"), event.fields.get("host")
         src = event.fields.get("rank_source")
         if isinstance(pid, int) and isinstance(host, str) and src not in ("prefix", "pid") \
-                and event.kind in ("nccl_warn", "nccl_transport_error", runtime_lines.KIND):
+                and event.kind in ("nccl_warn", "nccl_transport_error", "cuda_error",
+                                   runtime_lines.KIND):
             known = ctx.pid_rank.get((host, pid))
             if known is not None:
                 fields = dict(event.fields)
