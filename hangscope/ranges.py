@@ -22,6 +22,12 @@ def format_ranks(ranks: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+def is_block(ranks: list[int]) -> bool:
+    """Sorted unique ranks that run without a gap (``[4, 5, 6]``): how ranks go to nodes and
+    launches."""
+    return ranks[-1] - ranks[0] == len(ranks) - 1
+
+
 def ranks_phrase(ranks: Iterable[int]) -> str:
     """``rank 3`` or ``ranks 0-2,5``: the subject of a finding's sentence."""
     ordered = sorted(set(ranks))

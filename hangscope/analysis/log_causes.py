@@ -122,6 +122,10 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
     world = evidence.expected_world_size()
     hosts = {ev.host for ev in evidence.ranks.values() if ev.host}
     sole = _sole_failed_child(evidence.unattributed_logs)
+    # the hosts NCCL's own lines name ("gpu5:35917:35994 [1] ..."): in a log of several hosts'
+    # lines a CUDA device index is a local rank of one of them, no one rank of the job
+    line_hosts = {str(e.fields["host"]) for e in evidence.unattributed_logs
+                  if e.fields.get("host")}
     faults = None
     for event in evidence.unattributed_logs:
         if event.rank is not None:
@@ -137,7 +141,7 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
         if local is None and event.path in sole and event.line_no < sole[event.path][1]:
             local = sole[event.path][0]  # rule sole-failed-child (see _sole_failed_child)
         gpu = event.fields.get("gpu")
-        if gpu is None and event.kind == "cuda_error" and len(line_hosts(evidence)) <= 1:
+        if gpu is None and event.kind == "cuda_error" and len(line_hosts) <= 1:
             gpu = event.fields.get("cuda_dev")  # NCCL's "host:pid:tid [N]": the CUDA device
         if local is None and (event.kind in OOM_KINDS or event.kind == "cuda_error") \
                 and isinstance(gpu, int) and gpu > 0:
@@ -148,12 +152,6 @@ def _rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:
         # On a single host a launcher's local rank is the global rank.
         if isinstance(local, int) and len(hosts) <= 1 and (world is None or local < world):
             yield local, event
-
-
-def line_hosts(evidence: JobEvidence) -> set[str]:
-    """The hosts NCCL's own lines name ("gpu5:35917:35994 [1] ..."): a log of several hosts'
-    lines has a local rank per host, so a device index names no one rank."""
-    return {str(e.fields["host"]) for e in evidence.unattributed_logs if e.fields.get("host")}
 
 
 def _sole_failed_child(events: list[LogEvent]) -> dict[str, tuple[int, int]]:
@@ -175,8 +173,9 @@ def _sole_failed_child(events: list[LogEvent]) -> dict[str, tuple[int, int]]:
 # Signals a launcher or scheduler sends to stop processes: on a rank that another rank's own
 # failure preceded, they are the teardown, not a cause.
 _STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
-# Events after which torch's NCCL watchdog takes the process down with SIGABRT by design.
-_WATCHDOG_ABORT = frozenset({"nccl_watchdog_timeout", "nccl_work_status", "nccl_heartbeat_stuck"})
+# A rank's own watchdog records of its collective timing out (or its watchdog stuck): after them
+# torch's NCCL watchdog takes the process down with SIGABRT by design.
+WATCHDOG_WAITS = frozenset({"nccl_watchdog_timeout", "nccl_work_status", "nccl_heartbeat_stuck"})
 
 
 def _echo_exit(event: LogEvent, closed_pids: set[object], echoed: set[int], aborted: set[int],
@@ -209,7 +208,7 @@ def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
     events = list(_rank_events(evidence))
     closed_pids = stopped_pids(evidence)
     echoed = {rank for rank, e in events if e.kind == "traceback" and classify(e) is None}
-    aborted = {rank for rank, e in events if e.kind in _WATCHDOG_ABORT}
+    aborted = {rank for rank, e in events if e.kind in WATCHDOG_WAITS}
     for rank, event in events:
         what = classify(event)
         if what is None or _echo_exit(event, closed_pids, echoed, aborted, rank):

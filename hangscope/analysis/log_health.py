@@ -73,8 +73,6 @@ def _in_step(evidence: JobEvidence) -> list[LogEvent]:
     return sorted(stepped, key=lambda e: (e.rank is None, e.rank))
 
 
-
-
 ERRATIC = 4.0  # slowest over fastest of a stream's recent step times, its first step left out
 
 
@@ -163,8 +161,6 @@ def _setup_line(event: LogEvent) -> bool:
 # default sweep prints 27 sizes, 8 B to 1 GiB; a test that hangs stops at its first rows or at
 # a large size
 CLEAN_ROWS = 8
-
-
 COMM_OPS = 3  # DeepSpeed's comms logger lines: each a collective that completed, with its time
 
 
@@ -178,7 +174,10 @@ def logs_tests_clean(evidence: JobEvidence) -> str | None:
     """Rule ``tests-finished``: where the logs are all there is, a note when nccl-tests (or
     rccl-tests) printed its closing bandwidth line with no result row counted wrong and nothing
     failed; else None. Basis: the test ran every size to the end and checked every result.
-    Whether its bandwidth is what the hardware should give is not judged here."""
+    Whether its bandwidth is what the hardware should give is not judged here. Where the paste
+    has no closing line, ``tests-rows-clean`` (:func:`clean_rows`); with no test at all,
+    ``comm-ops-completed``: :data:`COMM_OPS` lines or more of a comms logger, each a collective
+    timed as it completed."""
     every = list(evidence.all_logs())
     done = [e for e in every if e.kind == "nccl_tests_done" or (
         e.kind == "nccl_tests" and e.fields.get("finished"))]

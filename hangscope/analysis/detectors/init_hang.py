@@ -43,7 +43,7 @@ from hangscope.analysis.majority import odd_ones_out
 from hangscope.analysis.stacks import short_where
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
-from hangscope.ranges import ranks_do, ranks_phrase
+from hangscope.ranges import is_block, ranks_do, ranks_phrase
 from hangscope.sources.logs.common import one_line
 
 
@@ -184,13 +184,9 @@ def _never_started(open_: list[LogEvent]) -> tuple[list[int], list[int]]:
     started = sorted({int(e.fields["comm_rank"]) for e in mine})
     missing = sorted(set(range(world)) - set(started))
     if not started or not missing or started[-1] >= world \
-            or not _block(started) or not _block(missing):
+            or not is_block(started) or not is_block(missing):
         return [], []
     return missing, started
-
-
-def _block(ranks: list[int]) -> bool:
-    return ranks[-1] - ranks[0] == len(ranks) - 1
 
 
 # process-group creation every rank of the job calls, in the same order (new_group and its

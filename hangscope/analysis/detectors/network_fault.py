@@ -34,7 +34,14 @@ import re
 from collections import Counter
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.log_causes import Failure, describe, failures, rank_events, unranked
+from hangscope.analysis.log_causes import (
+    WATCHDOG_WAITS,
+    Failure,
+    describe,
+    failures,
+    rank_events,
+    unranked,
+)
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import ranks_phrase
@@ -156,8 +163,6 @@ def _transport(ctx: Context) -> list[Finding]:
                     evidence=evidence)]
 
 
-# kinds of a rank's own collective that timed out or failed (the watchdog's records)
-_WAITS = frozenset({"nccl_watchdog_timeout", "nccl_work_status", "nccl_heartbeat_stuck"})
 _ECHO_MARGIN_S = 5.0  # clocks of two hosts may differ by a few seconds
 
 
@@ -167,7 +172,8 @@ def _after_the_waits(ctx: Context, errors: list[Failure]) -> bool:
     the watchdog gives up it aborts the rank's communicators, and its peers' sockets then see the
     connection closed: errors that come after the waits cannot have caused them."""
     waits = [event.time for _, event in rank_events(ctx.evidence)
-             if event.time is not None and (event.kind in _WAITS or event.kind == "nccl_error"
+             if event.time is not None and (event.kind in WATCHDOG_WAITS
+                                            or event.kind == "nccl_error"
                                             and event.fields.get("async"))]
     times = [f.event.time for f in errors]
     if not waits or any(t is None for t in times):

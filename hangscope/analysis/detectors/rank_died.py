@@ -176,12 +176,13 @@ def _agent_signalled(ctx: Context) -> list[Finding]:
     it; which, the line does not say. 0.55: the node's ranks are not named. Not where the ranks'
     last progress line came more than a minute before the signal: the job had stalled, and the
     signal is a person's or a scheduler's stop of a hung job."""
-    events = [e for e in _all_events(ctx) if e.kind == "elastic_agent_signalled"
+    every = _all_events(ctx)
+    events = [e for e in every if e.kind == "elastic_agent_signalled"
               and e.fields.get("signal") in _KILLS]
     if not events or any(o.state in WAITING_STATES for o in ctx.picture.observations):
         return []
     first = events[0]
-    if _stalled_before(first, _all_events(ctx)):
+    if _stalled_before(first, every):
         return []
     summary = (f"rule agent-signalled: a node's torchrun agent received "
                f"{first.fields['signal']} from outside and shut its workers down ({first.where()}),"

@@ -20,10 +20,11 @@ from __future__ import annotations
 import re
 
 from hangscope.analysis.context import Context
+from hangscope.analysis.log_causes import WATCHDOG_WAITS
 from hangscope.analysis.log_progress import went_on
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
-from hangscope.ranges import ranks_phrase
+from hangscope.ranges import is_block, ranks_phrase
 from hangscope.sources.logs.common import one_line
 
 RULE = "cue-words"
@@ -107,9 +108,11 @@ def detect(ctx: Context) -> list[Finding]:
     # on any event of the line (a wrapped one keeps the marker only where it was rebuilt)
     relayed = {(e.path, e.line_no) for e in events if _RAY_SUMMARY.search(e.message)}
     progress = [e for e in events if e.kind == "progress" and (e.path, e.line_no) not in relayed]
-    waits = [e for e in events if e.kind in _OWN_WAITS
-             or (e.kind == "cue" and e.fields.get("cue") == "wait-timeout")
-             or (e.kind == "traceback" and _TIMED_OUT.search(str(e.fields.get("exc_message"))))]
+    # a traceback whose exception is the rank's own wait running out
+    timed_out = [e for e in events if e.kind == "traceback"
+                 and _TIMED_OUT.search(str(e.fields.get("exc_message")))]
+    waits = [e for e in events if e.kind in WATCHDOG_WAITS
+             or (e.kind == "cue" and e.fields.get("cue") == "wait-timeout")] + timed_out
     # a file made only of warnings known to be harmless (sources/logs/benign.py) carries no cue
     benign = {e.path for e in events if e.kind == "benign_only"}
     # a launcher's own traceback when it was signalled from outside (torchrun's SignalException),
@@ -117,8 +120,8 @@ def detect(ctx: Context) -> list[Finding]:
     # the stop of the job or a wait, not a rank's failure
     stopped = {(e.path, e.line_no) for e in events if e.kind == "traceback"
                and str(e.fields.get("exc_type", "")).endswith("SignalException")
-               or e.kind in ("traceback", "collective_wait") and e.fields.get("main_first")
-               or e.kind == "traceback" and _TIMED_OUT.search(str(e.fields.get("exc_message")))}
+               or e.kind in ("traceback", "collective_wait") and e.fields.get("main_first")}
+    stopped |= {(e.path, e.line_no) for e in timed_out}
     cues = [e for e in events if e.kind == "cue" and e.fields.get("cue") not in SUPPORT_ONLY
             and e.path not in benign and (e.path, e.line_no) not in stopped
             and "SignalException" not in e.message
@@ -180,10 +183,6 @@ def weigh(findings: list[Finding]) -> list[Finding]:
                           "rank no record names)")
         return [cause, *strong]
     return strong
-
-
-# A rank's own record of waiting in a collective (torch's watchdog)
-_OWN_WAITS = frozenset({"nccl_watchdog_timeout", "nccl_work_status", "nccl_heartbeat_stuck"})
 
 
 def _after_own_wait(cue: LogEvent, waits: list[LogEvent]) -> bool:
@@ -253,10 +252,6 @@ def _not_set_up(lines: list[LogEvent]) -> tuple[list[int], str | None]:
         done = {int(r) for r in str(event.fields.get("set_up", "")).split(",") if r.isdigit()}
         missing = sorted(set(range(world)) - done)
         if done and missing and len(missing) < world and max(done) < world \
-                and _block(sorted(done)) and _block(missing):
+                and is_block(sorted(done)) and is_block(missing):
             return missing, "setup-missing-ranks"
     return [], None
-
-
-def _block(ranks: list[int]) -> bool:
-    return ranks[-1] - ranks[0] == len(ranks) - 1
