@@ -44,6 +44,30 @@ def test_saved_stacks_and_logs_of_a_slow_phase_are_not_a_hang(tmp_path, scenario
         assert frame in root.summary
 
 
+def _drop_last_line_of(path: Path, prefix: str) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    last = max(i for i, line in enumerate(lines) if line.startswith(prefix))
+    path.write_text("".join(lines[:last] + lines[last + 1:]))
+
+
+def test_a_running_jobs_log_cut_mid_round_is_no_missing_rank_beside_its_stacks(tmp_path) -> None:
+    # GIVEN the checkpointing job's stacks, and its logs as collected from the running job:
+    # ranks 0, 1 and 3 have printed step 90, rank 2 not yet (its line is a moment away)
+    for part in ("stacks", "logs"):
+        shutil.copytree(RECORDED / "periodic_checkpoint" / part, tmp_path / part)
+    _drop_last_line_of(tmp_path / "logs" / "rank2.stdout.log", "[rank2] step")
+    _drop_last_line_of(tmp_path / "logs" / "torchrun.log", "[default2]:[rank2] step")
+    # WHEN the logs are analyzed alone, rule stream-behind reads rank 2 as the one behind
+    alone, _ = load_paths([str(tmp_path / "logs")], LoadOptions())
+    assert [f.measures.get("rule") for f in analyze(alone)[0].findings] == ["stream-behind"]
+    # THEN with the stacks, which show where rank 2 is, the log's tail names nobody: slow, the
+    # checkpointing rank the straggler, and no missing rank (rule live-over-log-tail)
+    evidence, _ = load_paths([str(tmp_path / "stacks"), str(tmp_path / "logs")], LoadOptions())
+    verdict = analyze(evidence)[0]
+    assert verdict.status.value in ("healthy", "slow"), verdict.findings
+    assert all(f.kind.value != "missing_rank" for f in verdict.findings), verdict.findings
+
+
 @pytest.mark.parametrize("scenario", ["periodic_checkpoint", "train_then_hang"])
 def test_logs_alone_that_advance_read_healthy_and_say_what_they_cannot_show(scenario) -> None:
     # GIVEN only the ranks' logs: steps advancing on every rank, no error (a healthy job stopped
@@ -98,7 +122,7 @@ def test_a_live_look_during_the_checkpoint_is_not_a_hang(tmp_path, options) -> N
     # THEN healthy or slow, and no page
     assert verdict["status"] in ("healthy", "slow"), verdict["findings"]
     assert code == ExitCode.NO_HANG
-    assert all(f["kind"] != "missing_rank" for f in verdict["findings"])
+    assert all(f["kind"] != "missing_rank" for f in verdict["findings"]), verdict["findings"]
 
 
 @pytest.mark.live

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from hangscope.analysis import config_skew
 from hangscope.analysis.context import Context
+from hangscope.analysis.detectors.stream_behind import RULE as STREAM_BEHIND
 from hangscope.analysis.detectors.weak_cues import weigh as weigh_cues
 from hangscope.analysis.moved_since_dump import reconcile
 from hangscope.analysis.ras_facts import is_ras_evidence
@@ -78,6 +79,18 @@ def _moving_not_hung(findings: list[Finding]) -> list[Finding]:
     if not any(f.kind is Kind.STRAGGLER and _seen_moving(f) for f in findings):
         return findings
     return [f for f in findings if f.kind is Kind.STRAGGLER or not from_stacks_alone(f)]
+
+
+def _live_over_log_tail(ctx: Context, findings: list[Finding],
+                        gaps: list[str]) -> list[Finding]:
+    """A rank whose log stops a step behind the others' (rule ``stream-behind``) reads as missing
+    only if the job was stuck when the log ended. Logs collected from a job that still runs end
+    mid-round as a matter of course (one rank has not printed its line yet), so where the rank's
+    stacks were sampled they say where it is, and the tail of its log adds nothing."""
+    def sampled(finding: Finding) -> bool:
+        return finding.measures.get("rule") == STREAM_BEHIND and bool(finding.culprit_ranks) \
+            and all(rank in ctx.stacks for rank in finding.culprit_ranks)
+    return [f for f in findings if not sampled(f)]
 
 
 def _stuck_over_slow(findings: list[Finding]) -> list[Finding]:
@@ -184,6 +197,9 @@ RULES: tuple[Weigh, ...] = (
     Weigh("cause-over-symptom", "a word-level cause (an OOM, a fault) stands beside findings "
           "that only say ranks wait for an unnamed rank, and comes first; otherwise cue findings "
           "give way to any finding read from whole records", _cues, then_order=False),
+    Weigh("live-over-log-tail", "a log that stops one step behind on a rank whose stacks were "
+          "sampled is the ragged tail of a running job's log: the stacks say where it is",
+          _live_over_log_tail, then_order=False),
     Weigh("moving-not-hung", "ranks sampled moving are not hung: a hang read from one moment of "
           "their stacks alone goes", _pure(_moving_not_hung), then_order=False),
     Weigh("specific-over-generic", "a missing rank adds nothing beside a finding that explains "
