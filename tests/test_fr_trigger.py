@@ -21,10 +21,11 @@ from hangscope.collect.fr_trigger import (
 from hangscope.discover import RankProcess
 
 
-def rank_proc(pid: int, env: dict[str, str], rank: int = 3) -> RankProcess:
+def rank_proc(pid: int, env: dict[str, str], rank: int = 3,
+              create_time: float = 0.0) -> RankProcess:
     return RankProcess(pid=pid, rank=rank, local_rank=rank, world_size=4, local_world_size=4,
                        group_rank=0, run_id="r", master_addr=None, master_port=None, env=env,
-                       cmdline=["python"], workers=[], create_time=0.0)
+                       cmdline=["python"], workers=[], create_time=create_time)
 
 
 def fake_reader(tmp_path: Path, mode: str = "dump"):  # noqa: ANN201
@@ -117,6 +118,24 @@ class TestPaths:
             assert pipe_path(rank) == str(tmp_path / "p_3.pipe")
             result = find_dumps(rank)
         assert [(f.data, f.triggered) for f in result.files] == [(b"dump", False)]
+
+    def test_a_dump_older_than_the_process_is_an_earlier_runs_and_is_not_read(
+            self, tmp_path: Path) -> None:
+        # GIVEN a dump at the rank's path written an hour before the rank's process started
+        # (the default /tmp/nccl_trace_rank_<N> outlives the job that wrote it)
+        (tmp_path / "trace_3").write_bytes(b"last week's job")
+        started_at = time.time()
+        os.utime(tmp_path / "trace_3", (started_at - 3600, started_at - 3600))
+        # WHEN the rank's dumps are picked up
+        result = find_dumps(rank_proc(os.getpid(), env_in(tmp_path), create_time=started_at))
+        # THEN it is passed over, and the note says why
+        assert result.files == []
+        assert "before this rank's process started" in result.notes[0]
+        assert "3600 s" in result.notes[0]
+        # and a dump written after the process started is read
+        os.utime(tmp_path / "trace_3", (started_at + 5, started_at + 5))
+        fresh = find_dumps(rank_proc(os.getpid(), env_in(tmp_path), create_time=started_at))
+        assert [f.data for f in fresh.files] == [b"last week's job"]
 
     def test_no_dump_is_a_note(self, tmp_path: Path) -> None:
         result = find_dumps(rank_proc(os.getpid(), env_in(tmp_path)))

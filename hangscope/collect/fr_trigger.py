@@ -26,6 +26,7 @@ from hangscope.discover import RankProcess
 
 DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
 MAX_DUMP_BYTES = 512 << 20
+_CLOCK_SLACK_S = 2.0  # a file's mtime and a process's start time come from different clocks
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 
@@ -65,13 +66,22 @@ def pipe_path(rank: RankProcess) -> str | None:
 
 
 def find_dumps(rank: RankProcess) -> FrResult:
-    """The dumps already on disk for this rank (e.g. written on a watchdog timeout)."""
+    """The dumps already on disk for this rank (e.g. written on a watchdog timeout).
+
+    The default path is shared by every job on the host (``/tmp/nccl_trace_rank_<N>``), so a
+    file written before this rank's process started is an earlier run's dump: read as this
+    job's, it would show that run's last collectives. Such a file is passed over, with a note."""
     result = FrResult()
     for path in dump_paths(rank):
         got = _read_dump(rank.rank, path, False, result.notes)
-        if got is not None:
+        if got is not None and got.mtime < rank.create_time - _CLOCK_SLACK_S:
+            result.notes.append(
+                f"rank {rank.rank}: {path} was written "
+                f"{rank.create_time - got.mtime:.0f} s before this rank's process started: "
+                "an earlier run's dump, not read")
+        elif got is not None:
             result.files.append(got)
-    if not result.files:
+    if not result.files and not result.notes:
         result.notes.append(f"rank {rank.rank}: no flight-recorder dump at "
                             f"{' or '.join(dump_paths(rank))}")
     return result
