@@ -111,10 +111,14 @@ VARIANTS: dict[str, Callable[[str], str]] = {
 
 # (log stem, variant): what the variant gives today instead of the original's verdict.
 DIFFERS: dict[tuple[str, str], str] = {
-    ("r_cosyvoice_517_epoch_end_rank0_allreduce_alone", "wrap80"):
-        "missing_rank [] instead of missing_rank [1]: the progress lines name their rank at their "
-        "end ('... grad_norm 0.19 rank 1'); wrapped at 80 the name moves to a continuation line "
-        "of its own, so rank 1's stream is no longer told from rank 0's",
+    ("u_awsome_distributed_ai_192_socket_lo_ifname", "wrap80"):
+        "rank_died [0] instead of network_fault []: the paste is one line of srun-labelled records "
+        "run together ('... opts) 10: torch.distributed.DistBackendError ...'); wrapped at 80 a "
+        "break falls inside the label '10:', so '0: ncclSystemError ...' starts a line and reads "
+        "as task 0's own NCCL error",
+    ("u_awsome_distributed_ai_192_socket_lo_ifname", "wrap200"):
+        "rank_died instead of network_fault: as at 80, a break at 200 starts a line with an srun "
+        "label cut out of the run-together records, which reads as that task's own error",
     ("h_deepep_106_ib_error12_multinode_wrapped", "wrap200"):
         "network_fault [5] instead of network_fault []: the paste is two screen rows of 1000 and "
         "359 columns (records padded with blanks and run together); re-wrapped at 200, the padding "

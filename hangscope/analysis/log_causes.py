@@ -36,6 +36,10 @@ ECHO_KINDS = frozenset({"gloo_connection_closed", "gloo_timeout", "nccl_watchdog
                         "collective_fingerprint_mismatch", "nccl_warn"})
 OOM_KINDS = frozenset({"cuda_oom", "host_oom_kill"})
 _OOM_MESSAGE = re.compile(r"^(?:CUDA|HIP) out of memory|^CUDA error: out of memory")
+# DeepSpeed's cross-rank consistency check (runtime/utils.py assert_ints_same_as_other_ranks,
+# called by ZeRO-3's parameter coordinator): every rank all-gathers the ids of the parameters
+# it fetches, and the sequences differ
+RANKS_DISAGREE = re.compile(r"disagreement between rank ?\d+ and rank ?\d+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,8 @@ def classify(event: LogEvent) -> str | None:
             return None  # (inside a main-process-first block: its exception is the wait's end)
         if event.fields.get("thread") not in (None, "", "MainThread"):
             return "thread_exception"  # the thread died; the process lives on
+        if RANKS_DISAGREE.search(message):
+            return "collective_error"  # a cross-rank check failed: the ranks ran different code
         return "gpu" if _GPU_FAULT.search(message) else "exception"
     if kind == "nccl_transport_error":
         # rule truncated-is-size: a receive that got more bytes than it posted is the two sides
@@ -98,6 +104,8 @@ def classify(event: LogEvent) -> str | None:
         return "gpu"  # NCCL's CUDA call failed on this rank's own GPU
     if kind == "nccl_error" and _SETUP_CAUSE.search(str(event.fields.get("last_error", ""))):
         return None  # NCCL's bootstrap could not set its sockets up: set-up, not this rank
+    if kind == "nccl_error" and _NET_CAUSE.search(str(event.fields.get("last_error", ""))):
+        return "transport"  # NCCL's network transport (IB verbs, a net plugin) failed
     if kind == "gloo_enforce_fail" and "driver shutting down" in str(event.fields.get("check", "")):
         return None  # CUDA's runtime unloading as the process exits: its teardown, not a cause
     if kind in ("gloo_enforce_fail", "nccl_error"):
@@ -108,6 +116,11 @@ def classify(event: LogEvent) -> str | None:
 # NCCL's "Last error:" of a bootstrap that found no usable socket (socket.cc, bootstrap.cc): the
 # job's network set-up is wrong on every rank alike (the cue tier reads it as init)
 _SETUP_CAUSE = re.compile(r"ncclSocketInit|[Bb]ootstrap ?:|no socket interface|NCCL_SOCKET_IFNAME")
+# NCCL's "Last error:" naming its network transport or a net plugin as what failed ("NET/OFI
+# Unable to insert remote address into address vector", "NET/IB : Got completion from peer ...
+# with status=12", "ibv_modify_qp failed"): the fabric between the hosts, not the rank that raised
+_NET_CAUSE = re.compile(r"\bNET/(?:IB|OFI|Plugin|Socket)\b|\bibv_\w+\b.{0,40}(?:fail|error)|"
+                        r"\bfi_\w+\b.{0,40}(?:fail|error)|Got completion from peer")
 
 
 def rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:

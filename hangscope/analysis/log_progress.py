@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from hangscope.analysis.log_causes import ECHO_KINDS, classify, failures
 from hangscope.model import JobEvidence, LogEvent
-from hangscope.sources.logs.progress import position
+from hangscope.sources.logs.progress import OVERFLOW_TOP, position
 
 # Echoes that say a peer went away or stopped answering (not teardown, not a dump notice).
 PEER_LOST_KINDS = frozenset({"gloo_connection_closed", "gloo_timeout", "nccl_watchdog_timeout",
@@ -222,6 +222,9 @@ def describe_progress(event: LogEvent | None) -> str:
         return "no progress line"
     epoch, step = position(event)
     unit = str(event.fields.get("unit", "step"))
+    if unit == "overflow" and step is not None:
+        return (f"a step skipped on an fp16 overflow (loss scale down to "
+                f"{1 << (OVERFLOW_TOP - int(step) - 1)})")
     text = ""
     if step is not None:
         total = event.fields.get("total")

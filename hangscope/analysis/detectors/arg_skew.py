@@ -10,6 +10,11 @@ arguments: NCCL then reads past the smaller buffer or waits forever. Confidence 
 number, 0.5 without (a print's template can repeat over steps with other sizes); 0.05 less when the
 ranks were read from NCCL's GPU index (one host: local rank = rank) or from the file alone.
 False positives: prints whose sizes differ per rank by design (a rank's shard of a buffer).
+
+Rule ``arguments-differ-at-same-op``, where no majority stands out (two ranks, or every rank
+alone): ranks logged one collective at one sequence number with other arguments. The collective
+was called with other sizes, so it cannot complete; which rank is odd the lines cannot say.
+Confidence 0.45; sequence-numbered lines only (a print statement's template repeats over steps).
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ def detect(ctx: Context) -> list[Finding]:
         if best is None or rank_key > best[0]:
             best = (rank_key, key, lines, odd)
     if best is None:
-        return []
+        return _differ_no_majority(groups)
     _, (op, where), lines, odd = best
     sample = lines[odd.majority[0]]
     weak = any(lines[r].fields.get("rank_from") in ("device", "hint") for r in odd.odd)
@@ -75,3 +80,27 @@ def detect(ctx: Context) -> list[Finding]:
 
 def _seq(value: object) -> int | None:
     return int(str(value)) if str(value).isdigit() else None
+
+
+def _differ_no_majority(groups: dict[tuple[str, str], dict[int, LogEvent]]) -> list[Finding]:
+    """Rule ``arguments-differ-at-same-op`` (module docstring)."""
+    for (op, where), lines in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        if not where.startswith("seq ") or len(lines) < 2:
+            continue
+        args = {rank: _args(event) for rank, event in lines.items()}
+        if len(set(args.values())) < 2 or not all(a[0] or a[1] for a in args.values()):
+            continue
+        ranks = sorted(lines)
+        said = "; ".join(f"rank {r}: {_say(args[r])}" for r in ranks[:4])
+        summary = (f"rule arguments-differ-at-same-op: at {op} ({where}) {said}: the same "
+                   "collective called with other arguments on each side, so it cannot "
+                   "complete; with no majority the lines do not say which rank is odd (a "
+                   "data-dependent branch on one side is the usual cause)")
+        evidence = [EvidenceItem("log", r, lines[r].message[:300], lines[r].where())
+                    for r in ranks[:4]]
+        return [Finding(kind=Kind.SIZE_MISMATCH, culprit_ranks=[], waiting_ranks=ranks,
+                        confidence=0.45, summary=summary, evidence=evidence,
+                        collective=CollectiveRef(pg=None, seq=_seq(where[4:]), op=op,
+                                                 numbering="log line"),
+                        measures={"rule": "arguments-differ-at-same-op"})]
+    return []

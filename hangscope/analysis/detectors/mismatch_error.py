@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.log_causes import Failure, describe, failures, unranked
+from hangscope.analysis.log_causes import RANKS_DISAGREE, Failure, describe, failures, unranked
 from hangscope.analysis.log_sizes import size_diffs
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
@@ -50,7 +50,7 @@ def detect(ctx: Context) -> list[Finding]:
         if hit is not None:
             symptoms[rank] = hit
     if not symptoms:
-        return _unranked_truncation(ctx)
+        return _unranked_truncation(ctx) or _disagreement(ctx)
     if any(ctx.divergence(group) is not None for group in ctx.picture.groups.values()):
         return []  # the flight recorder's sizes name the culprit (size/collective_mismatch)
     raised = sorted(symptoms)
@@ -109,3 +109,31 @@ def _short(message: str) -> str:
     found = re.search(r"Received data size doesn't match expected size|ncclInvalidUsage[^.]*"
                       r"|message truncated : receiving \d+ bytes instead of \d+", message)
     return found.group(0) if found else message.strip()[:120]
+
+
+def _disagreement(ctx: Context) -> list[Finding]:
+    """Rule ``ranks-disagree``: a rank raised DeepSpeed's cross-rank check ("disagreement between
+    rank0 and rank6: rank0: [...]"): ZeRO-3 gathers the same parameters in the same order on every
+    rank, and here two ranks' orders differ, so the ranks ran different modules (a data-dependent
+    branch: a text-only batch skipping the vision tower, MoE routing, evaluation on some ranks).
+    Their parameter all-gathers no longer pair up: a collective mismatch. Which side is odd is
+    not said: rank 0 is only the reference."""
+    raised = sorted((f for items in failures(ctx.evidence).values() for f in items
+                     if f.what == "collective_error"
+                     and RANKS_DISAGREE.search(f.event.message + str(f.event.fields))),
+                    key=lambda f: (f.event.path, f.event.line_no))
+    if not raised:
+        return []
+    first = raised[0]
+    pair = RANKS_DISAGREE.search(first.event.message + str(first.event.fields))
+    summary = (f"rule `ranks-disagree`: {describe(first.event, 160)} ({first.event.where()}): "
+               f"DeepSpeed's cross-rank check found the ranks' sequences of gathered parameters "
+               f"differ ({pair.group(0) if pair else 'two ranks'}): the ranks ran different "
+               "modules, so their ZeRO-3 all-gathers do not pair up. A data-dependent branch is "
+               "the usual cause (text-only and image batches on a multimodal model, MoE routing, "
+               "evaluation on some ranks only); which rank is odd the check does not say")
+    evidence = [EvidenceItem("log", f.rank, f.describe(), f.event.where()) for f in raised[:3]]
+    return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=[],
+                    waiting_ranks=sorted({f.rank for f in raised}), confidence=0.65,
+                    summary=summary, evidence=evidence,
+                    measures={"outcome": "failed", "rule": "ranks-disagree"})]

@@ -154,10 +154,11 @@ def _transport(ctx: Context) -> list[Finding]:
     evidence = [EvidenceItem("log", rank, " ".join(f.event.message.split())[:300],
                              f.event.where())
                 for rank in reporters[:8] for f in transport[rank][:1]]
-    blamed = ", ".join(f"{peer} ({count}x)" for peer, count in peers.most_common(4))
-    summary = (f"NCCL transport errors on {ranks_phrase(reporters)} "
-               f"name peer(s) {blamed}: a link, NIC or host on that "
-               "path is the first suspect")
+    named = [(peer, count) for peer, count in peers.most_common(4) if peer != "?"]
+    blamed = (" name peer(s) " + ", ".join(f"{peer} ({count}x)" for peer, count in named)) \
+        if named else " (NCCL's network transport failed; no peer named)"
+    summary = (f"NCCL transport errors on {ranks_phrase(reporters)}{blamed}: a link, NIC or "
+               "host on that path is the first suspect")
     return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=reporters, waiting_ranks=[],
                     confidence=0.5 if other_causes else 0.75, summary=summary,
                     evidence=evidence)]

@@ -61,11 +61,13 @@ BASIS = {
     "gloo-loopback": ("gloo could not resolve the host's name and bound to the loopback address, "
                       "which peers on other hosts cannot reach, so the process group's set-up "
                       "cannot complete (set GLOO_SOCKET_IFNAME to the real interface)"),
-    "store-timeout": ("a rank timed out waiting on the c10d store before the job had begun: "
-                      "process-group set-up (rendezvous, store) did not complete"),
-    "store-wait": ("a rank timed out waiting on the c10d store after the job had begun (training "
-                   "or a phase of one rank's own came first): the store is a barrier here, and "
-                   "the rank that should have written its key is elsewhere"),
+    "store-timeout": ("a rank timed out waiting on the rendezvous store (c10d's, gloo's) before "
+                      "the job had begun: process-group set-up (rendezvous, store) did not "
+                      "complete"),
+    "store-wait": ("a rank timed out waiting on the rendezvous store (c10d's, gloo's) after the "
+                   "job had begun (training or a phase of one rank's own came first): the store "
+                   "is a barrier here, and the rank that should have written its key is "
+                   "elsewhere"),
     "p2p-words": "point-to-point sends and receives hang",
     "thread-deadlock": "threads deadlock on a lock",
     "watchdog-stuck": ("torch's watchdog thread itself is blocked (another thread holding the GIL "
@@ -92,7 +94,7 @@ _NAMES_CULPRIT = {"out-of-memory", "gpu-fault", "signal-death", "abort", "data-l
 _TIMED_OUT = re.compile(r"(?i)\btimed? ?out\b|\bTimeout\b")
 # Deaths a process states of itself (a signal, a fatal interpreter error, its GPU): where its lines
 # carry its rank in their prefix and it is the only rank here, the line names it
-_OWN_DEATH = {"signal-death", "abort", "gpu-fault", "out-of-memory"}
+_OWN_DEATH = {"signal-death", "abort", "gpu-fault", "out-of-memory", "exit-nonzero", "exception"}
 # Cues that only support another rule (log_waits' rank0-silent), never a finding of their own
 SUPPORT_ONLY = {"busy-phase"}
 # Lines that are the cause whatever else was found: NCCL says "Duplicate GPU detected" and then
@@ -112,7 +114,8 @@ def detect(ctx: Context) -> list[Finding]:
     timed_out = [e for e in events if e.kind == "traceback"
                  and _TIMED_OUT.search(str(e.fields.get("exc_message")))]
     waits = [e for e in events if e.kind in WATCHDOG_WAITS
-             or (e.kind == "cue" and e.fields.get("cue") == "wait-timeout")] + timed_out
+             or (e.kind == "cue" and e.fields.get("cue") in ("wait-timeout", "store-timeout"))
+             ] + timed_out
     # a file made only of warnings known to be harmless (sources/logs/benign.py) carries no cue
     benign = {e.path for e in events if e.kind == "benign_only"}
     # a launcher's own traceback when it was signalled from outside (torchrun's SignalException),
@@ -197,8 +200,19 @@ def _after_own_wait(cue: LogEvent, waits: list[LogEvent]) -> bool:
     if name in ("exit-nonzero", "exception"):  # the same stream: the same rank, or both unnamed
         return any(w.path == cue.path and w.line_no < cue.line_no and w.rank == cue.rank
                    and w.kind in ("cue", "traceback") for w in waits)
-    return any(w.path == cue.path and w.line_no < cue.line_no
-               and (cue.rank is None or w.rank == cue.rank) for w in waits)
+    if any(w.path == cue.path and w.line_no < cue.line_no
+           and (cue.rank is None or w.rank == cue.rank) for w in waits):
+        return True
+    # C++'s "terminate called after throwing an instance of ..." states its exception on the
+    # "what():" line that follows (a few physical lines on where a terminal wrapped them): a
+    # wait there is what the abort ends
+    return bool(_TERMINATE.search(cue.message)) and any(
+        w.path == cue.path and cue.line_no < w.line_no <= cue.line_no + _WHAT_REACH
+        and "what()" in w.message for w in waits)
+
+
+_TERMINATE = re.compile(r"terminate called after throwing")
+_WHAT_REACH = 6  # physical lines from the terminate line to its what() line
 
 
 def _job_begun(cue: LogEvent, events: list[LogEvent]) -> bool:

@@ -55,7 +55,8 @@ CUES: tuple[Cue, ...] = (
     Cue("out-of-memory", "rank_oom", "cause", re.compile(
         r"(?i)out of memory|OutOfMemoryError|\bOOM[- ]?kill|OOMKilled|\boom_kill|Out of memory: Kill(?:ed)? process|"
         r"memory cgroup out of memory|std::bad_alloc|Cannot allocate memory|CUBLAS_STATUS_ALLOC_FAILED|"
-        r"\bOOM\b(?! score)|exceeded (?:its |the )?memory limit|Memory limit exceeded")),
+        # (not a metric's counter at zero: fairseq's progress lines carry "oom=0.000")
+        r"\bOOM\b(?! score)(?!\s*[=:]\s*0(?:\.0*)?(?![\d.]))|exceeded (?:its |the )?memory limit|Memory limit exceeded")),
     # NCCL's init.cc (ncclInvalidUsage): two ranks were given one GPU, a launch setting (device
     # index hard-coded, CUDA_VISIBLE_DEVICES, local rank) wrong on some processes
     Cue("duplicate-gpu", "config_skew", "cause", re.compile(
@@ -130,7 +131,9 @@ CUES: tuple[Cue, ...] = (
     Cue("store-timeout", "init_hang", "symptom", re.compile(
         r"(?i)waitForInput.{0,200}(?:timed out|timeout)|\bSocket Timeout\b|"
         r"TCPStore.{0,120}(?:timed out|timeout)|DistStoreError.{0,120}(?:timed out|timeout)|"
-        r"wait timeout after \d+ ?ms.{0,80}keys?|Exception raised from doWait at \S*TCPStore")),
+        r"wait timeout after \d+ ?ms.{0,80}keys?|Exception raised from doWait at \S*TCPStore|"
+        # gloo's and Horovod's key-value stores (gloo/rendezvous, horovod's http_store.cc)
+        r"\bWait timeout for key\(?s?\)?")),
     Cue("init", "init_hang", "cause", re.compile(
         r"(?i)Timed out initializing process group|store[_ ]based[_ ]barrier|Waiting in store based barrier|"
         r"Rendezvous(?:Timeout|Closed|Connection)Error|DistNetworkError|DistStoreError|TCPStore|"
@@ -154,7 +157,7 @@ CUES: tuple[Cue, ...] = (
     Cue("mismatch-words", "collective_mismatch", "cause", re.compile(
         r"(?i)\bmismatch(?:ed)?\b|do(?:es)?(?: not|n't) match|different (?:shape|size|dtype|number of|order|sequence)|"
         r"inconsistent|unequal|uneven|sizes? differ|expected .{0,40} but (?:got|received)|"
-        r"wrong (?:size|shape|number)"), _DIST),
+        r"wrong (?:size|shape|number)|disagreement between rank ?\d+ and rank"), _DIST),
     Cue("p2p-words", "p2p_deadlock", "cause", re.compile(
         r"(?i)\b(?:isend|irecv|send|recv|batch_isend_irecv|p2p|point-to-point|send/recv|SendRecv)\b.{0,80}"
         r"(?:deadlock|hang|hangs|stuck|blocks forever|never (?:returns|completes))|"

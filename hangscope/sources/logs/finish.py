@@ -7,6 +7,7 @@ wording matched) for::
     Training completed. Do not forget to share your model on huggingface.co/models =)   # HF Trainer
     `Trainer.fit` stopped: `max_epochs=10` reached.                                   # Lightning
     [after training is done] datetime: 2024-01-02 10:00:00                            # Megatron-LM
+    2022-07-29 22:52:33 | INFO | fairseq_cli.train | done training in 162.1 seconds   # fairseq
     [default] worker group successfully finished. Waiting 300 seconds for other agents to finish.
                                                                                       # torchelastic
     Epoch 10/10                                                                       # Keras, and the
@@ -37,7 +38,7 @@ from hangscope.model import LogEvent
 from hangscope.sources.logs.common import Line, make_event
 from hangscope.sources.logs.tail import LogicalTail, tail_candidates
 
-_CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|successfully finished|epoch|\[=|"
+_CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|done training|successfully finished|epoch|\[=|"
                         rb"success|succeeded|finished|NOT been destroyed|(?:training|total|run) (?:time|duration)")
 # a rank's own line that it is through: "[MPI Rank 5] runCount: 10000 Success"; never a negated
 # one ("not finished", "didn't finish", "unsuccessful")
@@ -52,6 +53,7 @@ _SAID = (
     ("lightning", re.compile(r"`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached")),
     ("megatron", re.compile(r"\[after training is done\]")),
     ("elastic", re.compile(r"worker group successfully finished")),
+    ("fairseq", re.compile(r"\bdone training in \d+(?:\.\d+)? seconds")),
     # torch >= 2.4, ProcessGroupNCCL's destructor at interpreter exit without
     # destroy_process_group(): printed by a process that left its program normally
     ("pg_destructed_at_exit", re.compile(r"process group has NOT been destroyed before it is being destructed")),

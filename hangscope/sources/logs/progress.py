@@ -6,6 +6,9 @@ timestamp or rank prefix (``common.parse_line`` peels those):
 * counters: ``step 41``, ``Step [41/600]``, ``global_step=41``, ``iter 41``, ``iteration 41/1000``,
   Megatron's ``iteration      100/   10000 |``, DeepSpeed's ``step=100, skipped=0``, fairseq's
   ``num_updates 100``, ``Batch 41/600``;
+* DeepSpeed's fp16 loss scaler skipping a step whose gradients overflowed (``[deepspeed] OVERFLOW!
+  Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768``): each line one more step
+  ran, so a stream of them with the scale falling moves (unit ``overflow``);
 * epochs: ``Epoch 3``, ``Epoch [3/10], Step [41/600]``, HF Trainer's ``{'loss': 2.1, ..., 'epoch':
   0.45}``, the PyTorch examples' ``Train Epoch: 1 [12800/60000 (21%)]``;
 * tqdm bars (Lightning, HF Trainer, plain tqdm): ``Epoch 0:  45%|████▌     | 45/100 [00:10<00:12,
@@ -41,7 +44,7 @@ from hangscope.sources.logs.common import (
     make_event,
     parse_line,
 )
-from hangscope.sources.logs.normalize import normalize
+from hangscope.sources.logs.normalize import normalize, wrap_width
 from hangscope.sources.logs.tail import MAX_LINE, tail_lines
 
 SETTLE_LINES = 2000  # lines read past the last new stream, or new end or progress of one
@@ -129,8 +132,21 @@ class Progress:
     epoch: float | None
 
 
+# DeepSpeed's fp16 loss scaler on a step whose gradients overflowed (loss_scaler.py): the step
+# ran (forward, backward, the gradients' all-reduce) and its update was skipped. Each such line is
+# one more step; its position is how many times the scale was halved (from 2^64 down)
+_OVERFLOW = re.compile(r"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: \d+, "
+                       r"reducing to (\d+)")
+OVERFLOW_TOP = 64
+
+
 def parse_progress(text: str) -> Progress | None:
     """The position a progress line states, or None when the text states none."""
+    overflow = _OVERFLOW.search(text)
+    if overflow is not None:
+        scale = int(overflow.group(1))
+        return Progress("overflow", OVERFLOW_TOP - scale.bit_length(), None, None) \
+            if 0 < scale < 1 << OVERFLOW_TOP else None
     epoch_match = _EPOCH.search(text)
     epoch = float(epoch_match.group(1)) if epoch_match else None
     bar = _BAR.search(text)
@@ -161,12 +177,16 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
     named: dict[int, tuple[int | None, int | None]] = {}
     if hinted == (None, None):
         named = _named_streams(lines, skip)
-        fixed = normalize(b"\n".join(lines)) \
-            if not named and any(b"cuda:" in raw for raw in lines) else None
-        if fixed is not None and (rebuilt := fixed.data.split(b"\n")) and \
-                (named := _named_streams(rebuilt, set())):
-            # hard-wrapped lines put the device on a continuation: read the rebuilt lines
-            lines, skip, number = rebuilt, set(), fixed.original_line
+    # a tail hard-wrapped at one width (a terminal's or a tracker's cut) is read as its logical
+    # lines; so is one whose device names no stream until it is (the device on a continuation)
+    device_cut = hinted == (None, None) and not named and any(b"cuda:" in raw for raw in lines)
+    wrapped = wrap_width([len(raw) for raw in lines]) is not None
+    fixed = normalize(b"\n".join(lines)) if device_cut or wrapped else None
+    if fixed is not None:
+        rebuilt = fixed.data.split(b"\n")
+        renamed = _named_streams(rebuilt, set()) if hinted == (None, None) else {}
+        if wrapped or renamed:
+            lines, skip, number, named = rebuilt, set(), fixed.original_line, renamed
     last: dict[tuple[int | None, int | None], tuple[Line, Progress]] = {}
     ends: dict[tuple[int | None, int | None], Line] = {}
     times: dict[tuple[int | None, int | None], _Times] = {}

@@ -1,0 +1,186 @@
+"""Named rules from blind batch 22's first look (issue 18), each on wordings other than the case
+it was written for, and each with a log that must not trip it: a run stopped by hand after it
+finished, DeepSpeed's cross-rank check, ranks at one sequence number with other sizes and no
+majority, a counter named "oom" at zero, fp16 overflow steps as progress, NCCL's network
+transport as an error's "Last error", and a C++ abort whose exception is a store's timeout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hangscope.analysis.engine import analyze
+from hangscope.options import LoadOptions
+from hangscope.sources.load import load_paths
+
+
+def _verdict(tmp_path: Path, text: str, name: str = "train.log"):  # type: ignore[no-untyped-def]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_text(text)
+    return analyze(load_paths([str(tmp_path)], LoadOptions())[0])[0]
+
+
+def _root(verdict):  # type: ignore[no-untyped-def]
+    return (verdict.root.kind.value, verdict.root.culprit_ranks) if verdict.root else None
+
+
+# --- stopped-after-finish -----------------------------------------------------------------------
+
+HF_DONE = ("{'loss': 0.4127, 'learning_rate': 1e-05, 'epoch': 2.99}\n"
+           "{'train_runtime': 812.3, 'train_samples_per_second': 35.1, 'epoch': 3.0}\n"
+           "\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)\n"
+           "\n\n")
+INTERRUPT = ("^CTraceback (most recent call last):\n"
+             '  File "/opt/conda/lib/python3.10/threading.py", line 1567, in _shutdown\n'
+             "    lock.acquire()\n"
+             "KeyboardInterrupt\n")
+
+
+def test_a_run_interrupted_by_hand_after_it_finished_hung_at_exit(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, HF_DONE + INTERRUPT)
+    assert _root(verdict) == ("python_deadlock", [])
+    assert verdict.root.measures["rule"] == "stopped-after-finish"
+    assert "never exited" in verdict.root.summary
+    # the KeyboardInterrupt line alone (no ^C echo) reads the same
+    verdict = _verdict(tmp_path / "bare", HF_DONE + INTERRUPT.replace("^C", ""))
+    assert _root(verdict) == ("python_deadlock", [])
+
+
+def test_a_finished_run_not_interrupted_or_interrupted_before_its_end_is_no_exit_hang(
+        tmp_path: Path) -> None:
+    assert _verdict(tmp_path / "done", HF_DONE).status.value == "healthy"
+    before = INTERRUPT + HF_DONE  # stopped, then (another run in the same file) finished
+    verdict = _verdict(tmp_path / "before", before)
+    assert verdict.root is None or verdict.root.measures.get("rule") != "stopped-after-finish"
+
+
+# --- ranks-disagree ---------------------------------------------------------------------------
+
+DISAGREE = (
+    "[rank3]: Traceback (most recent call last):\n"
+    '[rank3]:   File "/usr/lib/python3/site-packages/deepspeed/runtime/zero/'
+    'partitioned_param_coordinator.py", line 305, in fetch_sub_module\n'
+    "[rank3]:     assert_ints_same_as_other_ranks([p.ds_id for p in params_to_fetch])\n"
+    '[rank3]:   File "/usr/lib/python3/site-packages/deepspeed/runtime/utils.py", line 857, '
+    "in assert_ints_same_as_other_ranks\n"
+    '[rank3]:     raise RuntimeError(f"disagreement between rank0 and rank{dist.get_rank()}: "\n'
+    "[rank3]: RuntimeError: disagreement between rank0 and rank3: rank0: [12, 13, 14], "
+    "rank3: [12, 40, 41]\n")
+
+
+def test_deepspeeds_cross_rank_check_is_a_mismatch_not_a_death(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, DISAGREE)
+    assert _root(verdict) == ("collective_mismatch", [])
+    assert verdict.root.measures["rule"] == "ranks-disagree"
+    assert "disagreement between rank0 and rank3" in verdict.root.summary
+
+
+def test_another_runtime_error_in_the_same_place_is_still_the_rank_dying(tmp_path: Path) -> None:
+    other = DISAGREE.replace("RuntimeError: disagreement between rank0 and rank3: rank0: "
+                             "[12, 13, 14], rank3: [12, 40, 41]",
+                             "RuntimeError: CUDA error: an illegal memory access was encountered")
+    assert _root(_verdict(tmp_path, other)) == ("rank_died", [3])
+
+
+# --- arguments-differ-at-same-op -------------------------------------------------------------
+
+def test_two_ranks_at_one_seq_with_other_sizes_are_a_size_mismatch(tmp_path: Path) -> None:
+    text = ("both ranks time out at one SeqNum:\n"
+            "[rank0] all_reduce SeqNum=812 NumelIn=1 dtype=float32\n"
+            "[rank1] all_reduce SeqNum=812 NumelIn=65536 dtype=float32\n")
+    verdict = _verdict(tmp_path, text)
+    assert _root(verdict) == ("size_mismatch", [])
+    assert verdict.root.measures["rule"] == "arguments-differ-at-same-op"
+    # the same arguments on both: nothing differs
+    same = text.replace("NumelIn=65536", "NumelIn=1")
+    verdict = _verdict(tmp_path / "same", same)
+    assert verdict.root is None or verdict.root.measures.get("rule") != \
+        "arguments-differ-at-same-op"
+
+
+def test_other_sizes_at_other_seqs_are_no_mismatch(tmp_path: Path) -> None:
+    text = ("[rank0] all_reduce SeqNum=812 NumelIn=1\n"
+            "[rank1] all_reduce SeqNum=813 NumelIn=65536\n")
+    verdict = _verdict(tmp_path, text)
+    assert verdict.root is None or verdict.root.measures.get("rule") != \
+        "arguments-differ-at-same-op"
+
+
+# --- a counter named oom, fp16 overflow steps ---------------------------------------------------
+
+FAIRSEQ = "".join(
+    f"| epoch 002:   {n:4d} / 9000 loss=7.1{n % 7}, wps=31000, ups=1, num_updates={9000 + n}, "
+    f"lr=0.0005, gnorm=0.4, clip=0.000, oom={oom}, loss_scale=8.000, wall={2000 + n}\n"
+    for n, oom in ((100, "0.000"), (200, "0.000"), (300, "0.000")))
+
+
+def test_an_oom_counter_at_zero_is_no_oom(tmp_path: Path) -> None:
+    assert _verdict(tmp_path, FAIRSEQ).status.value == "healthy"
+    # a real OOM after the same lines still reads as one
+    oom = FAIRSEQ + ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 "
+                     "GiB total capacity; 75.01 GiB already allocated)\n")
+    assert _verdict(tmp_path / "oom", oom).root.kind.value == "rank_oom"
+
+
+OVERFLOWS = "".join(
+    f"[2024-05-02 10:0{i}:1{i},120] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] "
+    f"OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {1 << (20 - i)}, reducing to "
+    f"{1 << (19 - i)}\n" for i in range(4))
+
+
+def test_fp16_overflow_steps_are_a_run_that_moves(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, OVERFLOWS)
+    assert verdict.status.value == "healthy"
+    assert "fp16 overflow (loss scale down to 65536)" in verdict.evidence_gaps[0]
+    # the same warm-up, then a watchdog timeout: not healthy
+    timeout = OVERFLOWS + (
+        "[rank0]:[E502 10:40:11.1 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=90, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+        "Timeout(ms)=600000) ran for 600001 milliseconds before timing out.\n")
+    assert _verdict(tmp_path / "hang", timeout).status.value != "healthy"
+
+
+# --- NCCL's network transport as Last error; an abort on a store's timeout -----------------------
+
+def test_an_nccl_error_whose_last_error_is_the_network_transport_is_a_network_fault(
+        tmp_path: Path) -> None:
+    text = ("[rank5]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"
+            "c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO "
+            "for details), NCCL version 2.21.5\n"
+            "[rank5]: ncclSystemError: System call (e.g. socket, malloc) or external library call "
+            "failed or device error.\n"
+            "[rank5]: Last error:\n"
+            "[rank5]: NET/IB : Got completion from peer 10.0.3.17<52021> with status=12 opcode=0 "
+            "len=0 vendor err 129 (Recv) localGid ::ffff:10.0.3.12 remoteGidsfe80::1\n")
+    assert _verdict(tmp_path, text).root.kind.value == "network_fault"
+    # a Last error that is the rank's own GPU stays the rank's
+    gpu = text.replace("NET/IB : Got completion from peer 10.0.3.17<52021> with status=12 "
+                       "opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.0.3.12 "
+                       "remoteGidsfe80::1", "Cuda failure 'an illegal memory access was "
+                                            "encountered'")
+    assert _verdict(tmp_path / "gpu", gpu).root.kind.value == "rank_died"
+
+
+def test_an_abort_whose_exception_is_a_store_wait_timeout_is_set_up(tmp_path: Path) -> None:
+    text = ("[1,3]<stderr>:terminate called after throwing an instance of 'gloo::IoException'\n"
+            "[1,3]<stderr>:  what():  [gloo/rendezvous/prefix_store.cc:52] Wait timeout for "
+            "key(s): 3\n"
+            "[1,3]<stderr>:*** Received signal 6 ***\n")
+    assert _verdict(tmp_path, text).root.kind.value == "init_hang"
+    # an abort whose exception is something else is the process's own death
+    other = text.replace("Wait timeout for key(s): 3", "bad_alloc")
+    assert _verdict(tmp_path / "other", other).root.kind.value == "rank_died"
+
+
+# --- own-death: a traceback cut before its exception, under torch's rank prefix ----------------
+
+def test_the_one_ranks_own_traceback_under_its_rank_prefix_names_it(tmp_path: Path) -> None:
+    text = ("      Epoch    GPU_mem   box_loss   cls_loss\n"
+            "   204/3000      4.58G      3.062      1.759\n"
+            "[rank1]: Traceback (most recent call last):\n"
+            '[rank1]:   File "/work/train.py", line 13, in <module>\n'
+            "[rank1]:     results = trainer.train()\n")
+    assert _root(_verdict(tmp_path, text)) == ("rank_died", [1])
+    # the same lines with no rank prefix name nobody
+    bare = text.replace("[rank1]: ", "")
+    verdict = _verdict(tmp_path / "bare", bare)
+    assert verdict.root is None or verdict.root.culprit_ranks == []
