@@ -1,8 +1,9 @@
-"""Named rules from blind batch 22's first look (issue 18), each on wordings other than the case
-it was written for, and each with a log that must not trip it: a run stopped by hand after it
-finished, DeepSpeed's cross-rank check, ranks at one sequence number with other sizes and no
-majority, a counter named "oom" at zero, fp16 overflow steps as progress, NCCL's network
-transport as an error's "Last error", and a C++ abort whose exception is a store's timeout."""
+"""Named rules from blind batches 22 and 23's first looks (issue 18), each on wordings other than
+the case it was written for, and each with a log that must not trip it: a run stopped by hand
+after it finished, cross-rank checks (DeepSpeed's, Accelerate's), ranks at one sequence number
+with other sizes and no majority, a counter named "oom" at zero, fp16 overflow steps as progress,
+NCCL's network transport as an error's "Last error", a C++ abort whose exception is a store's
+timeout, a job the scheduler ended at its time limit, Megatron's straggler detector's line."""
 
 from __future__ import annotations
 
@@ -184,3 +185,72 @@ def test_the_one_ranks_own_traceback_under_its_rank_prefix_names_it(tmp_path: Pa
     bare = text.replace("[rank1]: ", "")
     verdict = _verdict(tmp_path / "bare", bare)
     assert verdict.root is None or verdict.root.culprit_ranks == []
+
+
+# --- scheduler-stop, and a SLURM job step's id is no training step --------------------------------
+
+MEGATRON = "".join(
+    f" iteration {n:8d}/    1000 | consumed samples: {n * 4:10d} | elapsed time per iteration "
+    f"(ms): 6{700 + n % 7}.5 | learning rate: 1.500E-04 |\n" for n in (10, 20, 30, 40))
+TIME_LIMIT = ("srun: Job step aborted: Waiting up to 62 seconds for job step to finish.\n"
+              "Killing subprocess 43950\nKilling subprocess 43951\n"
+              "slurmstepd: error: *** STEP 1809655.0 ON r6i4n3 CANCELLED AT 2021-05-24T09:50:34 "
+              "DUE TO TIME LIMIT ***\n"
+              "Main process received SIGTERM, exiting\n"
+              "slurmstepd: error: *** JOB 1809655 ON r6i4n3 CANCELLED AT 2021-05-24T09:50:34 "
+              "DUE TO TIME LIMIT ***\n")
+
+
+def test_a_job_the_scheduler_ended_at_its_time_limit_is_no_rank_death(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, MEGATRON + TIME_LIMIT)
+    assert verdict.status.value == "healthy"
+    assert "The scheduler ended the job itself" in verdict.evidence_gaps[0]
+    assert "iter 40/1000" in verdict.evidence_gaps[0]  # not "step 1809655"
+    # the same teardown without the scheduler's line: the kills are read as deaths
+    alone = MEGATRON + TIME_LIMIT.replace("DUE TO TIME LIMIT ***", "").replace(
+        "slurmstepd: error: *** STEP 1809655.0 ON r6i4n3 CANCELLED AT 2021-05-24T09:50:34 \n", ""
+    ).replace("slurmstepd: error: *** JOB 1809655 ON r6i4n3 CANCELLED AT 2021-05-24T09:50:34 \n",
+              "")
+    assert _verdict(tmp_path / "alone", alone).status.value != "healthy"
+    # a segfault before the time limit is still a death
+    crash = MEGATRON + "Segmentation fault (core dumped)\n" + TIME_LIMIT
+    assert _verdict(tmp_path / "crash", crash).root.kind.value == "rank_died"
+
+
+# --- Accelerate's shape check; Megatron's straggler detector ---------------------------------------
+
+def test_accelerates_shape_check_is_a_mismatch(tmp_path: Path) -> None:
+    text = ("[rank1]: Traceback (most recent call last):\n"
+            '[rank1]:   File "/work/train.py", line 15, in main\n'
+            "[rank1]:     gathered = gather(tensor)\n"
+            "[rank1]: accelerate.utils.operations.DistributedOperationException: Cannot apply "
+            "desired operation due to shape mismatches. All shapes across devices must be "
+            "valid.\n")
+    verdict = _verdict(tmp_path, text)
+    assert _root(verdict) == ("collective_mismatch", [])
+    assert "Accelerate's debug-mode check" in verdict.root.summary
+
+
+def _rtt(mn: float, mn_rank: int, mx: float, mx_rank: int) -> str:
+    return (f"INFO:megatron.core.utils:[2024-03-14 23:07:56] | MnRtt/Rnk: {mn}ms/{mn_rank} | "
+            f"MxRtt/Rnk: {mx}ms/{mx_rank} | MnPwr/Rnk: 601796W/8 | MxPwr/Rnk: 683801W/18\n")
+
+
+def test_megatrons_straggler_line_reads_even_or_names_the_slow_rank(tmp_path: Path) -> None:
+    even = _verdict(tmp_path / "even", _rtt(3453.08, 8, 3468.20, 0))
+    assert even.status.value == "healthy"
+    slow = _verdict(tmp_path / "slow", _rtt(3453.08, 8, 6120.5, 13))
+    assert _root(slow) == ("straggler", [13])
+
+
+# --- no-break spaces, as a web page or a chat client gives them ------------------------------------
+
+def test_a_paste_with_no_break_spaces_between_its_words_is_read(tmp_path: Path) -> None:
+    text = ("[rank1]:[E1124 10:32:41.7 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) "
+            "Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+            "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600001 "
+            "milliseconds before timing out.\n")
+    plain = _verdict(tmp_path / "plain", text)
+    for space in ("\u00a0", "\u202f"):
+        pasted = _verdict(tmp_path / f"nbsp{ord(space)}", text.replace(" ", space))
+        assert _root(pasted) == _root(plain) and pasted.root is not None

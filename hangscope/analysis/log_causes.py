@@ -36,10 +36,12 @@ ECHO_KINDS = frozenset({"gloo_connection_closed", "gloo_timeout", "nccl_watchdog
                         "collective_fingerprint_mismatch", "nccl_warn"})
 OOM_KINDS = frozenset({"cuda_oom", "host_oom_kill"})
 _OOM_MESSAGE = re.compile(r"^(?:CUDA|HIP) out of memory|^CUDA error: out of memory")
-# DeepSpeed's cross-rank consistency check (runtime/utils.py assert_ints_same_as_other_ranks,
-# called by ZeRO-3's parameter coordinator): every rank all-gathers the ids of the parameters
-# it fetches, and the sequences differ
-RANKS_DISAGREE = re.compile(r"disagreement between rank ?\d+ and rank ?\d+")
+# Cross-rank checks that failed: DeepSpeed's (runtime/utils.py assert_ints_same_as_other_ranks,
+# called by ZeRO-3's parameter coordinator: every rank all-gathers the ids of the parameters it
+# fetches, and the sequences differ) and Accelerate's debug mode (utils/operations.py
+# verify_operation: every rank gathers the shapes of its tensors before the operation)
+RANKS_DISAGREE = re.compile(r"disagreement between rank ?\d+ and rank ?\d+|"
+                            r"due to shape mismatches\. All shapes across devices must be valid")
 
 
 @dataclass(frozen=True, slots=True)

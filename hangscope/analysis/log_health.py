@@ -15,6 +15,8 @@ from hangscope.analysis.log_progress import (
     describe_progress,
     lagging_stream,
     rank_logs,
+    stopped_by_scheduler,
+    teardown_of_stop,
     went_on,
 )
 from hangscope.model import JobEvidence, LogEvent
@@ -36,8 +38,10 @@ def logs_moving(evidence: JobEvidence) -> str | None:
     in_step = [] if moving else _in_step(evidence)
     if not (moving or in_step) or _failed_or_echoed(evidence, every):
         return None
+    cancelled = stopped_by_scheduler(every)
     if any(e.severity in ("error", "fatal") or (e.kind == "cue" and e.fields.get("cue") not in
-                                                 _NOT_A_FAULT and not went_on(e, moving))
+                                                 _NOT_A_FAULT and not went_on(e, moving)
+                                                 and not teardown_of_stop(e, cancelled))
            for e in every):
         return None
     logs = rank_logs(evidence)
@@ -51,6 +55,12 @@ def logs_moving(evidence: JobEvidence) -> str | None:
         return None  # one rank's log stops a step behind all the others': rule stream-behind
     limit = ("Logs cannot show a hang that began after their last line: if the job is stuck "
              "now, attach to it (hangscope attach) or keep its stacks and FR dumps")
+    stop = next((e for e in every if e.kind == "cue" and e.fields.get("cue") == "scheduler-stop"),
+                None)
+    if stop is not None:  # rule scheduler-stop: the kills that follow are the stop's teardown
+        limit = (f"The scheduler ended the job itself ({stop.message.strip()[:120]}, "
+                 f"{stop.where()}): the SIGTERMs and kills around it are its teardown, not a "
+                 "rank's fault. " + limit)
     if not moving:
         return (f"rule ranks-in-step: {len(in_step)} ranks' logs stand at the same place "
                 f"({describe_progress(in_step[0])}, {', '.join(e.where() for e in in_step[:3])}) "
@@ -89,7 +99,7 @@ def _erratic(event: LogEvent) -> bool:
 
 
 # cue words that name no fault of their own (a phase one rank runs while the others wait)
-_NOT_A_FAULT = frozenset({"busy-phase"})
+_NOT_A_FAULT = frozenset({"busy-phase", "scheduler-stop"})
 
 
 def logs_finished(evidence: JobEvidence) -> str | None:

@@ -17,6 +17,7 @@ is hung rather than dead (timeouts alone cannot tell the two apart: the reading 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -214,6 +215,26 @@ def went_on(cue: LogEvent, progress: list[LogEvent]) -> bool:
     fault. The callers choose which progress lines count."""
     return any(e.path == cue.path and e.line_no > cue.line_no
                and (cue.rank is None or e.rank in (None, cue.rank)) for e in progress)
+
+
+# A launcher's teardown words: what every process of a job prints when its scheduler stops it
+_TEARDOWN = re.compile(r"(?i)SIGTERM|signal 15\b|Killing subprocess|Job step aborted|"
+                       r"\bTerminated\b|exit ?code\s*[:=]?\s*-15\b|received signal")
+
+
+def stopped_by_scheduler(events: list[LogEvent]) -> set[str]:
+    """Rule ``scheduler-stop``: the files where the scheduler says it ended the job itself (SLURM's
+    ``*** JOB N ON host CANCELLED AT <time> DUE TO TIME LIMIT ***``, a preemption, a user's
+    scancel: cue ``scheduler-stop``, ``sources/logs/cues.py``)."""
+    return {e.path for e in events if e.kind == "cue" and e.fields.get("cue") == "scheduler-stop"}
+
+
+def teardown_of_stop(cue: LogEvent, stopped: set[str]) -> bool:
+    """A death cue in a file whose job the scheduler stopped, in the words a launcher's teardown
+    prints (SIGTERM, "Killing subprocess", srun's "Job step aborted"): the stop's consequence,
+    not a rank's fault. Other deaths (a segfault, an OOM) in the same file still count."""
+    return cue.path in stopped and cue.fields.get("cue") in (
+        "signal-death", "abort", "exit-nonzero") and _TEARDOWN.search(cue.message) is not None
 
 
 def describe_progress(event: LogEvent | None) -> str:

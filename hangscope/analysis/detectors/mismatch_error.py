@@ -112,12 +112,13 @@ def _short(message: str) -> str:
 
 
 def _disagreement(ctx: Context) -> list[Finding]:
-    """Rule ``ranks-disagree``: a rank raised DeepSpeed's cross-rank check ("disagreement between
-    rank0 and rank6: rank0: [...]"): ZeRO-3 gathers the same parameters in the same order on every
-    rank, and here two ranks' orders differ, so the ranks ran different modules (a data-dependent
-    branch: a text-only batch skipping the vision tower, MoE routing, evaluation on some ranks).
-    Their parameter all-gathers no longer pair up: a collective mismatch. Which side is odd is
-    not said: rank 0 is only the reference."""
+    """Rule ``ranks-disagree``: a rank raised a framework's cross-rank check. DeepSpeed's
+    ("disagreement between rank0 and rank6: rank0: [...]"): ZeRO-3 gathers the same parameters in
+    the same order on every rank, and here two ranks' orders differ, so the ranks ran different
+    modules (a data-dependent branch: a text-only batch skipping the vision tower, MoE routing,
+    evaluation on some ranks). Accelerate's debug mode ("Cannot apply desired operation due to
+    shape mismatches"): the ranks' tensors for one operation have other shapes. Either way the
+    collectives no longer pair up: a collective mismatch. Which side is odd is not said."""
     raised = sorted((f for items in failures(ctx.evidence).values() for f in items
                      if f.what == "collective_error"
                      and RANKS_DISAGREE.search(f.event.message + str(f.event.fields))),
@@ -126,12 +127,16 @@ def _disagreement(ctx: Context) -> list[Finding]:
         return []
     first = raised[0]
     pair = RANKS_DISAGREE.search(first.event.message + str(first.event.fields))
+    said = pair.group(0) if pair else "the ranks disagree"
+    what = ("DeepSpeed's cross-rank check found the ranks' sequences of gathered parameters "
+            f"differ ({said}): the ranks ran different modules, so their ZeRO-3 all-gathers do "
+            "not pair up") if said.startswith("disagreement") else (
+            "Accelerate's debug-mode check found the ranks called one operation with tensors of "
+            "other shapes: the collective would not pair up")
     summary = (f"rule `ranks-disagree`: {describe(first.event, 160)} ({first.event.where()}): "
-               f"DeepSpeed's cross-rank check found the ranks' sequences of gathered parameters "
-               f"differ ({pair.group(0) if pair else 'two ranks'}): the ranks ran different "
-               "modules, so their ZeRO-3 all-gathers do not pair up. A data-dependent branch is "
-               "the usual cause (text-only and image batches on a multimodal model, MoE routing, "
-               "evaluation on some ranks only); which rank is odd the check does not say")
+               f"{what}. A data-dependent branch is the usual cause (text-only and image batches "
+               "on a multimodal model, MoE routing, evaluation or a last uneven batch on some "
+               "ranks only); which rank is odd the check does not say")
     evidence = [EvidenceItem("log", f.rank, f.describe(), f.event.where()) for f in raised[:3]]
     return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=[],
                     waiting_ranks=sorted({f.rank for f in raised}), confidence=0.65,

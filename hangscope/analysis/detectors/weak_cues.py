@@ -21,7 +21,7 @@ import re
 
 from hangscope.analysis.context import Context
 from hangscope.analysis.log_causes import WATCHDOG_WAITS
-from hangscope.analysis.log_progress import went_on
+from hangscope.analysis.log_progress import stopped_by_scheduler, teardown_of_stop, went_on
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import is_block, ranks_phrase
@@ -96,7 +96,7 @@ _TIMED_OUT = re.compile(r"(?i)\btimed? ?out\b|\bTimeout\b")
 # carry its rank in their prefix and it is the only rank here, the line names it
 _OWN_DEATH = {"signal-death", "abort", "gpu-fault", "out-of-memory", "exit-nonzero", "exception"}
 # Cues that only support another rule (log_waits' rank0-silent), never a finding of their own
-SUPPORT_ONLY = {"busy-phase"}
+SUPPORT_ONLY = {"busy-phase", "scheduler-stop"}
 # Lines that are the cause whatever else was found: NCCL says "Duplicate GPU detected" and then
 # every rank fails with "invalid usage"
 DEFINITIVE = {"duplicate-gpu"}
@@ -125,9 +125,10 @@ def detect(ctx: Context) -> list[Finding]:
                and str(e.fields.get("exc_type", "")).endswith("SignalException")
                or e.kind in ("traceback", "collective_wait") and e.fields.get("main_first")}
     stopped |= {(e.path, e.line_no) for e in timed_out}
+    cancelled = stopped_by_scheduler(events)
     cues = [e for e in events if e.kind == "cue" and e.fields.get("cue") not in SUPPORT_ONLY
             and e.path not in benign and (e.path, e.line_no) not in stopped
-            and "SignalException" not in e.message
+            and "SignalException" not in e.message and not teardown_of_stop(e, cancelled)
             and not went_on(e, progress) and not _after_own_wait(e, waits)]
     if not cues:
         return []

@@ -52,6 +52,12 @@ _DIST = re.compile(r"(?i)all[_-]?reduce|all[_-]?gather|reduce[_-]?scatter|broadc
 # Order matters only for the name a line is filed under: one line gives one cue, the first that
 # matches. Kinds are weighed in analysis/detectors/weak_cues.py.
 CUES: tuple[Cue, ...] = (
+    # the scheduler ending the job itself (slurmstepd: "*** JOB 1809655 ON r6i4n3 CANCELLED AT
+    # 2021-05-24T09:50:34 DUE TO TIME LIMIT ***", a preemption, a user's scancel): the deaths that
+    # follow are its teardown (read by analysis/log_progress.teardown_of_stop, never a finding)
+    Cue("scheduler-stop", "rank_died", "symptom", re.compile(
+        r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (?:TIME LIMIT|PREEMPTION))?"
+        r"(?: \*\*\*| DUE TO (?:TIME LIMIT|PREEMPTION))")),
     Cue("out-of-memory", "rank_oom", "cause", re.compile(
         r"(?i)out of memory|OutOfMemoryError|\bOOM[- ]?kill|OOMKilled|\boom_kill|Out of memory: Kill(?:ed)? process|"
         r"memory cgroup out of memory|std::bad_alloc|Cannot allocate memory|CUBLAS_STATUS_ALLOC_FAILED|"
@@ -151,11 +157,13 @@ CUES: tuple[Cue, ...] = (
         # torch's ncclUniqueId exchange through the store (ProcessGroupNCCL::broadcastUniqueNCCLID)
         r"broadcastUniqueNCCLID|ncclUniqueId|"
         # NCCL's socket.cc retrying a connect while it sets up (a port blocked, a peer not up)
-        r"Call to connect returned Connection (?:refused|timed out), retrying"),
+        # (NCCL >= 2.2x: "ncclOsSocketStartConnect: connect to 127.0.0.1<52243> returned
+        # Connection refused, retrying (1/34) after sleep for 100 msec")
+        r"(?:Call to connect|connect to \S+) returned Connection (?:refused|timed out), retrying"),
         # c10d's own line that the store-based barrier of init_process_group passed
         unless=re.compile(r"(?i)Completed store-based barrier")),
     Cue("mismatch-words", "collective_mismatch", "cause", re.compile(
-        r"(?i)\bmismatch(?:ed)?\b|do(?:es)?(?: not|n't) match|different (?:shape|size|dtype|number of|order|sequence)|"
+        r"(?i)\bmismatch(?:ed|es)?\b|do(?:es)?(?: not|n't) match|different (?:shape|size|dtype|number of|order|sequence)|"
         r"inconsistent|unequal|uneven|sizes? differ|expected .{0,40} but (?:got|received)|"
         r"wrong (?:size|shape|number)|disagreement between rank ?\d+ and rank"), _DIST),
     Cue("p2p-words", "p2p_deadlock", "cause", re.compile(

@@ -23,7 +23,8 @@ wrapped record is invisible to all of them. This pass undoes the damage once, fo
   padding: the pieces are joined (with the one blank the cut ate, where the first piece is shorter
   than ``W``).
 * CR, ANSI colours: removed (the scanner does this per line too; here it must happen before the
-  widths are measured).
+  widths are measured). No-break spaces (U+00A0, U+202F: text copied out of a web page or a
+  chat client has them between every word) become plain spaces.
 
 Process prefixes (``[rank3]:``, ``[default0]:``, mpirun's ``[1,3]<stderr>:``) and timestamps are
 peeled per line by :func:`common.parse_line`, which also serves big files this pass skips; a head
@@ -142,6 +143,10 @@ def normalize(raw: bytes) -> Normalized | None:
         data = data.replace(b"\r\n", b"\n")
     if b"\x1b" in data:
         data = _ANSI.sub(b"", data)
+    if b"\xc2\xa0" in data or b"\xe2\x80\xaf" in data:
+        # no-break spaces, as text copied out of a web page or a chat client carries them
+        # between every word: plain spaces to every parser
+        data = data.replace(b"\xc2\xa0", b" ").replace(b"\xe2\x80\xaf", b" ")
     if data.endswith(b"\n"):
         data = data[:-1]
     physical = data.split(b"\n")

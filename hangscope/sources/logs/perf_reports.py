@@ -13,7 +13,14 @@ naming the ranks below its threshold::
 
 (the scores may sit under ``Worst performing 5/512 ranks:`` / ``Best performing ...`` sub-heads).
 FlagScale's straggler report says ``=== Straggler Report at Step 10 ===`` then ``No stragglers
-detected.`` when it found none.
+detected.`` when it found none. Megatron-LM's ``StragglerDetector`` (megatron/core/utils.py,
+README_STRAGGLER.md) prints, on rank 0, each measure's minimum and maximum over the ranks with the
+rank that had it::
+
+    [2024-03-14 23:07:56] | MnRtt/Rnk: 3453.08ms/8 | MxRtt/Rnk: 3468.20ms/0 | MnPwr/Rnk: ...
+
+(Rtt: the time per iteration in the traced ops); read as two scores, the fastest rank's 1.0 and
+the slowest's its share of that time (measure ``round-trip``).
 
 Events: ``straggler_report`` (fields ``verdict``: ``found`` with ``ranks`` and ``measure``, or
 ``none``) and ``gpu_perf_scores`` (``measure``, ``scores``: ``rank:score,...``). The report's own
@@ -78,6 +85,25 @@ def scores(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
                        {"measure": m.group("measure"), "scores": text}, rank=None, rank_source="")]
 
 
+_RTT = re.compile(r"\bMnRtt/Rnk: (?P<mn>\d+(?:\.\d+)?)ms/(?P<mn_rank>\d+) \| "
+                  r"MxRtt/Rnk: (?P<mx>\d+(?:\.\d+)?)ms/(?P<mx_rank>\d+)")
+
+
+def megatron_rtt(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """Megatron's min/max round-trip line as the two ranks' scores (module docstring)."""
+    m = _RTT.search(line.body)
+    if m is None:
+        return []
+    fastest, slowest = float(m.group("mn")), float(m.group("mx"))
+    mn_rank, mx_rank = int(m.group("mn_rank")), int(m.group("mx_rank"))
+    if mn_rank == mx_rank or fastest <= 0 or slowest < fastest:
+        return []
+    text = f"{min(mn_rank, mx_rank)}:{1.0 if mn_rank < mx_rank else fastest / slowest:.3g}," \
+           f"{max(mn_rank, mx_rank)}:{1.0 if mn_rank > mx_rank else fastest / slowest:.3g}"
+    return [make_event("gpu_perf_scores", line, ctx, "info",
+                       {"measure": "round-trip", "scores": text}, rank=None, rank_source="")]
+
+
 def parse_scores(text: object) -> dict[int, float]:
     """``gpu_perf_scores``' ``scores`` field back as {rank: score}."""
     out: dict[int, float] = {}
@@ -97,4 +123,5 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"gglers found", none_found),
     (b"GPU relative performance:", scores),
     (b"GPU individual performance:", scores),
+    (b"MxRtt/Rnk:", megatron_rtt),
 ]

@@ -64,8 +64,9 @@ _BEFORE = r"(?<![\w\-.])"  # not inside a word, an option name or a dotted name
 _BAR = re.compile(r"(\d{1,3})%\|[^|\n]{0,200}\|\s*(\d+)/(\d+)\s*\[")
 _COUNTERS = (
     # (never nccl-tests' header "step: 2(factor)", the size multiplier)
+    # (nor SLURM's "*** STEP 1809655.0 ON r6i4n3 CANCELLED", a job step's id)
     ("step", re.compile(_BEFORE + r"(?:global[_ ])?step\b['\"]?\s*[:=#]?\s*\[?\s*" + _NUM
-                        + r"(?!\d|\(factor\))", re.I)),
+                        + r"(?!\d|\(factor\)|\.\d+ ON )", re.I)),
     ("iter", re.compile(_BEFORE + r"iter(?:ation)?\b['\"]?\s*[:=#]?\s*\[?\s*" + _NUM, re.I)),
     ("update", re.compile(_BEFORE + r"num_updates\b['\"]?\s*[:=]?\s*(\d+)()", re.I)),
     # "Batch 41/600"; "Epoch 0, batch 10, loss ..." (never "batch size 14", "batch_size=14")
