@@ -254,3 +254,17 @@ def test_a_paste_with_no_break_spaces_between_its_words_is_read(tmp_path: Path) 
     for space in ("\u00a0", "\u202f"):
         pasted = _verdict(tmp_path / f"nbsp{ord(space)}", text.replace(" ", space))
         assert _root(pasted) == _root(plain) and pasted.root is not None
+
+
+def test_ranks_interrupted_by_hand_did_not_die(tmp_path: Path) -> None:
+    # Ctrl-C on a job: every rank's KeyboardInterrupt traceback is the stop, not a death
+    stops = "".join(
+        f"[rank{r}]: Traceback (most recent call last):\n"
+        f'[rank{r}]:   File "/work/train.py", line 88, in <module>\n'
+        f"[rank{r}]:     dist.barrier()\n"
+        f"[rank{r}]: KeyboardInterrupt\n" for r in (0, 1))
+    verdict = _verdict(tmp_path, stops)
+    assert verdict.root is None or verdict.root.kind.value != "rank_died"
+    # after a finished run, the same stop is the exit that never came
+    verdict = _verdict(tmp_path / "done", HF_DONE + stops)
+    assert _root(verdict)[0] == "python_deadlock"

@@ -87,6 +87,8 @@ def classify(event: LogEvent) -> str | None:
         if _ECHO.search(message) or "ChildFailedError" in message or \
                 event.fields.get("main_first"):
             return None  # (inside a main-process-first block: its exception is the wait's end)
+        if str(event.fields.get("exc_type", "")).endswith("KeyboardInterrupt"):
+            return None  # Ctrl-C (or a launcher passing SIGINT on): the job stopped from outside
         if event.fields.get("thread") not in (None, "", "MainThread"):
             return "thread_exception"  # the thread died; the process lives on
         if RANKS_DISAGREE.search(message):

@@ -219,7 +219,7 @@ def went_on(cue: LogEvent, progress: list[LogEvent]) -> bool:
 
 # A launcher's teardown words: what every process of a job prints when its scheduler stops it
 _TEARDOWN = re.compile(r"(?i)SIGTERM|signal 15\b|Killing subprocess|Job step aborted|"
-                       r"\bTerminated\b|exit ?code\s*[:=]?\s*-15\b|received signal")
+                       r"\bTerminated\b|exit ?code\s*[:=]?\s*-15\b")
 
 
 def stopped_by_scheduler(events: list[LogEvent]) -> set[str]:

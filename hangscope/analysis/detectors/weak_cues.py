@@ -118,11 +118,12 @@ def detect(ctx: Context) -> list[Finding]:
              ] + timed_out
     # a file made only of warnings known to be harmless (sources/logs/benign.py) carries no cue
     benign = {e.path for e in events if e.kind == "benign_only"}
-    # a launcher's own traceback when it was signalled from outside (torchrun's SignalException),
-    # one from a main-process-first block, one whose exception is the rank's wait timing out:
-    # the stop of the job or a wait, not a rank's failure
+    # a launcher's own traceback when it was signalled from outside (torchrun's SignalException,
+    # a Ctrl-C's KeyboardInterrupt), one from a main-process-first block, one whose exception is
+    # the rank's wait timing out: the stop of the job or a wait, not a rank's failure
     stopped = {(e.path, e.line_no) for e in events if e.kind == "traceback"
-               and str(e.fields.get("exc_type", "")).endswith("SignalException")
+               and str(e.fields.get("exc_type", "")).endswith(("SignalException",
+                                                               "KeyboardInterrupt"))
                or e.kind in ("traceback", "collective_wait") and e.fields.get("main_first")}
     stopped |= {(e.path, e.line_no) for e in timed_out}
     cancelled = stopped_by_scheduler(events)
