@@ -192,13 +192,14 @@ def test_the_one_ranks_own_traceback_under_its_rank_prefix_names_it(tmp_path: Pa
 MEGATRON = "".join(
     f" iteration {n:8d}/    1000 | consumed samples: {n * 4:10d} | elapsed time per iteration "
     f"(ms): 6{700 + n % 7}.5 | learning rate: 1.500E-04 |\n" for n in (10, 20, 30, 40))
-TIME_LIMIT = ("srun: Job step aborted: Waiting up to 62 seconds for job step to finish.\n"
-              "Killing subprocess 43950\nKilling subprocess 43951\n"
-              "slurmstepd: error: *** STEP 1809655.0 ON r6i4n3 CANCELLED AT 2021-05-24T09:50:34 "
-              "DUE TO TIME LIMIT ***\n"
-              "Main process received SIGTERM, exiting\n"
-              "slurmstepd: error: *** JOB 1809655 ON r6i4n3 CANCELLED AT 2021-05-24T09:50:34 "
-              "DUE TO TIME LIMIT ***\n")
+KILLS = ("srun: Job step aborted: Waiting up to 62 seconds for job step to finish.\n"
+         "Killing subprocess 43950\nKilling subprocess 43951\n")
+STEP_CANCELLED = ("slurmstepd: error: *** STEP 1809655.0 ON r6i4n3 CANCELLED AT "
+                  "2021-05-24T09:50:34 DUE TO TIME LIMIT ***\n")
+SIGTERM = "Main process received SIGTERM, exiting\n"
+JOB_CANCELLED = ("slurmstepd: error: *** JOB 1809655 ON r6i4n3 CANCELLED AT 2021-05-24T09:50:34 "
+                 "DUE TO TIME LIMIT ***\n")
+TIME_LIMIT = KILLS + STEP_CANCELLED + SIGTERM + JOB_CANCELLED
 
 
 def test_a_job_the_scheduler_ended_at_its_time_limit_is_no_rank_death(tmp_path: Path) -> None:
@@ -207,10 +208,7 @@ def test_a_job_the_scheduler_ended_at_its_time_limit_is_no_rank_death(tmp_path: 
     assert "The scheduler ended the job itself" in verdict.evidence_gaps[0]
     assert "iter 40/1000" in verdict.evidence_gaps[0]  # not "step 1809655"
     # the same teardown without the scheduler's line: the kills are read as deaths
-    alone = MEGATRON + TIME_LIMIT.replace("DUE TO TIME LIMIT ***", "").replace(
-        "slurmstepd: error: *** STEP 1809655.0 ON r6i4n3 CANCELLED AT 2021-05-24T09:50:34 \n", ""
-    ).replace("slurmstepd: error: *** JOB 1809655 ON r6i4n3 CANCELLED AT 2021-05-24T09:50:34 \n",
-              "")
+    alone = MEGATRON + KILLS + SIGTERM
     assert _verdict(tmp_path / "alone", alone).status.value != "healthy"
     # a segfault before the time limit is still a death
     crash = MEGATRON + "Segmentation fault (core dumped)\n" + TIME_LIMIT

@@ -87,7 +87,7 @@ def classify(event: LogEvent) -> str | None:
         if _ECHO.search(message) or "ChildFailedError" in message or \
                 event.fields.get("main_first"):
             return None  # (inside a main-process-first block: its exception is the wait's end)
-        if str(event.fields.get("exc_type", "")).endswith("KeyboardInterrupt"):
+        if interrupted(event):
             return None  # Ctrl-C (or a launcher passing SIGINT on): the job stopped from outside
         if event.fields.get("thread") not in (None, "", "MainThread"):
             return "thread_exception"  # the thread died; the process lives on
@@ -125,6 +125,13 @@ _SETUP_CAUSE = re.compile(r"ncclSocketInit|[Bb]ootstrap ?:|no socket interface|N
 # with status=12", "ibv_modify_qp failed"): the fabric between the hosts, not the rank that raised
 _NET_CAUSE = re.compile(r"\bNET/(?:IB|OFI|Plugin|Socket)\b|\bibv_\w+\b.{0,40}(?:fail|error)|"
                         r"\bfi_\w+\b.{0,40}(?:fail|error)|Got completion from peer")
+
+
+def interrupted(event: LogEvent) -> bool:
+    """A traceback of a ``KeyboardInterrupt``: the process stopped by hand (Ctrl-C, or a launcher
+    passing SIGINT on), not a failure of its own."""
+    return event.kind == "traceback" and \
+        str(event.fields.get("exc_type", "")).endswith("KeyboardInterrupt")
 
 
 def rank_events(evidence: JobEvidence) -> Iterator[tuple[int, LogEvent]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from hangscope.analysis.context import Context
+from hangscope.analysis.log_causes import interrupted
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import ranks_phrase
@@ -42,8 +43,7 @@ def _interrupt_after(done: LogEvent, events: list[LogEvent]) -> LogEvent | None:
     later = sorted((e for e in events if e.path == done.path and e.line_no > done.line_no
                     and (e.kind == "cue" or e.kind == "traceback")), key=lambda e: e.line_no)
     for event in later:
-        if _INTERRUPT.search(event.message) or \
-                event.kind == "traceback" and event.fields.get("exc_type") == "KeyboardInterrupt":
+        if _INTERRUPT.search(event.message) or interrupted(event):
             return event
     return None
 

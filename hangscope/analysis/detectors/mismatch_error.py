@@ -119,15 +119,18 @@ def _disagreement(ctx: Context) -> list[Finding]:
     evaluation on some ranks). Accelerate's debug mode ("Cannot apply desired operation due to
     shape mismatches"): the ranks' tensors for one operation have other shapes. Either way the
     collectives no longer pair up: a collective mismatch. Which side is odd is not said."""
-    raised = sorted((f for items in failures(ctx.evidence).values() for f in items
-                     if f.what == "collective_error"
-                     and RANKS_DISAGREE.search(f.event.message + str(f.event.fields))),
-                    key=lambda f: (f.event.path, f.event.line_no))
-    if not raised:
+    checks: list[tuple[Failure, str]] = []  # each raising failure, with the words of its check
+    for items in failures(ctx.evidence).values():
+        for f in items:
+            found = RANKS_DISAGREE.search(f.event.message + str(f.event.fields)) \
+                if f.what == "collective_error" else None
+            if found is not None:
+                checks.append((f, found.group(0)))
+    checks.sort(key=lambda check: (check[0].event.path, check[0].event.line_no))
+    if not checks:
         return []
-    first = raised[0]
-    pair = RANKS_DISAGREE.search(first.event.message + str(first.event.fields))
-    said = pair.group(0) if pair else "the ranks disagree"
+    raised = [f for f, _ in checks]
+    first, said = checks[0]
     what = ("DeepSpeed's cross-rank check found the ranks' sequences of gathered parameters "
             f"differ ({said}): the ranks ran different modules, so their ZeRO-3 all-gathers do "
             "not pair up") if said.startswith("disagreement") else (

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.log_causes import WATCHDOG_WAITS
+from hangscope.analysis.log_causes import WATCHDOG_WAITS, interrupted
 from hangscope.analysis.log_progress import stopped_by_scheduler, teardown_of_stop, went_on
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
@@ -121,9 +121,8 @@ def detect(ctx: Context) -> list[Finding]:
     # a launcher's own traceback when it was signalled from outside (torchrun's SignalException,
     # a Ctrl-C's KeyboardInterrupt), one from a main-process-first block, one whose exception is
     # the rank's wait timing out: the stop of the job or a wait, not a rank's failure
-    stopped = {(e.path, e.line_no) for e in events if e.kind == "traceback"
-               and str(e.fields.get("exc_type", "")).endswith(("SignalException",
-                                                               "KeyboardInterrupt"))
+    stopped = {(e.path, e.line_no) for e in events if interrupted(e) or e.kind == "traceback"
+               and str(e.fields.get("exc_type", "")).endswith("SignalException")
                or e.kind in ("traceback", "collective_wait") and e.fields.get("main_first")}
     stopped |= {(e.path, e.line_no) for e in timed_out}
     cancelled = stopped_by_scheduler(events)

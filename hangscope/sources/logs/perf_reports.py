@@ -80,9 +80,13 @@ def scores(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         follow.consume(following.line_no)
     if not found:
         return []
+    return [_scores_event(line, ctx, m.group("measure"), found)]
+
+
+def _scores_event(line: Line, ctx: Context, measure: str, found: dict[int, float]) -> LogEvent:
     text = ",".join(f"{rank}:{score:g}" for rank, score in sorted(found.items()))
-    return [make_event("gpu_perf_scores", line, ctx, "info",
-                       {"measure": m.group("measure"), "scores": text}, rank=None, rank_source="")]
+    return make_event("gpu_perf_scores", line, ctx, "info", {"measure": measure, "scores": text},
+                      rank=None, rank_source="")
 
 
 _RTT = re.compile(r"\bMnRtt/Rnk: (?P<mn>\d+(?:\.\d+)?)ms/(?P<mn_rank>\d+) \| "
@@ -98,10 +102,7 @@ def megatron_rtt(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     mn_rank, mx_rank = int(m.group("mn_rank")), int(m.group("mx_rank"))
     if mn_rank == mx_rank or fastest <= 0 or slowest < fastest:
         return []
-    text = f"{min(mn_rank, mx_rank)}:{1.0 if mn_rank < mx_rank else fastest / slowest:.3g}," \
-           f"{max(mn_rank, mx_rank)}:{1.0 if mn_rank > mx_rank else fastest / slowest:.3g}"
-    return [make_event("gpu_perf_scores", line, ctx, "info",
-                       {"measure": "round-trip", "scores": text}, rank=None, rank_source="")]
+    return [_scores_event(line, ctx, "round-trip", {mn_rank: 1.0, mx_rank: fastest / slowest})]
 
 
 def parse_scores(text: object) -> dict[int, float]:
