@@ -647,6 +647,26 @@ def test_the_one_rank_missing_from_a_round_of_probe_prints(tmp_path: Path) -> No
         assert verdict.root is None or verdict.root.measures.get("rule") != "absent-from-round"
 
 
+def test_ranks_printing_a_line_apart_miss_no_round(tmp_path: Path) -> None:
+    # GIVEN probes where rank 2 prints its step 119 before rank 1 prints its step 118 (ranks run
+    # a line apart between collectives): read back from the end, rank 2 is not in the last round
+    order = [0, 3, 2, 2, 1, 1, 3, 0]
+    steps = dict.fromkeys(range(4), 117)
+    lines = []
+    for r in order:
+        steps[r] += 1
+        lines.append(f"rank {r}: step {steps[r]} loss 1.0{r}\n")
+    head = "".join(f"rank {r}: step 117 loss 1.0{r}\n" for r in range(4))
+    verdict = _verdict(tmp_path, **{"train.log": head + "".join(lines)})
+    # THEN every rank printed as often as the others: no one missed a round
+    assert verdict.root is None or verdict.root.measures.get("rule") != "absent-from-round"
+    # the same lines under torchrun's [defaultN]: heads are each process's stream, no probe
+    (tmp_path / "torchrun").mkdir()
+    prefixed = "".join(f"[default{r}]:rank {r}, fetch sample {r}\n" for r in (0, 1, 3))
+    verdict = _verdict(tmp_path / "torchrun", **{"train.log": prefixed})
+    assert verdict.root is None or verdict.root.measures.get("rule") != "absent-from-round"
+
+
 def test_nccl_setup_after_the_first_training_print_that_never_completes(tmp_path: Path) -> None:
     # NCCL sets a communicator up at the first collective: the loop's first print comes first
     text = ("0: Epoch 0 progress: 0.00%\n"

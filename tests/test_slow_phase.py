@@ -68,6 +68,40 @@ def test_a_running_jobs_log_cut_mid_round_is_no_missing_rank_beside_its_stacks(t
     assert all(f.kind.value != "missing_rank" for f in verdict.findings), verdict.findings
 
 
+BUNDLE = Path(__file__).resolve().parent.parent / "fixtures" / "bundles" / "checkpoint_ragged_log"
+
+
+def test_the_bundle_of_a_live_look_at_a_checkpoint_reads_slow_with_no_missing_rank(
+        tmp_path) -> None:
+    # GIVEN the bundle an attach wrote during the checkpoint, whose torchrun log ends with the
+    # ranks a line apart (rank 2's step 119 before rank 1's step 118)
+    evidence, _ = load_paths([str(BUNDLE)], LoadOptions())
+    verdict = analyze(evidence)[0]
+    # THEN slow, rank 0 (the one checkpointing) the straggler, and nobody missing
+    assert verdict.status.value == "slow", verdict.findings
+    assert [(f.kind.value, f.culprit_ranks) for f in verdict.findings] == [("straggler", [0])]
+
+
+def test_a_probe_round_without_a_sampled_rank_in_a_moving_job_names_nobody_missing(
+        tmp_path) -> None:
+    # GIVEN the same bundle with a round of probe prints that lacks rank 2 (collected a moment
+    # before rank 2 printed its line)
+    shutil.copytree(BUNDLE, tmp_path / "bundle")
+    launcher = tmp_path / "bundle" / "job" / "launcher.log"
+    with launcher.open("a") as log:
+        log.writelines(f"rank {rank} entering the barrier\n" for rank in (0, 1, 3))
+    # WHEN the log is read alone, rule absent-from-round names rank 2 as missing
+    alone, _ = load_paths([str(launcher)], LoadOptions())
+    assert [(f.measures.get("rule"), f.culprit_ranks) for f in analyze(alone)[0].findings] \
+        == [("absent-from-round", [2])]
+    # THEN with the samples, which saw every rank move and rank 2 in the barrier, the log's tail
+    # names nobody (rule live-over-log-tail)
+    evidence, _ = load_paths([str(tmp_path / "bundle")], LoadOptions())
+    verdict = analyze(evidence)[0]
+    assert [(f.kind.value, f.culprit_ranks) for f in verdict.findings] == [("straggler", [0])]
+    assert verdict.status.value == "slow"
+
+
 @pytest.mark.parametrize("scenario", ["periodic_checkpoint", "train_then_hang"])
 def test_logs_alone_that_advance_read_healthy_and_say_what_they_cannot_show(scenario) -> None:
     # GIVEN only the ranks' logs: steps advancing on every rank, no error (a healthy job stopped

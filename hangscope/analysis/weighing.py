@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from hangscope.analysis import config_skew
 from hangscope.analysis.context import Context
-from hangscope.analysis.detectors.stream_behind import RULE as STREAM_BEHIND
 from hangscope.analysis.detectors.weak_cues import weigh as weigh_cues
 from hangscope.analysis.moved_since_dump import reconcile
 from hangscope.analysis.ras_facts import is_ras_evidence
@@ -83,14 +82,25 @@ def _moving_not_hung(findings: list[Finding]) -> list[Finding]:
 
 def _live_over_log_tail(ctx: Context, findings: list[Finding],
                         gaps: list[str]) -> list[Finding]:
-    """A rank whose log stops a step behind the others' (rule ``stream-behind``) reads as missing
-    only if the job was stuck when the log ended. Logs collected from a job that still runs end
-    mid-round as a matter of course (one rank has not printed its line yet), so where the rank's
-    stacks were sampled they say where it is, and the tail of its log adds nothing."""
-    def sampled(finding: Finding) -> bool:
-        return finding.measures.get("rule") == STREAM_BEHIND and bool(finding.culprit_ranks) \
+    """A rank whose log stops a step behind the others' (rules ``stream-behind``,
+    ``absent-from-round``, any reading of the log alone) reads as missing only if the job was
+    stuck when the log ended. Logs collected from a job that still moves end mid-round as a
+    matter of course (one rank has not printed its line yet): where the samples saw every rank
+    move (a straggler read from live stacks or CPU time) and the rank's own stacks were sampled,
+    they say where it is, and a log-only missing rank that no finding from stacks or dumps
+    blames goes. A stuck job's last round is final: there the reading stays."""
+    if not any(f.kind is Kind.STRAGGLER and _seen_moving(f) for f in findings):
+        return findings
+
+    def from_logs(finding: Finding) -> bool:
+        return bool(finding.evidence) and all(item.source == "log" for item in finding.evidence)
+    blamed = {rank for f in findings if not from_logs(f) for rank in f.culprit_ranks}
+
+    def overtaken(finding: Finding) -> bool:
+        return finding.kind is Kind.MISSING_RANK and from_logs(finding) \
+            and bool(finding.culprit_ranks) and not set(finding.culprit_ranks) & blamed \
             and all(rank in ctx.stacks for rank in finding.culprit_ranks)
-    return [f for f in findings if not sampled(f)]
+    return [f for f in findings if not overtaken(f)]
 
 
 def _stuck_over_slow(findings: list[Finding]) -> list[Finding]:
@@ -197,8 +207,9 @@ RULES: tuple[Weigh, ...] = (
     Weigh("cause-over-symptom", "a word-level cause (an OOM, a fault) stands beside findings "
           "that only say ranks wait for an unnamed rank, and comes first; otherwise cue findings "
           "give way to any finding read from whole records", _cues, then_order=False),
-    Weigh("live-over-log-tail", "a log that stops one step behind on a rank whose stacks were "
-          "sampled is the ragged tail of a running job's log: the stacks say where it is",
+    Weigh("live-over-log-tail", "in a job the samples saw moving, a log that reads one rank as "
+          "missing (it stops a step behind, or a round lacks its line) is the ragged tail of a "
+          "running job's log: the rank's stacks say where it is, unless they blame it too",
           _live_over_log_tail, then_order=False),
     Weigh("moving-not-hung", "ranks sampled moving are not hung: a hang read from one moment of "
           "their stacks alone goes", _pure(_moving_not_hung), then_order=False),

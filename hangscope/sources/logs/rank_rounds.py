@@ -6,7 +6,10 @@ one template (the text with its numbers masked) that each name one rank in their
 (``TEXT_RANK``), read back from the template's last line until a rank repeats (the round before).
 Where that last round names every rank from 0 to N but one, and N + 1 >= ``MIN_RANKS``, a
 ``rank_round`` event is kept on its last line: fields ``absent`` (the rank), ``present`` (how many
-printed), ``template``. A line whose process head names its rank (``[rank3]:``, ``[1,3]<stdout>:``)
+printed), ``template``. The absent rank must also have printed the line fewer times than every
+other rank: where ranks run a few lines apart, one rank's next round can start before another's
+last line, and a rank that printed as often as the others missed no round. A line whose process
+head names its rank or local rank (``[rank3]:``, ``[1,3]<stdout>:``, torchrun's ``[default3]:``)
 is that process's stream, not a probe, and NCCL's own set-up lines (``rank 3 nranks 4``) are no
 probe either: neither is read here.
 """
@@ -14,7 +17,7 @@ probe either: neither is read here.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import TEXT_RANK, make_event, parse_line
@@ -35,7 +38,7 @@ def scan_rank_rounds(tail: LogicalTail | None) -> list[LogEvent]:
             continue
         line = parse_line(tail.text(index), tail.line_no(index), tail.ctx)
         body = line.body.strip()
-        if line.rank is not None or _TOOL.search(body):
+        if line.rank is not None or line.local_rank is not None or _TOOL.search(body):
             continue  # a process's own head names its stream; NCCL's "rank 3 nranks 4" is set-up
         ranks = {int(m.group("r")) for m in TEXT_RANK.finditer(body)}
         if len(ranks) == 1:
@@ -66,4 +69,8 @@ def _absent(seen: list[tuple[int, int]]) -> tuple[int, int, int] | None:
     missing = set(range(top + 1)) - round_
     if top + 1 < MIN_RANKS or len(missing) != 1:
         return None
-    return missing.pop(), len(round_), seen[-1][0]
+    absent = missing.pop()
+    printed = Counter(rank for _index, rank in seen)
+    if printed[absent] >= min(printed[rank] for rank in round_):
+        return None  # as many lines as the others: it missed no round, it runs a line apart
+    return absent, len(round_), seen[-1][0]
