@@ -64,6 +64,30 @@ from hangscope.sources.logs.cues import classify
     # a watchdog line cut short by a paste, with the abort that follows it: read as the timeout
     ("[rank2]:[E] Watchdog caught collective operation timeout: WorkNCCL(...) ran for 600005 "
      "milliseconds before timing out. -> Signal 6 (SIGABRT)", "missing_rank"),
+    # gloo's pair.cc connecting to an address the host name resolved to (Debian's 127.0.1.1)
+    ("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:769] connect "
+     "[127.0.1.1]:25472: Connection refused", "init_hang"),
+    # gloo's device.cc when the host name does not resolve
+    ("RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:127] rp != "
+     "nullptr. Unable to find address for: dgx-1.ai", "init_hang"),
+    # (but an unreachable route is the network's)
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:769] connect "
+     "[10.0.0.2]:25472: No route to host", "network_fault"),
+    # TensorFlow's and the CUDA driver API's out-of-memory codes (cuda_driver.cc; CUresult 2 as
+    # torch_memory_saver prints it)
+    ("E tensorflow/stream_executor/cuda/cuda_driver.cc:924] failed to allocate 13.83G "
+     "(14851977216 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY", "rank_oom"),
+    ("[torch_memory_saver.cpp] CUresult error  result=2 file=csrc/torch_memory_saver.cpp "
+     "func=cu_mem_create line=103", "rank_oom"),
+    # torch_xla's mesh service (xla_client/mesh_service.cc), its rendezvous
+    ("I 7449 tensorflow/compiler/xla/xla_client/mesh_service.cc:208] Waiting to connect to client "
+     "mesh master (300 seconds) 10.164.15.199:8477", "init_hang"),
+    ("RuntimeError: tensorflow/compiler/xla/xla_client/mesh_service.cc:172 : Check failed: "
+     "impl_->channel->WaitForConnected( std::chrono::system_clock::now() + ...)", "init_hang"),
+    # Accelerate's verify_operation before 0.22
+    ("accelerate.utils.operations.DistributedOperationException: Impossible to apply the desired "
+     "operation due to inadequate shapes. All shapes on the devices must be valid.",
+     "collective_mismatch"),
 ])
 def test_a_wording_points_at_its_kind(line: str, kind: str) -> None:
     cue = classify(line)

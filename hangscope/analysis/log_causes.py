@@ -41,7 +41,8 @@ _OOM_MESSAGE = re.compile(r"^(?:CUDA|HIP) out of memory|^CUDA error: out of memo
 # fetches, and the sequences differ) and Accelerate's debug mode (utils/operations.py
 # verify_operation: every rank gathers the shapes of its tensors before the operation)
 RANKS_DISAGREE = re.compile(r"disagreement between rank ?\d+ and rank ?\d+|"
-                            r"due to shape mismatches\. All shapes across devices must be valid")
+                            r"due to shape mismatches\. All shapes across devices must be valid|"
+                            r"due to inadequate shapes\. All shapes on the devices must be valid")
 
 
 @dataclass(frozen=True, slots=True)

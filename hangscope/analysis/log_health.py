@@ -29,8 +29,9 @@ def logs_moving(evidence: JobEvidence) -> str | None:
     training move (two of its progress lines, or two drawings of its bar, at different positions:
     ``sources/logs/progress.py``'s ``advanced``) and nothing in any of them is a fault: no
     failure, no echo of one, no error line, no word of a fault (``cue``), no step times that
-    swing by ``ERRATIC`` or more; where the lines name
-    ranks, every rank of a job of known size left a log. Basis: a job that
+    swing by ``ERRATIC`` or more; where the lines name ranks, every rank of a job of known size
+    left a log. One line is no movement: it is as often the line a stuck job stopped at. Basis: a
+    job that
     advanced to the last line of its log and logged nothing wrong was running when the log was
     taken; a hang begins after a log's last line leaves no trace in it, which the note says."""
     every = list(evidence.all_logs())

@@ -18,13 +18,15 @@ number differs per rank by design, on a job that also hit a size error.
 from __future__ import annotations
 
 import re
+from collections import Counter
 
-from hangscope.analysis.context import Context
+from hangscope.analysis.context import Context, log_evidence
 from hangscope.analysis.log_causes import RANKS_DISAGREE, Failure, describe, failures, unranked
 from hangscope.analysis.log_sizes import size_diffs
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import ranks_phrase
+from hangscope.sources.logs.shape_checks import parse_shapes
 
 _NCCL_SIZE = re.compile(r"(?i)\b(size|count|type|dtype|numel|bytes)\b")
 
@@ -117,8 +119,10 @@ def _disagreement(ctx: Context) -> list[Finding]:
     the same order on every rank, and here two ranks' orders differ, so the ranks ran different
     modules (a data-dependent branch: a text-only batch skipping the vision tower, MoE routing,
     evaluation on some ranks). Accelerate's debug mode ("Cannot apply desired operation due to
-    shape mismatches"): the ranks' tensors for one operation have other shapes. Either way the
-    collectives no longer pair up: a collective mismatch. Which side is odd is not said."""
+    shape mismatches", with each process's input shape: ``sources/logs/shape_checks.py``): the
+    ranks' tensors for one operation have other shapes. Either way the collectives no longer pair
+    up: a collective mismatch. Which side is odd the check does not say; where Accelerate's list
+    shows most processes with one shape and a few with others, those few are named (0.7)."""
     checks: list[tuple[Failure, str]] = []  # each raising failure, with the words of its check
     for items in failures(ctx.evidence).values():
         for f in items:
@@ -127,21 +131,49 @@ def _disagreement(ctx: Context) -> list[Finding]:
             if found is not None:
                 checks.append((f, found.group(0)))
     checks.sort(key=lambda check: (check[0].event.path, check[0].event.line_no))
-    if not checks:
+    tables = [e for e in ctx.evidence.all_logs() if e.kind == "shape_check"]
+    if not checks and not tables:
         return []
-    raised = [f for f, _ in checks]
-    first, said = checks[0]
+    odd = _odd_shapes(tables[0]) if tables else []
+    cited = checks[0][0].event if checks else tables[0]
+    said = checks[0][1] if checks else ""
     what = ("DeepSpeed's cross-rank check found the ranks' sequences of gathered parameters "
             f"differ ({said}): the ranks ran different modules, so their ZeRO-3 all-gathers do "
             "not pair up") if said.startswith("disagreement") else (
             "Accelerate's debug-mode check found the ranks called one operation with tensors of "
             "other shapes: the collective would not pair up")
-    summary = (f"rule `ranks-disagree`: {describe(first.event, 160)} ({first.event.where()}): "
+    if odd:
+        shapes = parse_shapes(str(tables[0].fields["shapes"]))
+        common = next(shape for rank, shape in shapes.items() if rank not in odd)
+        which = (f"; its list of input shapes shows {ranks_phrase(odd)} with "
+                 f"{', '.join(sorted({shapes[r] for r in odd}))} where the other "
+                 f"{len(shapes) - len(odd)} processes have {common} ({tables[0].where()}): "
+                 f"{ranks_phrase(odd)} took another path")
+    else:
+        which = "; which rank is odd the check does not say"
+    summary = (f"rule `ranks-disagree`: {describe(cited, 160)} ({cited.where()}): "
                f"{what}. A data-dependent branch is the usual cause (text-only and image batches "
                "on a multimodal model, MoE routing, evaluation or a last uneven batch on some "
-               "ranks only); which rank is odd the check does not say")
-    evidence = [EvidenceItem("log", f.rank, f.describe(), f.event.where()) for f in raised[:3]]
-    return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=[],
-                    waiting_ranks=sorted({f.rank for f in raised}), confidence=0.65,
-                    summary=summary, evidence=evidence,
+               f"ranks only){which}")
+    evidence = [EvidenceItem("log", f.rank, f.describe(), f.event.where()) for f, _ in checks[:3]]
+    evidence += [log_evidence(e) for e in tables[:1]]
+    raised = sorted({f.rank for f, _ in checks if f.rank is not None} |
+                    {e.rank for e in tables if e.rank is not None})
+    return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=odd,
+                    waiting_ranks=[r for r in raised if r not in odd],
+                    confidence=0.7 if odd else 0.65, summary=summary, evidence=evidence,
                     measures={"outcome": "failed", "rule": "ranks-disagree"})]
+
+
+def _odd_shapes(table: LogEvent) -> list[int]:
+    """The processes whose shape differs from a shape more than half of them share, where they
+    are at most a quarter of the list (at least one): the few that took another path. None
+    where no shape has a majority (every process its own shape, or two processes)."""
+    shapes = parse_shapes(str(table.fields.get("shapes", "")))
+    if len(shapes) < 3:
+        return []
+    common, count = Counter(shapes.values()).most_common(1)[0]
+    odd = sorted(rank for rank, shape in shapes.items() if shape != common)
+    if count * 2 <= len(shapes) or not odd or len(odd) > max(1, len(shapes) // 4):
+        return []
+    return odd

@@ -17,6 +17,7 @@ The engine keeps this finding only when it is the only one (``engine._weak_alone
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from hangscope.analysis.context import Context
@@ -38,7 +39,7 @@ STRENGTH = {
     "duplicate-gpu": 11,
     "out-of-memory": 10, "gpu-fault": 9, "fabric-fault": 8, "signal-death": 7, "abort": 6.5,
     "data-loading": 6, "zombie-children": 5.8,
-    "gloo-loopback": 8.5, "init": 5.5, "store-timeout": 5.4, "p2p-words": 5,
+    "gloo-loopback": 8.5, "gloo-connect": 8.4, "init": 5.5, "store-timeout": 5.4, "p2p-words": 5,
     "thread-deadlock": 5, "watchdog-stuck": 5, "mismatch-words": 4,
     "version-skew": 4,
     "virtual-interface": 4.5, "network-words": 4, "peer-gone": 3, "slow-words": 3,
@@ -61,6 +62,11 @@ BASIS = {
     "gloo-loopback": ("gloo could not resolve the host's name and bound to the loopback address, "
                       "which peers on other hosts cannot reach, so the process group's set-up "
                       "cannot complete (set GLOO_SOCKET_IFNAME to the real interface)"),
+    "gloo-connect": ("gloo's set-up could not connect to a peer's address, or found no address "
+                     "for a host name, so the process group never formed: the address a host "
+                     "name resolves to is wrong or unreachable from the other hosts (set "
+                     "GLOO_SOCKET_IFNAME to the real interface, or fix the name's entry in "
+                     "/etc/hosts)"),
     "store-timeout": ("a rank timed out waiting on the rendezvous store (c10d's, gloo's) before "
                       "the job had begun: process-group set-up (rendezvous, store) did not "
                       "complete"),
@@ -125,6 +131,13 @@ def detect(ctx: Context) -> list[Finding]:
                and str(e.fields.get("exc_type", "")).endswith("SignalException")
                or e.kind in ("traceback", "collective_wait") and e.fields.get("main_first")}
     stopped |= {(e.path, e.line_no) for e in timed_out}
+    # a line that is itself a wait running out (gloo's "Timed out waiting 1800000ms for recv",
+    # the watchdog's), whatever else it says ("Exception in worker ... while processing"): its
+    # words of a death are the wait's, filed as the wait
+    own_wait = {(e.path, e.line_no) for e in events
+                if e.kind in WATCHDOG_WAITS or e.kind == "gloo_timeout"}
+    events = [_as_wait(e) if e.kind == "cue" and (e.path, e.line_no) in own_wait
+              and e.fields.get("cue") in _DEATH_WORDS else e for e in events]
     cancelled = stopped_by_scheduler(events)
     cues = [e for e in events if e.kind == "cue" and e.fields.get("cue") not in SUPPORT_ONLY
             and e.path not in benign and (e.path, e.line_no) not in stopped
@@ -165,7 +178,8 @@ def detect(ctx: Context) -> list[Finding]:
 
 def weigh(findings: list[Finding]) -> list[Finding]:
     """A cue finding stands alone where nothing else was found. Beside findings that only say
-    ranks wait for a rank no record names (missing_rank without culprits), a cause that explains
+    ranks wait for a rank no record names (missing_rank without culprits, or with rank 0 as
+    rank0-silent's prior for a lone timeout), a cause that explains
     such a wait comes first at their confidence (rule ``cause-over-symptom``), as does a
     definitive cause beside anything; otherwise it goes."""
     weak = [f for f in findings if f.measures.get("rule") in RULES]
@@ -179,14 +193,30 @@ def weigh(findings: list[Finding]) -> list[Finding]:
         cause.summary += (" (rule `cause-over-symptom`: this line is the cause the errors and "
                           "waits around it follow from)")
         return [cause, *strong]
-    if cause.measures.get("cue") in EXPLAINS_WAIT and all(
-            f.kind is Kind.MISSING_RANK and not f.culprit_ranks for f in strong):
+    if cause.measures.get("cue") in EXPLAINS_WAIT and all(_names_no_one(f) for f in strong):
         cause.confidence = max(f.confidence for f in strong)
         cause.measures["rule"] = "cause-over-symptom"
         cause.summary += (" (rule `cause-over-symptom`: it explains why the other ranks wait for a "
                           "rank no record names)")
         return [cause, *strong]
     return strong
+
+
+_DEATH_WORDS = {"exit-nonzero", "exception", "abort", "signal-death"}
+
+
+def _as_wait(cue: LogEvent) -> LogEvent:
+    return dataclasses.replace(cue, fields={**cue.fields, "cue": "wait-timeout",
+                                            "suggests": Kind.MISSING_RANK.value,
+                                            "role": "symptom"})
+
+
+def _names_no_one(finding: Finding) -> bool:
+    """A missing rank no record names: none at all, or rank 0 by rule rank0-silent's prior alone
+    (one rank's lone timeout: rank 0 is the likeliest, not a proof)."""
+    return finding.kind is Kind.MISSING_RANK and (
+        not finding.culprit_ranks or (finding.measures.get("rule") == "rank0-silent"
+                                      and finding.measures.get("form") == "lone"))
 
 
 def _after_own_wait(cue: LogEvent, waits: list[LogEvent]) -> bool:

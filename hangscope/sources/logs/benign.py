@@ -32,7 +32,8 @@ harmless, in the software's own terms:
 
 ``benign_only`` event, one per file whose every non-blank line (the whole file: its tail is all
 of it) is one of these warnings, its continuation (indented, or the warning's own follow-up
-lines) or launcher boilerplate, and which holds at least one of them. fields: ``warnings`` (the
+lines), launcher boilerplate or a logger's routine INFO records (no word of a fault, a wait or a
+retry in them), and which holds at least one of them. fields: ``warnings`` (the
 names, comma-joined), ``count``. ``analysis/log_health.py`` (rule ``known-benign``) reads a job
 whose every log is such a file as showing no fault.
 """
@@ -73,6 +74,18 @@ _FOLLOW = re.compile(
     r"warnings\.warn\(|This can (?:potentially )?cause a hang if|You can (?:s?pecify|specify) device_id|"
     r"Specify device_ids? in barrier\(\)|or call init_process_group\(\) with a device_id|"
     r"\[INFO\] \[comm\.py:\d+:\w+\])")
+# a warning's sentence carried over to the next line by a paste wrapped at a width (the break
+# mid-word or between words: the line before is as long as the paste's longest, or this one goes
+# on in lower case or with the warning's "(function operator())" trailer), unless the carried
+# line speaks of a fault
+_CARRIED = re.compile(r"^(?:[a-z]|\(function )")
+_MIN_WRAP = 60  # narrower "widths" are short lines, not a terminal's
+_WRAP_SLACK = 8  # a word wrap ends a line up to a word short of the width
+_FAULT = re.compile(r"(?i)error|fail|time[ds]? ?out|exception|traceback|killed|abort|hang|stuck|"
+                    r"waiting|retry|retrying")
+# detectron2's logger head ("[03/07 20:19:02 detectron2]: Starting training from iteration 0"),
+# which carries no level: its records are INFO unless they say otherwise ("WRN", "ERROR")
+_INFO_HEAD = re.compile(r"^\[\d{2}/\d{2} \d{2}:\d{2}:\d{2} [\w.]+\]: ")
 # a glog head a terminal cut from its message (``[W1003 20:49:10.123654124``)
 _HEAD_ONLY = re.compile(r"^\[?[IWEF]\d{4} \d{2}:\d{2}:\d{2}(?:\.\d+)?(?: +\d+)?\]?$")
 
@@ -84,16 +97,25 @@ def scan_benign(path: str, tail: LogicalTail | None) -> list[LogEvent]:
     names: list[str] = []
     after_warning = False
     last = None
-    for line, text in _records(tail):
+    records = list(_records(tail))
+    # the width a paste was hard-wrapped at: its longest line, where that is a terminal's width
+    width = max((len(text) for _line, text in records), default=0)
+    previous = ""
+    for line, text in records:
         body = line.body.strip()
+        cut = width >= _MIN_WRAP and len(previous) >= width - _WRAP_SLACK
+        previous = text
         if not body or _HEAD_ONLY.match(body):
             continue
         name = next((n for n, pattern in WARNINGS if pattern.search(body)), None)
         if name is not None:
             names.append(name)
             after_warning, last = True, line
-        elif _FOLLOW.search(body) or (after_warning and text[:1].isspace()):
-            continue  # the warning's own continuation, or a banner
+        elif _FOLLOW.search(body) or (after_warning and (text[:1].isspace() or (
+                cut or _CARRIED.match(body)) and not _FAULT.search(body))):
+            continue  # the warning's own continuation (indented, or carried over), or a banner
+        elif (line.severity == "info" or _INFO_HEAD.match(body)) and not _FAULT.search(body):
+            continue  # a logger's routine INFO record (data set up, training started)
         else:
             return []
     if last is None:

@@ -59,7 +59,10 @@ CUES: tuple[Cue, ...] = (
         r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO (?:TIME LIMIT|PREEMPTION))?"
         r"(?: \*\*\*| DUE TO (?:TIME LIMIT|PREEMPTION))")),
     Cue("out-of-memory", "rank_oom", "cause", re.compile(
-        r"(?i)out of memory|OutOfMemoryError|\bOOM[- ]?kill|OOMKilled|\boom_kill|Out of memory: Kill(?:ed)? process|"
+        r"(?i)out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|"
+        # the CUDA driver API's code 2 (CUDA_ERROR_OUT_OF_MEMORY) from cuMemCreate, as
+        # torch_memory_saver (sglang, verl) reports it: "CUresult error  result=2 ... cu_mem_create"
+        r"CUresult error\s+result=2\b|\bOOM[- ]?kill|OOMKilled|\boom_kill|Out of memory: Kill(?:ed)? process|"
         r"memory cgroup out of memory|std::bad_alloc|Cannot allocate memory|CUBLAS_STATUS_ALLOC_FAILED|"
         # (not a metric's counter at zero: fairseq's progress lines carry "oom=0.000")
         r"\bOOM\b(?! score)(?!\s*[=:]\s*0(?:\.0*)?(?![\d.]))|exceeded (?:its |the )?memory limit|Memory limit exceeded")),
@@ -73,6 +76,13 @@ CUES: tuple[Cue, ...] = (
     # local=[127.0.0.1])", a rank whose own end of the mesh is loopback)
     Cue("gloo-loopback", "init_hang", "cause", re.compile(
         r"Unable to resolve hostname to a \(local\) address|\blocal=\[127\.\d+\.\d+\.\d+\]")),
+    # gloo's own set-up failing to reach a peer: its pair.cc "connect [127.0.1.1]:25472:
+    # Connection refused" (an address the host name resolved to, here Debian's loopback alias),
+    # "Gloo connectFullMesh failed", or device.cc "Unable to find address for: HOST" (the name does
+    # not resolve): the process group never forms (not "No route to host": fabric-fault)
+    Cue("gloo-connect", "init_hang", "cause", re.compile(
+        r"Unable to find address for:? \S|Gloo connectFullMesh failed|timed out connecting: SO_ERROR|"
+        r"\bconnect \[[^\]\s]+\]:\d+: (?:Connection refused|Connection timed out)")),
     Cue("gpu-fault", "rank_died", "cause", re.compile(
         r"(?i)illegal memory access|device-side assert|unspecified launch failure|uncorrectable ECC|"
         r"GPU (?:has )?fallen off the bus|\bXid\b(?: \(PCI:[0-9a-fA-F:.]+\))?[^0-9]{0,8}(?:13|31|43|48|62|63|64|79|92|94|95|119|120)\b|"
@@ -156,6 +166,9 @@ CUES: tuple[Cue, ...] = (
         r"waiting for .{0,40}\b(?:proc(?:ess)?(?:\(?e?s\)?)?|ranks?|workers?|nodes?|engines?) to (?:join|connect|start|come up|be ready)|"
         # torch's ncclUniqueId exchange through the store (ProcessGroupNCCL::broadcastUniqueNCCLID)
         r"broadcastUniqueNCCLID|ncclUniqueId|"
+        # torch_xla's mesh service, its rendezvous (xla_client/mesh_service.cc): a worker waiting
+        # for the mesh master, or its check that the channel connected failing
+        r"Waiting to connect to client mesh master|mesh_service\.cc.{0,80}WaitForConnected|"
         # NCCL's socket.cc retrying a connect while it sets up (a port blocked, a peer not up)
         # (NCCL >= 2.2x: "ncclOsSocketStartConnect: connect to 127.0.0.1<52243> returned
         # Connection refused, retrying (1/34) after sleep for 100 msec")
@@ -165,7 +178,10 @@ CUES: tuple[Cue, ...] = (
     Cue("mismatch-words", "collective_mismatch", "cause", re.compile(
         r"(?i)\bmismatch(?:ed|es)?\b|do(?:es)?(?: not|n't) match|different (?:shape|size|dtype|number of|order|sequence)|"
         r"inconsistent|unequal|uneven|sizes? differ|expected .{0,40} but (?:got|received)|"
-        r"wrong (?:size|shape|number)|disagreement between rank ?\d+ and rank"), _DIST),
+        r"wrong (?:size|shape|number)|disagreement between rank ?\d+ and rank|"
+        # Accelerate's verify_operation before 0.22 ("... due to inadequate shapes. All shapes on
+        # the devices must be valid.")
+        r"due to inadequate shapes"), _DIST),
     Cue("p2p-words", "p2p_deadlock", "cause", re.compile(
         r"(?i)\b(?:isend|irecv|send|recv|batch_isend_irecv|p2p|point-to-point|send/recv|SendRecv)\b.{0,80}"
         r"(?:deadlock|hang|hangs|stuck|blocks forever|never (?:returns|completes))|"

@@ -69,6 +69,9 @@ _HEADS = (
     ("srun", re.compile(SRUN_PATTERN)),
     ("cri", re.compile(CRI_PATTERN)),
 )
+# a Markdown quote ("> " before each line): a log pasted into a reply as a quotation; alone, or
+# inside one of the heads above
+_QUOTE = "> "
 HEAD_SAMPLE = 40  # first non-empty lines looked at to decide that a paste has a head
 HEAD_SHARE = 0.8  # of them that must carry it
 
@@ -231,13 +234,21 @@ def logical_bytes(data: bytes) -> bytes:
 
 
 def _head_of(lines: list[str]) -> tuple[str, re.Pattern[str]] | None:
-    """The head most of the paste's first lines carry, if any."""
+    """The head most of the paste's first lines carry, if any, with a Markdown quote's ``> ``
+    after it where most lines carry that too."""
     sample = [line for line in lines if line.strip()][:HEAD_SAMPLE]
     if len(sample) < 2:
         return None
     for name, pattern in _HEADS:
-        if sum(1 for line in sample if pattern.match(line)) >= HEAD_SHARE * len(sample):
+        ends = [m.end() for m in map(pattern.match, sample) if m is not None]
+        if len(ends) >= HEAD_SHARE * len(sample):
+            quoted = sum(1 for line, end in zip((ln for ln in sample if pattern.match(ln)), ends)
+                         if line.startswith(_QUOTE, end))
+            if quoted >= HEAD_SHARE * len(sample):
+                return name, re.compile(f"(?:{pattern.pattern}){re.escape(_QUOTE)}")
             return name, pattern
+    if sum(1 for line in sample if line.startswith(_QUOTE)) >= HEAD_SHARE * len(sample):
+        return "quote", re.compile(re.escape(_QUOTE))
     return None
 
 

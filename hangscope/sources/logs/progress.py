@@ -64,9 +64,10 @@ _BEFORE = r"(?<![\w\-.])"  # not inside a word, an option name or a dotted name
 _BAR = re.compile(r"(\d{1,3})%\|[^|\n]{0,200}\|\s*(\d+)/(\d+)\s*\[")
 _COUNTERS = (
     # (never nccl-tests' header "step: 2(factor)", the size multiplier)
-    # (nor SLURM's "*** STEP 1809655.0 ON r6i4n3 CANCELLED", a job step's id)
+    # (nor SLURM's "*** STEP 1809655.0 ON r6i4n3 CANCELLED", a job step's id, nor a timer's
+    # decimal, DeepSpeed's "step: 72.82" milliseconds: a count has no fraction)
     ("step", re.compile(_BEFORE + r"(?:global[_ ])?step\b['\"]?\s*[:=#]?\s*\[?\s*" + _NUM
-                        + r"(?!\d|\(factor\)|\.\d+ ON )", re.I)),
+                        + r"(?!\d|\(factor\)|\.\d)", re.I)),
     ("iter", re.compile(_BEFORE + r"iter(?:ation)?\b['\"]?\s*[:=#]?\s*\[?\s*" + _NUM, re.I)),
     ("update", re.compile(_BEFORE + r"num_updates\b['\"]?\s*[:=]?\s*(\d+)()", re.I)),
     # "Batch 41/600"; "Epoch 0, batch 10, loss ..." (never "batch size 14", "batch_size=14")
@@ -79,6 +80,9 @@ _COUNTERS = (
     ("batch", re.compile(r"epoch\b(?:\s*\(\w+\))?\s*:?\s*\[\s*\d+(?:\s*/\s*\d+)?\s*\]"
                          r"\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]", re.I)),
     ("batch", re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]\s+eta\b", re.I)),
+    # DeepSpeed's pipeline engine (PipelineEngine.train_batch, every steps_per_print):
+    # "steps: 20 loss: 4.6178 iter time (s): 0.994 samples/sec: 257.601"
+    ("step", re.compile(r"(?<![\w\-.])steps: (\d+) loss: ()")),
     # tf_cnn_benchmarks' rows (Horovod's and TensorFlow's benchmark): "10\timages/sec: 47.3 +/- 0.7"
     ("step", re.compile(r"^\s*(\d+)\s+(?:images|img|samples|examples|sequences|tokens)/sec:()")),
 )
@@ -181,7 +185,9 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
     # a tail hard-wrapped at one width (a terminal's or a tracker's cut) is read as its logical
     # lines; so is one whose device names no stream until it is (the device on a continuation)
     device_cut = hinted == (None, None) and not named and any(b"cuda:" in raw for raw in lines)
-    wrapped = wrap_width([len(raw) for raw in lines]) is not None
+    # (a line's width in characters: a bar's blocks are three bytes each)
+    wrapped = wrap_width([len(raw) if raw.isascii() else len(raw.decode("utf-8", "replace"))
+                          for raw in lines]) is not None
     fixed = normalize(b"\n".join(lines)) if device_cut or wrapped else None
     if fixed is not None:
         rebuilt = fixed.data.split(b"\n")

@@ -40,6 +40,7 @@ from hangscope.sources.logs import (
     pg_wrapper,
     pipeline,
     runtime_lines,
+    shape_checks,
     stall_reports,
     torch_nccl,
     traceback,
@@ -57,7 +58,7 @@ MAX_JSON_BYTES = 64 << 20
 # Order matters only when one line holds triggers of several families: first match wins.
 _FAMILIES = (nccl_debug, torch_nccl, nccl_ras, elastic, mpi, oom, dataloader, gloo, init, traceback,
              gpu, runtime_lines, stall_reports, perf_reports, nccl_tests, bench_reports, pg_wrapper,
-             pipeline)
+             pipeline, shape_checks)
 _HANDLERS: dict[bytes, list[Handler]] = {}
 _PRIORITY: dict[Handler, int] = {}
 for _module in _FAMILIES:
@@ -81,7 +82,7 @@ _ANCHORS = re.compile(
     rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node |hread )|A(?:vg bus bandwidth)|#(?:wrong)|H(?:eartbeat monitor)"
     rb"|K(?:illed process)|=(?:CONSTRAINT_)"
     rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: |elements\))|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks|TRAGGLER DETECTION)"
-    rb"|F(?:ailures:)|P(?:G on this rank|G debug info|U relative performance:|U individual performance:)|I(?:nit timings)|R(?:unning collective: C|ecorder|eceived a dump|eceived \d+ death|eceived Signals\.|ead timeout \[)|i(?:ng to dump d|ng ncclUniqueId)"
+    rb"|F(?:ailures:)|P(?:G on this rank|G debug info|U relative performance:|U individual performance:)|I(?:nit timings|nput shapes:)|R(?:unning collective: C|ecorder|eceived a dump|eceived \d+ death|eceived Signals\.|ead timeout \[)|i(?:ng to dump d|ng ncclUniqueId)"
     rb"|M(?:ISMATCH|ismatched collective d|issing communicator|issing ranks:|EMBER: |PLETE)|S(?:TART\b)|B(?:arrier in|arrier, but)"
     rb"|U(?:DA out of memory|DA error|nexpected |sing |nable to determine)"
     rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal |glers? detected|glers found)"
