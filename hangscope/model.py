@@ -330,5 +330,8 @@ class JobEvidence:
         sizes = [self.world_size or 0, max(self.ranks, default=-1) + 1]
         for dump in self.fr_dumps().values():
             sizes.extend(len(pg.ranks) for pg in dump.process_groups.values() if pg.ranks)
+        # a log's list of every process's value (Accelerate's shape check: process 0 to N-1)
+        sizes.extend(int(e.fields["processes"]) for e in self.all_logs()
+                     if e.kind == "shape_check" and isinstance(e.fields.get("processes"), int))
         best = max(sizes)
         return best or None

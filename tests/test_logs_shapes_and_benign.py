@@ -45,6 +45,7 @@ def test_the_one_process_whose_shape_differs_from_all_others_is_named(tmp_path: 
     assert root is not None and _root(verdict) == ("collective_mismatch", [0])
     assert root.measures["rule"] == "ranks-disagree"
     assert "rank 0 with [1024] where the other 7 processes have [2048]" in root.summary
+    assert verdict.world_size == 8  # the list names every process, not only the printing rank
 
 
 @pytest.mark.parametrize("shapes", [
