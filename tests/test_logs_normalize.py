@@ -213,3 +213,22 @@ def test_a_detail_report_broken_into_lines_is_one_record() -> None:
            if e.kind == "collective_fingerprint_mismatch"]
     assert [(e.fields["rank_a"], e.fields["seq_a"], e.fields["rank_b"], e.fields["seq_b"])
             for e in got] == [(7, 18, 0, 30)]
+
+
+def test_a_bars_unfilled_blanks_wrapped_at_80_are_the_bar_not_padding() -> None:
+    # tqdm at 0%: its empty bar is a run of blanks, then "| 0/994 [...]"; a terminal cut it at 80
+    bar = "  0%|" + " " * 300 + "| 0/994 [00:00<?, ?it/s]"
+    text = "header line\n" + "".join(bar[i:i + 80] + "\n" for i in range(0, len(bar), 80))
+    fixed = normalize(text.encode())
+    assert fixed is not None
+    assert bar in fixed.data.decode().split("\n")
+
+
+def test_a_traceback_frame_line_as_long_as_a_common_width_is_whole() -> None:
+    frame = '  File "/lib/torch/utils/data/dataloader.py", line 942, in _shutdown_workers'
+    frame = frame.replace("/lib", "/" + "l" * (80 - len(frame) + 3), 1)
+    assert len(frame) == 80
+    text = "Traceback (most recent call last):\n" + frame + "\n    w.join()\n" + "x" * 80 + "\n"
+    fixed = normalize(text.encode())
+    lines = (fixed.data.decode() if fixed is not None else text).split("\n")
+    assert frame in lines and "    w.join()" in lines

@@ -168,3 +168,33 @@ def test_a_progress_bar_hard_wrapped_at_80_columns_still_moves(tmp_path: Path) -
                       for i in range(0, len(line), 80))
     assert max(len(line) for line in wrapped.splitlines()) == 80
     assert _verdict(tmp_path, wrapped).status.value == "healthy"
+
+
+def test_a_cut_traceback_in_the_dataloaders_worker_join_is_a_dataloader_stall(
+        tmp_path: Path) -> None:
+    # stopped by hand while the DataLoader joins a worker that never exits (_shutdown_workers);
+    # the frame line is 110 characters, a common wrap width, and is still no wrapped piece
+    frame = ('  File "/usr/local/lib/python3.6/dist-packages/torch/utils/data/dataloader.py", '
+             'line 942, in _shutdown_workers')
+    frame = frame.replace("/usr/local", "/usr/loca" + "l" * (110 - len(frame) + 1), 1)
+    assert len(frame) == 110
+    text = "\n".join([
+        "Traceback (most recent call last):",
+        '  File "train.py", line 286, in <module>',
+        "    for j, batch in enumerate(dataloader):",
+        '  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 830, in '
+        "_next_data", "    self._shutdown_workers()", frame, "    w.join()",
+        '  File "/usr/lib/python3.6/multiprocessing/popen_fork.py", line 28, in poll',
+        "    pid, sts = os.waitpid(self.pid, flag)", ""])
+    verdict = _verdict(tmp_path, text)
+    assert _root(verdict) == ("dataloader_stall", [])
+    assert "to exit" in verdict.root.summary + " ".join(e.detail for e in verdict.root.evidence)
+
+
+def test_debug_records_beside_a_harmless_warning_are_no_fault(tmp_path: Path) -> None:
+    text = ("[rank1]:[W519 17:03:22.928749665 ProcessGroupNCCL.cpp:4561] [PG ID 0 PG GUID 0 Rank "
+            "1]  using GPU 1 to perform barrier as devices used by this process are currently "
+            "unknown. This can potentially cause a hang if this rank to GPU mapping is incorrect.\n"
+            "[2025-05-19 17:03:24,947] [DEBUG] [axolotl.utils.models.load_tokenizer:461] "
+            "[PID:99566] [RANK:0] EOS: 128001 / <|end_of_text|>\n")
+    assert _verdict(tmp_path, text).status.value == "healthy"

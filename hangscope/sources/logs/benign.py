@@ -114,8 +114,9 @@ def scan_benign(path: str, tail: LogicalTail | None) -> list[LogEvent]:
         elif _FOLLOW.search(body) or (after_warning and (text[:1].isspace() or (
                 cut or _CARRIED.match(body)) and not _FAULT.search(body))):
             continue  # the warning's own continuation (indented, or carried over), or a banner
-        elif (line.severity == "info" or _INFO_HEAD.match(body)) and not _FAULT.search(body):
-            continue  # a logger's routine INFO record (data set up, training started)
+        elif (line.severity in ("info", "debug") or _INFO_HEAD.match(body)) \
+                and not _FAULT.search(body):
+            continue  # a logger's routine INFO or DEBUG record (data set up, training started)
         else:
             return []
     if last is None:

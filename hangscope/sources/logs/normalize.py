@@ -197,14 +197,18 @@ def normalize(raw: bytes) -> Normalized | None:
         padded = False
         while width is not None and piece == width and i < n and joined < MAX_JOIN \
                 and not (headed is not None and headed[i]):
-            if text[i - 1].endswith(" ") and not text[i].strip():
+            blank = text[i - 1].endswith(" ") and not text[i].strip()
+            if not padded and text[i - 1].endswith(" ") and text[i][:1] == " " \
+                    and _OPEN_BAR.search(line):
+                pass  # the unfilled part of a bar ("  0%|" and blanks): it goes on after them
+            elif blank:
                 # a row padded with blanks past the width: its wrapped rest is only padding,
                 # and the row ended where its padding began
                 piece = lengths[i]
                 i += 1
                 padded = True
                 continue
-            if padded or not _continues(text[i - 1], text[i]):
+            elif padded or not _continues(text[i - 1], text[i]):
                 break
             line += text[i]
             piece = lengths[i]
@@ -270,12 +274,22 @@ _NCCL_CUT = re.compile(r"\] NCCL ?$")
 _NCCL_LEVEL = re.compile(r"(?:INFO|WARN) ")
 
 
+# a progress bar drawn up to its blank, unfilled part ("  0%|      "): blanks after it are the
+# bar's own, not a screen row's padding
+_OPEN_BAR = re.compile(r"\d%\|[^|]*$")
+# Python's traceback frame line, complete (it ends with the function's name): one that happens
+# to be as long as a common width is no wrapped piece
+_FRAME_DONE = re.compile(r'File "[^"]*", line \d+, in [\w<>.]+\s*$')
+
+
 def _continues(before: str, after: str) -> bool:
     """Whether ``after`` may continue ``before``: it starts no record of its own, and does not open
     the way ``before`` opens (two lines of one stream share their head; a line and its wrapped
     tail do not)."""
     if _RECORD_START.match(after) and not (_NCCL_LEVEL.match(after) and _NCCL_CUT.search(before)):
         return False
+    if _FRAME_DONE.search(before) and after[:1].isspace():
+        return False  # a whole traceback frame line, then its indented source line
     head = min(HEAD, len(before))
     return head < 4 or before[:head] != after[:head]
 

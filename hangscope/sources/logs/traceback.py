@@ -22,7 +22,8 @@ A block cut before its exception line (the paste ends, or the next record starts
 ``traceback`` event: what killed the process is not there. One such block is still evidence
 (rule ``dataloader-wait-frames``): frames through the DataLoader's wait for its workers
 (``torch/utils/data/dataloader.py``, ``_try_get_data`` / ``_get_data``, which block in
-``self._data_queue.get(timeout=...)``) say the process was stopped while it waited for a batch.
+``self._data_queue.get(timeout=...)``; ``_shutdown_workers``, which joins workers that must exit)
+say the process was stopped while it waited for a batch, or for a worker to exit.
 It gives a ``dataloader_wait`` event at that frame's line (fields last_frame, last_function,
 frames). A block (cut or whole) through a main-process-first block (``main_process_first``,
 ``torch_distributed_zero_first``: the main process runs it while the others wait in a barrier)
@@ -52,7 +53,9 @@ _EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|F
                   r"Timeout|Fault|Signal|Abort|Iteration|[A-Z]\w*|\.error))(?::\s?(?P<msg>.*))?$")
 # the DataLoader's wait for a batch from its workers' queue
 _LOADER_FILE = "torch/utils/data/dataloader.py"
-_LOADER_WAITS = frozenset({"_try_get_data", "_get_data"})
+# (and _shutdown_workers, which joins its workers at the end of an epoch: a worker that never
+# exits holds it there)
+_LOADER_WAITS = frozenset({"_try_get_data", "_get_data", "_shutdown_workers"})
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 # blocks the main process runs first while every other rank waits in a barrier (transformers'
 # TrainingArguments.main_process_first, its torch_distributed_zero_first, accelerate's
@@ -159,8 +162,10 @@ def _loader_wait(frame: Line, where: str, ctx: Context, frames: int) -> list[Log
     wait for its workers."""
     fields: dict[str, str | int | float] = {"frames": frames, "last_frame": where,
                                             "rule": "dataloader-wait-frames"}
+    what = "its workers to exit" if frame.body.rstrip().endswith("_shutdown_workers") \
+        else "a batch from its workers"
     message = (f"a traceback, cut before its exception, runs through the DataLoader's wait for "
-               f"a batch from its workers ({where})")
+               f"{what} ({where})")
     return [make_event("dataloader_wait", frame, ctx, "warning", fields, message=message)]
 
 
