@@ -39,3 +39,20 @@ def findings_of(folder: Path, text: str, name: str = "paste.log") -> list:  # ty
 def root_of(folder: Path, text: str):  # type: ignore[no-untyped-def]
     found = findings_of(folder, text)
     return found[0] if found else None
+
+
+def verdict_of(folder: Path, text: str, name: str = "train.log"):  # type: ignore[no-untyped-def]
+    """The verdict for ``text`` written to ``folder/name``, the folder analyzed as
+    `hangscope analyze FOLDER` does (the folder is made if missing)."""
+    from hangscope.analysis.engine import analyze
+    from hangscope.options import LoadOptions
+    from hangscope.sources.load import load_paths
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+    return analyze(load_paths([str(folder)], LoadOptions())[0])[0]
+
+
+def kind_and_culprits(verdict):  # type: ignore[no-untyped-def]
+    """(root finding's kind, its culprits), or None where nothing was found."""
+    return (verdict.root.kind.value, verdict.root.culprit_ranks) if verdict.root else None

@@ -9,20 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hangscope.analysis.engine import analyze
-from hangscope.options import LoadOptions
-from hangscope.sources.load import load_paths
-
-
-def _verdict(tmp_path: Path, text: str, name: str = "train.log"):  # type: ignore[no-untyped-def]
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / name).write_text(text)
-    return analyze(load_paths([str(tmp_path)], LoadOptions())[0])[0]
-
-
-def _root(verdict):  # type: ignore[no-untyped-def]
-    return (verdict.root.kind.value, verdict.root.culprit_ranks) if verdict.root else None
-
+from _logs_helpers import kind_and_culprits, verdict_of
 
 # --- stopped-after-finish -----------------------------------------------------------------------
 
@@ -37,20 +24,20 @@ INTERRUPT = ("^CTraceback (most recent call last):\n"
 
 
 def test_a_run_interrupted_by_hand_after_it_finished_hung_at_exit(tmp_path: Path) -> None:
-    verdict = _verdict(tmp_path, HF_DONE + INTERRUPT)
-    assert _root(verdict) == ("python_deadlock", [])
+    verdict = verdict_of(tmp_path, HF_DONE + INTERRUPT)
+    assert kind_and_culprits(verdict) == ("python_deadlock", [])
     assert verdict.root.measures["rule"] == "stopped-after-finish"
     assert "never exited" in verdict.root.summary
     # the KeyboardInterrupt line alone (no ^C echo) reads the same
-    verdict = _verdict(tmp_path / "bare", HF_DONE + INTERRUPT.replace("^C", ""))
-    assert _root(verdict) == ("python_deadlock", [])
+    verdict = verdict_of(tmp_path / "bare", HF_DONE + INTERRUPT.replace("^C", ""))
+    assert kind_and_culprits(verdict) == ("python_deadlock", [])
 
 
 def test_a_finished_run_not_interrupted_or_interrupted_before_its_end_is_no_exit_hang(
         tmp_path: Path) -> None:
-    assert _verdict(tmp_path / "done", HF_DONE).status.value == "healthy"
+    assert verdict_of(tmp_path / "done", HF_DONE).status.value == "healthy"
     before = INTERRUPT + HF_DONE  # stopped, then (another run in the same file) finished
-    verdict = _verdict(tmp_path / "before", before)
+    verdict = verdict_of(tmp_path / "before", before)
     assert verdict.root is None or verdict.root.measures.get("rule") != "stopped-after-finish"
 
 
@@ -69,8 +56,8 @@ DISAGREE = (
 
 
 def test_deepspeeds_cross_rank_check_is_a_mismatch_not_a_death(tmp_path: Path) -> None:
-    verdict = _verdict(tmp_path, DISAGREE)
-    assert _root(verdict) == ("collective_mismatch", [])
+    verdict = verdict_of(tmp_path, DISAGREE)
+    assert kind_and_culprits(verdict) == ("collective_mismatch", [])
     assert verdict.root.measures["rule"] == "ranks-disagree"
     assert "disagreement between rank0 and rank3" in verdict.root.summary
 
@@ -79,7 +66,7 @@ def test_another_runtime_error_in_the_same_place_is_still_the_rank_dying(tmp_pat
     other = DISAGREE.replace("RuntimeError: disagreement between rank0 and rank3: rank0: "
                              "[12, 13, 14], rank3: [12, 40, 41]",
                              "RuntimeError: CUDA error: an illegal memory access was encountered")
-    assert _root(_verdict(tmp_path, other)) == ("rank_died", [3])
+    assert kind_and_culprits(verdict_of(tmp_path, other)) == ("rank_died", [3])
 
 
 # --- arguments-differ-at-same-op -------------------------------------------------------------
@@ -88,12 +75,12 @@ def test_two_ranks_at_one_seq_with_other_sizes_are_a_size_mismatch(tmp_path: Pat
     text = ("both ranks time out at one SeqNum:\n"
             "[rank0] all_reduce SeqNum=812 NumelIn=1 dtype=float32\n"
             "[rank1] all_reduce SeqNum=812 NumelIn=65536 dtype=float32\n")
-    verdict = _verdict(tmp_path, text)
-    assert _root(verdict) == ("size_mismatch", [])
+    verdict = verdict_of(tmp_path, text)
+    assert kind_and_culprits(verdict) == ("size_mismatch", [])
     assert verdict.root.measures["rule"] == "arguments-differ-at-same-op"
     # the same arguments on both: nothing differs
     same = text.replace("NumelIn=65536", "NumelIn=1")
-    verdict = _verdict(tmp_path / "same", same)
+    verdict = verdict_of(tmp_path / "same", same)
     assert verdict.root is None or verdict.root.measures.get("rule") != \
         "arguments-differ-at-same-op"
 
@@ -101,7 +88,7 @@ def test_two_ranks_at_one_seq_with_other_sizes_are_a_size_mismatch(tmp_path: Pat
 def test_other_sizes_at_other_seqs_are_no_mismatch(tmp_path: Path) -> None:
     text = ("[rank0] all_reduce SeqNum=812 NumelIn=1\n"
             "[rank1] all_reduce SeqNum=813 NumelIn=65536\n")
-    verdict = _verdict(tmp_path, text)
+    verdict = verdict_of(tmp_path, text)
     assert verdict.root is None or verdict.root.measures.get("rule") != \
         "arguments-differ-at-same-op"
 
@@ -115,11 +102,11 @@ FAIRSEQ = "".join(
 
 
 def test_an_oom_counter_at_zero_is_no_oom(tmp_path: Path) -> None:
-    assert _verdict(tmp_path, FAIRSEQ).status.value == "healthy"
+    assert verdict_of(tmp_path, FAIRSEQ).status.value == "healthy"
     # a real OOM after the same lines still reads as one
     oom = FAIRSEQ + ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 "
                      "GiB total capacity; 75.01 GiB already allocated)\n")
-    assert _verdict(tmp_path / "oom", oom).root.kind.value == "rank_oom"
+    assert verdict_of(tmp_path / "oom", oom).root.kind.value == "rank_oom"
 
 
 OVERFLOWS = "".join(
@@ -129,7 +116,7 @@ OVERFLOWS = "".join(
 
 
 def test_fp16_overflow_steps_are_a_run_that_moves(tmp_path: Path) -> None:
-    verdict = _verdict(tmp_path, OVERFLOWS)
+    verdict = verdict_of(tmp_path, OVERFLOWS)
     assert verdict.status.value == "healthy"
     assert "fp16 overflow (loss scale down to 65536)" in verdict.evidence_gaps[0]
     # the same warm-up, then a watchdog timeout: not healthy
@@ -137,7 +124,7 @@ def test_fp16_overflow_steps_are_a_run_that_moves(tmp_path: Path) -> None:
         "[rank0]:[E502 10:40:11.1 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective "
         "operation timeout: WorkNCCL(SeqNum=90, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
         "Timeout(ms)=600000) ran for 600001 milliseconds before timing out.\n")
-    assert _verdict(tmp_path / "hang", timeout).status.value != "healthy"
+    assert verdict_of(tmp_path / "hang", timeout).status.value != "healthy"
 
 
 # --- NCCL's network transport as Last error; an abort on a store's timeout -----------------------
@@ -152,13 +139,13 @@ def test_an_nccl_error_whose_last_error_is_the_network_transport_is_a_network_fa
             "[rank5]: Last error:\n"
             "[rank5]: NET/IB : Got completion from peer 10.0.3.17<52021> with status=12 opcode=0 "
             "len=0 vendor err 129 (Recv) localGid ::ffff:10.0.3.12 remoteGidsfe80::1\n")
-    assert _verdict(tmp_path, text).root.kind.value == "network_fault"
+    assert verdict_of(tmp_path, text).root.kind.value == "network_fault"
     # a Last error that is the rank's own GPU stays the rank's
     gpu = text.replace("NET/IB : Got completion from peer 10.0.3.17<52021> with status=12 "
                        "opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.0.3.12 "
                        "remoteGidsfe80::1", "Cuda failure 'an illegal memory access was "
                                             "encountered'")
-    assert _verdict(tmp_path / "gpu", gpu).root.kind.value == "rank_died"
+    assert verdict_of(tmp_path / "gpu", gpu).root.kind.value == "rank_died"
 
 
 def test_an_abort_whose_exception_is_a_store_wait_timeout_is_set_up(tmp_path: Path) -> None:
@@ -166,10 +153,10 @@ def test_an_abort_whose_exception_is_a_store_wait_timeout_is_set_up(tmp_path: Pa
             "[1,3]<stderr>:  what():  [gloo/rendezvous/prefix_store.cc:52] Wait timeout for "
             "key(s): 3\n"
             "[1,3]<stderr>:*** Received signal 6 ***\n")
-    assert _verdict(tmp_path, text).root.kind.value == "init_hang"
+    assert verdict_of(tmp_path, text).root.kind.value == "init_hang"
     # an abort whose exception is something else is the process's own death
     other = text.replace("Wait timeout for key(s): 3", "bad_alloc")
-    assert _verdict(tmp_path / "other", other).root.kind.value == "rank_died"
+    assert verdict_of(tmp_path / "other", other).root.kind.value == "rank_died"
 
 
 # --- own-death: a traceback cut before its exception, under torch's rank prefix ----------------
@@ -180,10 +167,10 @@ def test_the_one_ranks_own_traceback_under_its_rank_prefix_names_it(tmp_path: Pa
             "[rank1]: Traceback (most recent call last):\n"
             '[rank1]:   File "/work/train.py", line 13, in <module>\n'
             "[rank1]:     results = trainer.train()\n")
-    assert _root(_verdict(tmp_path, text)) == ("rank_died", [1])
+    assert kind_and_culprits(verdict_of(tmp_path, text)) == ("rank_died", [1])
     # the same lines with no rank prefix name nobody
     bare = text.replace("[rank1]: ", "")
-    verdict = _verdict(tmp_path / "bare", bare)
+    verdict = verdict_of(tmp_path / "bare", bare)
     assert verdict.root is None or verdict.root.culprit_ranks == []
 
 
@@ -203,16 +190,16 @@ TIME_LIMIT = KILLS + STEP_CANCELLED + SIGTERM + JOB_CANCELLED
 
 
 def test_a_job_the_scheduler_ended_at_its_time_limit_is_no_rank_death(tmp_path: Path) -> None:
-    verdict = _verdict(tmp_path, MEGATRON + TIME_LIMIT)
+    verdict = verdict_of(tmp_path, MEGATRON + TIME_LIMIT)
     assert verdict.status.value == "healthy"
     assert "The scheduler ended the job itself" in verdict.evidence_gaps[0]
     assert "iter 40/1000" in verdict.evidence_gaps[0]  # not "step 1809655"
     # the same teardown without the scheduler's line: the kills are read as deaths
     alone = MEGATRON + KILLS + SIGTERM
-    assert _verdict(tmp_path / "alone", alone).status.value != "healthy"
+    assert verdict_of(tmp_path / "alone", alone).status.value != "healthy"
     # a segfault before the time limit is still a death
     crash = MEGATRON + "Segmentation fault (core dumped)\n" + TIME_LIMIT
-    assert _verdict(tmp_path / "crash", crash).root.kind.value == "rank_died"
+    assert verdict_of(tmp_path / "crash", crash).root.kind.value == "rank_died"
 
 
 # --- Accelerate's shape check; Megatron's straggler detector ---------------------------------------
@@ -224,8 +211,8 @@ def test_accelerates_shape_check_is_a_mismatch(tmp_path: Path) -> None:
             "[rank1]: accelerate.utils.operations.DistributedOperationException: Cannot apply "
             "desired operation due to shape mismatches. All shapes across devices must be "
             "valid.\n")
-    verdict = _verdict(tmp_path, text)
-    assert _root(verdict) == ("collective_mismatch", [])
+    verdict = verdict_of(tmp_path, text)
+    assert kind_and_culprits(verdict) == ("collective_mismatch", [])
     assert "Accelerate's debug-mode check" in verdict.root.summary
 
 
@@ -235,10 +222,10 @@ def _rtt(mn: float, mn_rank: int, mx: float, mx_rank: int) -> str:
 
 
 def test_megatrons_straggler_line_reads_even_or_names_the_slow_rank(tmp_path: Path) -> None:
-    even = _verdict(tmp_path / "even", _rtt(3453.08, 8, 3468.20, 0))
+    even = verdict_of(tmp_path / "even", _rtt(3453.08, 8, 3468.20, 0))
     assert even.status.value == "healthy"
-    slow = _verdict(tmp_path / "slow", _rtt(3453.08, 8, 6120.5, 13))
-    assert _root(slow) == ("straggler", [13])
+    slow = verdict_of(tmp_path / "slow", _rtt(3453.08, 8, 6120.5, 13))
+    assert kind_and_culprits(slow) == ("straggler", [13])
 
 
 # --- no-break spaces, as a web page or a chat client gives them ------------------------------------
@@ -248,10 +235,10 @@ def test_a_paste_with_no_break_spaces_between_its_words_is_read(tmp_path: Path) 
             "Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
             "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600001 "
             "milliseconds before timing out.\n")
-    plain = _verdict(tmp_path / "plain", text)
+    plain = verdict_of(tmp_path / "plain", text)
     for space in ("\u00a0", "\u202f"):
-        pasted = _verdict(tmp_path / f"nbsp{ord(space)}", text.replace(" ", space))
-        assert _root(pasted) == _root(plain) and pasted.root is not None
+        pasted = verdict_of(tmp_path / f"nbsp{ord(space)}", text.replace(" ", space))
+        assert kind_and_culprits(pasted) == kind_and_culprits(plain) and pasted.root is not None
 
 
 def test_ranks_interrupted_by_hand_did_not_die(tmp_path: Path) -> None:
@@ -261,8 +248,8 @@ def test_ranks_interrupted_by_hand_did_not_die(tmp_path: Path) -> None:
         f'[rank{r}]:   File "/work/train.py", line 88, in <module>\n'
         f"[rank{r}]:     dist.barrier()\n"
         f"[rank{r}]: KeyboardInterrupt\n" for r in (0, 1))
-    verdict = _verdict(tmp_path, stops)
+    verdict = verdict_of(tmp_path, stops)
     assert verdict.root is None or verdict.root.kind.value != "rank_died"
     # after a finished run, the same stop is the exit that never came
-    verdict = _verdict(tmp_path / "done", HF_DONE + stops)
-    assert _root(verdict)[0] == "python_deadlock"
+    verdict = verdict_of(tmp_path / "done", HF_DONE + stops)
+    assert kind_and_culprits(verdict)[0] == "python_deadlock"

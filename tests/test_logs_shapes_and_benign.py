@@ -12,20 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from hangscope.analysis.engine import analyze
-from hangscope.options import LoadOptions
-from hangscope.sources.load import load_paths
-
-
-def _verdict(tmp_path: Path, text: str, name: str = "train.log"):  # type: ignore[no-untyped-def]
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / name).write_text(text)
-    return analyze(load_paths([str(tmp_path)], LoadOptions())[0])[0]
-
-
-def _root(verdict):  # type: ignore[no-untyped-def]
-    return (verdict.root.kind.value, verdict.root.culprit_ranks) if verdict.root else None
+from _logs_helpers import kind_and_culprits, verdict_of
 
 
 def _shape_report(shapes: list[str], prefix: str = "[rank3]: ") -> str:
@@ -40,9 +27,9 @@ def _shape_report(shapes: list[str], prefix: str = "[rank3]: ") -> str:
 # --- Accelerate's shape table -------------------------------------------------------------------
 
 def test_the_one_process_whose_shape_differs_from_all_others_is_named(tmp_path: Path) -> None:
-    verdict = _verdict(tmp_path, _shape_report(["[1024]"] + ["[2048]"] * 7))
+    verdict = verdict_of(tmp_path, _shape_report(["[1024]"] + ["[2048]"] * 7))
     root = verdict.root
-    assert root is not None and _root(verdict) == ("collective_mismatch", [0])
+    assert root is not None and kind_and_culprits(verdict) == ("collective_mismatch", [0])
     assert root.measures["rule"] == "ranks-disagree"
     assert "rank 0 with [1024] where the other 7 processes have [2048]" in root.summary
     assert verdict.world_size == 8  # the list names every process, not only the printing rank
@@ -54,22 +41,22 @@ def test_the_one_process_whose_shape_differs_from_all_others_is_named(tmp_path: 
     ["[4]", "[4]", "[8]", "[8]"],  # two even halves
 ])
 def test_shapes_with_no_clear_odd_one_name_no_culprit(tmp_path: Path, shapes: list[str]) -> None:
-    verdict = _verdict(tmp_path, _shape_report(shapes))
-    assert _root(verdict) == ("collective_mismatch", [])
+    verdict = verdict_of(tmp_path, _shape_report(shapes))
+    assert kind_and_culprits(verdict) == ("collective_mismatch", [])
     assert "which rank is odd the check does not say" in verdict.root.summary
 
 
 def test_a_shape_table_pasted_as_a_markdown_quote_reads_the_same(tmp_path: Path) -> None:
     quoted = "".join(f"> {line}\n" for line in
                      _shape_report(["[1024]"] + ["[2048]"] * 7).splitlines())
-    assert _root(_verdict(tmp_path, quoted)) == ("collective_mismatch", [0])
+    assert kind_and_culprits(verdict_of(tmp_path, quoted)) == ("collective_mismatch", [0])
 
 
 def test_accelerates_older_wording_alone_is_a_mismatch(tmp_path: Path) -> None:
     line = ("accelerate.utils.operations.DistributedOperationException: Impossible to apply the "
             "desired operation due to inadequate shapes. All shapes on the devices must be "
             "valid.\n")
-    assert _root(_verdict(tmp_path, line)) == ("collective_mismatch", [])
+    assert kind_and_culprits(verdict_of(tmp_path, line)) == ("collective_mismatch", [])
 
 
 # --- harmless warnings ---------------------------------------------------------------------------
@@ -86,29 +73,29 @@ def _wrap(text: str, width: int) -> str:
 
 
 def test_a_harmless_warning_wrapped_mid_word_is_still_harmless(tmp_path: Path) -> None:
-    verdict = _verdict(tmp_path, _wrap(_UNUSED, 100))
+    verdict = verdict_of(tmp_path, _wrap(_UNUSED, 100))
     assert verdict.status.value == "healthy", verdict.findings
     assert any(gap.startswith("rule known-benign") for gap in verdict.evidence_gaps)
     # wrapped between words at a width no terminal has, a carried line starting a sentence
     (tmp_path / "words").mkdir()
     words = "".join(line + "\n" for line in textwrap.wrap(_UNUSED, 131))
     assert words.splitlines()[1].startswith("This flag")
-    assert _verdict(tmp_path / "words", words).status.value == "healthy"
+    assert verdict_of(tmp_path / "words", words).status.value == "healthy"
     # a carried-over line that speaks of a fault is not the warning's
     (tmp_path / "fault").mkdir()
-    verdict = _verdict(tmp_path / "fault", _wrap(_UNUSED, 100) + "connection failed, retrying\n")
+    verdict = verdict_of(tmp_path / "fault", _wrap(_UNUSED, 100) + "connection failed, retrying\n")
     assert verdict.status.value != "healthy"
 
 
 def test_routine_info_records_beside_a_harmless_warning_are_no_fault(tmp_path: Path) -> None:
     head = ("[03/07 20:19:00 d2.data.common]: Serialized dataset takes 424.32 MiB\n"
             "[03/07 20:19:02 detectron2]: Starting training from iteration 0\n")
-    verdict = _verdict(tmp_path, head + _UNUSED + "\n" + _UNUSED + "\n")
+    verdict = verdict_of(tmp_path, head + _UNUSED + "\n" + _UNUSED + "\n")
     assert verdict.status.value == "healthy", verdict.findings
     # an INFO record that says it waits is not routine
     (tmp_path / "wait").mkdir()
     waiting = head + "[03/07 20:19:05 detectron2]: waiting for rank 3 to join\n" + _UNUSED + "\n"
-    assert _verdict(tmp_path / "wait", waiting).status.value != "healthy"
+    assert verdict_of(tmp_path / "wait", waiting).status.value != "healthy"
 
 
 # --- a wait's own line, and a cause beside a lone timeout -----------------------------------------
@@ -119,8 +106,8 @@ def test_an_exception_line_that_is_a_gloo_wait_running_out_is_a_wait(tmp_path: P
             "Exception in worker VllmWorkerProcess while processing method "
             "start_worker_execution_loop: [../third_party/gloo/gloo/transport/tcp/"
             "unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete\n")
-    verdict = _verdict(tmp_path, line)
-    assert _root(verdict) == ("missing_rank", [])
+    verdict = verdict_of(tmp_path, line)
+    assert kind_and_culprits(verdict) == ("missing_rank", [])
 
 
 def test_an_oom_beside_one_ranks_lone_timeout_is_the_cause(tmp_path: Path) -> None:
@@ -131,13 +118,13 @@ def test_an_oom_beside_one_ranks_lone_timeout_is_the_cause(tmp_path: Path) -> No
             "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1420, "
             "OpType=COALESCED, NumelIn=48660480, NumelOut=778567680, Timeout(ms)=1800000) ran "
             "for 1800033 milliseconds before timing out.\n")
-    verdict = _verdict(tmp_path, text)
+    verdict = verdict_of(tmp_path, text)
     assert verdict.root is not None and verdict.root.kind.value == "rank_oom"
     assert verdict.root.measures["rule"] == "cause-over-symptom"
     # the lone timeout alone still reads rank 0 as the likeliest missing rank
     (tmp_path / "alone").mkdir()
-    alone = _verdict(tmp_path / "alone", text.splitlines(keepends=True)[1])
-    assert _root(alone) == ("missing_rank", [0])
+    alone = verdict_of(tmp_path / "alone", text.splitlines(keepends=True)[1])
+    assert kind_and_culprits(alone) == ("missing_rank", [0])
 
 
 # --- DeepSpeed's pipeline engine's progress -------------------------------------------------------
@@ -145,19 +132,19 @@ def test_an_oom_beside_one_ranks_lone_timeout_is_the_cause(tmp_path: Path) -> No
 def test_deepspeed_pipeline_step_lines_show_training_move(tmp_path: Path) -> None:
     text = ("steps: 20 loss: 4.6178 iter time (s): 0.994 samples/sec: 257.601\n"
             "steps: 30 loss: 4.5012 iter time (s): 0.991 samples/sec: 258.310\n")
-    verdict = _verdict(tmp_path, text)
+    verdict = verdict_of(tmp_path, text)
     assert verdict.status.value == "healthy", verdict.findings
     # a config's "total steps: N" is no step line
     (tmp_path / "config").mkdir()
     config = "total steps: 1000 warmup\nsteps: 1000\n"
-    assert _verdict(tmp_path / "config", config).status.value != "healthy"
+    assert verdict_of(tmp_path / "config", config).status.value != "healthy"
 
 
 def test_a_timers_milliseconds_are_no_step_count(tmp_path: Path) -> None:
     # DeepSpeed's wall-clock breakdown ("step: 72.82" ms) twice at other values: no progress
     timers = "".join(f"[Rank 0] rank=0 time (ms) | forward: 27.41 | step: {ms}\n"
                      for ms in ("72.82", "80.15"))
-    assert _verdict(tmp_path, timers).status.value != "healthy"
+    assert verdict_of(tmp_path, timers).status.value != "healthy"
 
 
 def test_a_progress_bar_hard_wrapped_at_80_columns_still_moves(tmp_path: Path) -> None:
@@ -167,7 +154,7 @@ def test_a_progress_bar_hard_wrapped_at_80_columns_still_moves(tmp_path: Path) -
     wrapped = "".join(line[i:i + 80] + "\n" for line in bars.splitlines()
                       for i in range(0, len(line), 80))
     assert max(len(line) for line in wrapped.splitlines()) == 80
-    assert _verdict(tmp_path, wrapped).status.value == "healthy"
+    assert verdict_of(tmp_path, wrapped).status.value == "healthy"
 
 
 def test_a_cut_traceback_in_the_dataloaders_worker_join_is_a_dataloader_stall(
@@ -186,8 +173,8 @@ def test_a_cut_traceback_in_the_dataloaders_worker_join_is_a_dataloader_stall(
         "_next_data", "    self._shutdown_workers()", frame, "    w.join()",
         '  File "/usr/lib/python3.6/multiprocessing/popen_fork.py", line 28, in poll',
         "    pid, sts = os.waitpid(self.pid, flag)", ""])
-    verdict = _verdict(tmp_path, text)
-    assert _root(verdict) == ("dataloader_stall", [])
+    verdict = verdict_of(tmp_path, text)
+    assert kind_and_culprits(verdict) == ("dataloader_stall", [])
     assert "to exit" in verdict.root.summary + " ".join(e.detail for e in verdict.root.evidence)
 
 
@@ -197,4 +184,4 @@ def test_debug_records_beside_a_harmless_warning_are_no_fault(tmp_path: Path) ->
             "unknown. This can potentially cause a hang if this rank to GPU mapping is incorrect.\n"
             "[2025-05-19 17:03:24,947] [DEBUG] [axolotl.utils.models.load_tokenizer:461] "
             "[PID:99566] [RANK:0] EOS: 128001 / <|end_of_text|>\n")
-    assert _verdict(tmp_path, text).status.value == "healthy"
+    assert verdict_of(tmp_path, text).status.value == "healthy"

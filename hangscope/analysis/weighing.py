@@ -75,7 +75,7 @@ def _moving_not_hung(findings: list[Finding]) -> list[Finding]:
     """A straggler finding says every rank moved over the samples. A hang read from the same
     stacks alone (no group, no seq: one moment of a moving job where some ranks sat in a
     collective) contradicts it and goes; hangs with FR or log evidence stay."""
-    if not any(f.kind is Kind.STRAGGLER and _seen_moving(f) for f in findings):
+    if not _job_seen_moving(findings):
         return findings
     return [f for f in findings if f.kind is Kind.STRAGGLER or not from_stacks_alone(f)]
 
@@ -89,7 +89,7 @@ def _live_over_log_tail(ctx: Context, findings: list[Finding],
     move (a straggler read from live stacks or CPU time) and the rank's own stacks were sampled,
     they say where it is, and a log-only missing rank that no finding from stacks or dumps
     blames goes. A stuck job's last round is final: there the reading stays."""
-    if not any(f.kind is Kind.STRAGGLER and _seen_moving(f) for f in findings):
+    if not _job_seen_moving(findings):
         return findings
 
     def from_logs(finding: Finding) -> bool:
@@ -114,6 +114,11 @@ def _stuck_over_slow(findings: list[Finding]) -> list[Finding]:
     if not stuck:
         return findings
     return stuck + [f for f in findings if f not in stuck]
+
+
+def _job_seen_moving(findings: list[Finding]) -> bool:
+    """A straggler read from live samples: every rank moved over them."""
+    return any(f.kind is Kind.STRAGGLER and _seen_moving(f) for f in findings)
 
 
 def _seen_moving(finding: Finding) -> bool:

@@ -32,8 +32,8 @@ harmless, in the software's own terms:
 
 ``benign_only`` event, one per file whose every non-blank line (the whole file: its tail is all
 of it) is one of these warnings, its continuation (indented, or the warning's own follow-up
-lines), launcher boilerplate or a logger's routine INFO records (no word of a fault, a wait or a
-retry in them), and which holds at least one of them. fields: ``warnings`` (the
+lines), launcher boilerplate or a logger's routine INFO or DEBUG records (no word of a fault, a
+wait or a retry in them), and which holds at least one of them. fields: ``warnings`` (the
 names, comma-joined), ``count``. ``analysis/log_health.py`` (rule ``known-benign``) reads a job
 whose every log is such a file as showing no fault.
 """

@@ -197,11 +197,10 @@ def normalize(raw: bytes) -> Normalized | None:
         padded = False
         while width is not None and piece == width and i < n and joined < MAX_JOIN \
                 and not (headed is not None and headed[i]):
-            blank = text[i - 1].endswith(" ") and not text[i].strip()
-            if not padded and text[i - 1].endswith(" ") and text[i][:1] == " " \
-                    and _OPEN_BAR.search(line):
+            after_blank = text[i - 1].endswith(" ")
+            if after_blank and not padded and text[i][:1] == " " and _OPEN_BAR.search(line):
                 pass  # the unfilled part of a bar ("  0%|" and blanks): it goes on after them
-            elif blank:
+            elif after_blank and not text[i].strip():
                 # a row padded with blanks past the width: its wrapped rest is only padding,
                 # and the row ended where its padding began
                 piece = lengths[i]
@@ -244,10 +243,9 @@ def _head_of(lines: list[str]) -> tuple[str, re.Pattern[str]] | None:
     if len(sample) < 2:
         return None
     for name, pattern in _HEADS:
-        ends = [m.end() for m in map(pattern.match, sample) if m is not None]
-        if len(ends) >= HEAD_SHARE * len(sample):
-            quoted = sum(1 for line, end in zip((ln for ln in sample if pattern.match(ln)), ends)
-                         if line.startswith(_QUOTE, end))
+        headed = [(line, m.end()) for line in sample if (m := pattern.match(line)) is not None]
+        if len(headed) >= HEAD_SHARE * len(sample):
+            quoted = sum(1 for line, end in headed if line.startswith(_QUOTE, end))
             if quoted >= HEAD_SHARE * len(sample):
                 return name, re.compile(f"(?:{pattern.pattern}){re.escape(_QUOTE)}")
             return name, pattern

@@ -81,7 +81,7 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     seen = 0
     chained_starts: list[int] = []
     state = "frames"
-    waits_at: tuple[Line, str] | None = None
+    waits_at: tuple[Line, str, str] | None = None
     main_first: tuple[Line, str] | None = None
     for nxt in follow.lines():
         seen += 1
@@ -116,7 +116,7 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
                 main_first = (nxt, last_func)
             if waits_at is None and last_func in _LOADER_WAITS \
                     and last_file.replace("\\", "/").endswith(_LOADER_FILE):
-                waits_at = (nxt, f"{last_file}:{last_line}")
+                waits_at = (nxt, f"{last_file}:{last_line}", last_func)
             continue
         if text.startswith((" ", "\t")) or not text.strip():
             if main_first is None and (mf := _MAIN_FIRST_CALL.search(text)):
@@ -157,13 +157,13 @@ def _main_first_wait(head: Line, function: str, ctx: Context, frames: int) -> li
     return [make_event("collective_wait", head, ctx, "warning", fields, message=message)]
 
 
-def _loader_wait(frame: Line, where: str, ctx: Context, frames: int) -> list[LogEvent]:
+def _loader_wait(frame: Line, where: str, function: str, ctx: Context,
+                 frames: int) -> list[LogEvent]:
     """Rule ``dataloader-wait-frames`` (module docstring): a cut traceback through the DataLoader's
     wait for its workers."""
     fields: dict[str, str | int | float] = {"frames": frames, "last_frame": where,
                                             "rule": "dataloader-wait-frames"}
-    what = "its workers to exit" if frame.body.rstrip().endswith("_shutdown_workers") \
-        else "a batch from its workers"
+    what = "its workers to exit" if function == "_shutdown_workers" else "a batch from its workers"
     message = (f"a traceback, cut before its exception, runs through the DataLoader's wait for "
                f"{what} ({where})")
     return [make_event("dataloader_wait", frame, ctx, "warning", fields, message=message)]
