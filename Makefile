@@ -31,7 +31,7 @@ $(VENV)/bin/python:
 	  echo "hint: Debian/Ubuntu ship venv apart: apt-get install python3-venv"; exit 1; }
 
 # What the demo needs: torch and this package (py-spy comes with it).
-$(CORE): pyproject.toml $(INTERPRETER)
+$(CORE): pyproject.toml setup.py hangscope/_frscan.c $(INTERPRETER)
 	# torch==2.13.0 first: the CPU build (a local wheel on the project machines), so that no
 	# other package pulls a CUDA build of torch.
 	$(PIP) install -q --disable-pip-version-check "torch==2.13.0"

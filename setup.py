@@ -11,7 +11,7 @@ setuptools' own ``__editable__.*.pth``. Everything else is in pyproject.toml.
 import os
 import shutil
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 PTH = "hangscope-probe.pth"
@@ -36,4 +36,9 @@ class build_py_with_pth(build_py):  # noqa: N801 - setuptools' command naming
         return outputs
 
 
-setup(cmdclass={"build_py": build_py_with_pth})
+# The flight-recorder pickle reader in C (hangscope/_frscan.c): optional, so an install without a
+# C compiler or Python's headers still succeeds, and then dumps are unpickled as before.
+FRSCAN = Extension("hangscope._frscan", sources=["hangscope/_frscan.c"], optional=True,
+                   extra_compile_args=["-O2", "-std=c99"])
+
+setup(cmdclass={"build_py": build_py_with_pth}, ext_modules=[FRSCAN])

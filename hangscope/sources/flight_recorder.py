@@ -92,11 +92,16 @@ def load_dump(path: str, rank: int, data: bytes | None = None) -> tuple[FrDump, 
     return dump_of(path, rank, raw, entries), problems
 
 
+def read_bytes(path: str) -> bytes:
+    """The dump's bytes; BadInputError, naming the file, if unreadable or too large."""
+    with timing.phase("read"):
+        return _read_bounded(path)
+
+
 def read_raw(path: str, data: bytes | None = None) -> tuple[dict[str, Any], list[Any]]:
     """The decoded dump and its raw entries; BadInputError, naming the file, if unusable."""
     if data is None:
-        with timing.phase("read"):
-            data = _read_bounded(path)
+        data = read_bytes(path)
     with timing.phase("unpickle"):
         raw = _decode(path, data)
     if not isinstance(raw, dict):
@@ -410,7 +415,12 @@ def _frames(
         if not isinstance(item, dict):
             continue
         key = (item.get("name"), item.get("filename"), item.get("line"))
-        frame = frame_cache.get(key)
+        try:
+            frame = frame_cache.get(key)
+        except TypeError:  # a hostile dump's unhashable value: keyed by what it reads as
+            line = key[2]
+            key = (str(key[0]), str(key[1]), line if isinstance(line, int) else None)
+            frame = frame_cache.get(key)
         if frame is None:
             line = key[2]
             frame = frame_cache[key] = Frame(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, islice, repeat
 from operator import add, contains, itemgetter, lt, ne
@@ -53,13 +53,15 @@ class Columns:
     timed: bool  # every record has a positive int creation time
     created: list[Any]  # time_created_ns as the records have it
     firsts: list[int]  # per record, the index of the first record with the same key
+    # every size of every record is an int (the C reader checks them all as it reads them)
+    int_sizes: bool = False
 
 
 def _types(values: Any) -> set[type]:
     return set(map(type, values))
 
 
-def _rows(entries: list[dict[str, Any]], fields: tuple[str, ...]) -> list[tuple[Any, ...]]:
+def _rows(entries: Sequence[Any], fields: tuple[str, ...]) -> list[tuple[Any, ...]]:
     """Per record, the tuple of its ``fields`` (None where it lacks one): one ``itemgetter``
     call per record, in C, where every record has them all."""
     try:
@@ -80,23 +82,24 @@ def _rows(entries: list[dict[str, Any]], fields: tuple[str, ...]) -> list[tuple[
     return list(zip(*(map(get, entries, repeat(field)) for field in fields)))
 
 
-def _column(entries: list[dict[str, Any]], field: str) -> list[Any]:
+def _column(entries: Sequence[Any], field: str) -> list[Any]:
     try:
         return list(map(itemgetter(field), entries))
     except KeyError:
         return list(map(dict.get, entries, repeat(field)))
 
 
-def scan(entries: list[Any]) -> Columns | None:
+def scan(entries: Sequence[Any]) -> Columns | None:
     """The dump's columns and keys; None where a record is not of the plain kind (see the
     module docstring): then nothing is decided here."""
     try:
         return _scan(entries) if entries else None
-    except (TypeError, KeyError, OverflowError):  # a record not a dict, an unhashable value...
+    except (TypeError, KeyError, IndexError, OverflowError):  # not a dict, unhashable, a field
+        # none of the records has (FR before 2.x: "retired"), ...: read record by record
         return None
 
 
-def _scan(entries: list[Any]) -> Columns | None:
+def _scan(entries: Sequence[Any]) -> Columns | None:
     # keys first: a record that is not a dict fails here, before anything else is read
     keys = _rows(entries, _KEYED)
     # ints, as int() reads them (array takes a bool as 0/1, as int() does)
@@ -336,6 +339,8 @@ class _PreShip:
         of every send and receive (``p2p``: their indices), is an ``int`` (then equal under
         ``==`` means the same value, and the record-by-record reading, which converts every send
         and receive, gives the same bodies)."""
+        if self.cols.int_sizes:
+            return True
         entries, firsts = self.entries, self.cols.firsts
         rows = {*self.built, *map(firsts.__getitem__, self.built), *p2p}
         dims = [dims for index in rows for field in _SIZES for dims in entries[index][field]]

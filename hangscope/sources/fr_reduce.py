@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 from array import array
+from collections.abc import Sequence
 from itertools import islice
 from operator import gt
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from hangscope import timing
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrEntry
-from hangscope.sources import flight_recorder, fr_columns
+from hangscope.sources import flight_recorder, fr_columns, fr_native
 from hangscope.sources.fr_digest import (
     MAX_PROBLEMS,
     TAIL,
@@ -40,11 +41,22 @@ def reduce_dump(path: str, rank: int) -> DumpDigest:
     the dump's fields have the plain types (``fr_columns`` reads them column by column, in C);
     the few records kept whole are built from their key's body there. Read record by record,
     every record not plain history goes through the full loader's ``Converter``, as does a
-    record the fast path cannot read, which reports its problem as the full loader does."""
-    raw, entries_raw = flight_recorder.read_raw(path)
+    record the fast path cannot read, which reports its problem as the full loader does.
+
+    Where the C reader (``fr_native``) takes the pickle, no record but those is unpickled."""
+    data = flight_recorder.read_bytes(path)
+    with timing.phase("unpickle"):
+        native = fr_native.read(data)
+    cols: fr_columns.Columns | None = None
+    entries_raw: Sequence[Any]
+    if native is None:
+        raw, entries_raw = flight_recorder.read_raw(path, data)
+    else:
+        raw, entries_raw, cols = native
+    del data
     with timing.phase("reduce"):
         reducer = Reducer(path, rank, raw, entries_raw, [])
-        digest = reducer.digest()
+        digest = reducer.digest(cols)
     with timing.phase("unpickle"):  # freeing what unpickling made is its cost too
         del reducer, raw, entries_raw
     return digest
@@ -87,7 +99,7 @@ class P2pColumns:
 class Reducer:
     tail = TAIL
 
-    def __init__(self, path: str, rank: int, raw: dict[str, Any], entries_raw: list[Any],
+    def __init__(self, path: str, rank: int, raw: dict[str, Any], entries_raw: Sequence[Any],
                  problems: list[str]) -> None:
         self.path, self.rank, self.raw, self.entries_raw = path, rank, raw, entries_raw
         self.problems = problems
@@ -133,9 +145,11 @@ class Reducer:
             timeout if type(timeout) is int else None, peer, thread_name), \
             completed is True and not is_p2p
 
-    def digest(self) -> DumpDigest:
+    def digest(self, cols: fr_columns.Columns | None = None) -> DumpDigest:
+        """The dump's digest; ``cols``: its columns where the C reader computed them."""
         n_problems = len(self.problems)
-        cols = fr_columns.scan(self.entries_raw)
+        if cols is None:
+            cols = fr_columns.scan(self.entries_raw)
         if cols is not None:
             done = fr_columns.assemble(self, cols)
             if done is not None:
