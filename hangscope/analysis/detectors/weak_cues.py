@@ -43,6 +43,7 @@ STRENGTH = {
     "thread-deadlock": 5, "watchdog-stuck": 5, "mismatch-words": 4,
     "version-skew": 4,
     "virtual-interface": 4.5, "network-words": 4, "peer-gone": 3, "slow-words": 3,
+    "horovod-stall": 2,
     "exit-nonzero": 2.5, "exception": 2.4, "wait-timeout": 1,
     "setup-stops": 0.8, "busy-phase": 0.5,
 }
@@ -86,6 +87,9 @@ BASIS = {
                           "NIC)"),
     "peer-gone": "a peer's connection closed under a rank (the peer went away)",
     "slow-words": "some ranks are slower than the others",
+    "horovod-stall": ("Horovod's stall inspector saw some ranks submit a tensor 60 s or more "
+                      "before the rest (a rank behind, or ranks submitting different tensors); "
+                      "the paste has no per-rank list that says which"),
     "exit-nonzero": "a process exited with an error",
     "exception": "a process raised an exception (the paste holds its last line)",
     "wait-timeout": "ranks timed out waiting in a collective",
@@ -279,8 +283,10 @@ def _culprits(name: str, lines: list[LogEvent], seen: set[int]) -> tuple[list[in
     if name in _NAMES_CULPRIT and named and len(seen) > 1 and len(named) < len(seen):
         return named, None
     if name in _OWN_DEATH and seen == set(named) and len(named) == 1 \
-            and all(e.fields.get("rank_source") == "prefix" for e in lines if e.rank is not None):
-        return named, None  # rule own-death: the one rank here, by its own prefix, says it died
+            and all(e.fields.get("rank_source") in ("prefix", "launcher")
+                    for e in lines if e.rank is not None):
+        # rule own-death: the one rank here, by its own prefix or its launcher's word, died
+        return named, None
     if name == "setup-stops":
         return _not_set_up(lines)
     return [], None

@@ -70,8 +70,14 @@ _P_PYTEST = re.compile(r"E {2,8}(?=\S)")
 CRI_PATTERN = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) (?:stdout|stderr) [FP] "
 _P_CRI = re.compile(CRI_PATTERN)
 # a collector's timestamp before the launcher's process head (AzureML's, ``kubectl logs
-# --timestamps``): ``2020-11-08 20:25:49 [1,0]<stdout>:``; peeled only where a head follows
-_P_STAMP = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) "
+# --timestamps``): ``2020-11-08 20:25:49 [1,0]<stdout>:``, with a zone name and a replica's name
+# (Polyaxon's ``2020-01-15 22:44:33 UTC master.0 -- [1,0]<stderr>:``), or in ctime's form glued
+# to the head (horovodrun --prefix-output-with-timestamp: ``Fri Sep 18 03:11:09 2020[0]<stderr>:``);
+# peeled only where a head follows
+_P_STAMP = re.compile(r"(?:(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
+                      r"(?: [A-Z]{2,5})? (?:[\w.\-]+ -- )?"
+                      r"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct"
+                      r"|Nov|Dec) +\d{1,2} \d\d:\d\d:\d\d \d{4} ?)"
                       r"(?=\[(?:\d+,)?\d+\]<|\[rank\d|\[RANK \d|\[default\d|\[rank ?[:=])")
 # Ray's worker prefix: ``(RayWorkerWrapper pid=4009) `` or ``(RayTrainWorker pid=9, ip=10.0.0.1) ``
 # vLLM's workers under its own executor name their parallel rank there: ``(VllmWorker TP2 pid=7) ``,
@@ -302,7 +308,7 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
                 return line
     if m:
         line.body = rest[m.end():]
-    if stamp is not None and line.time is None:
+    if stamp is not None and line.time is None and stamp.group(1):
         _iso(stamp.group(1) + " ", line)  # the collector's time, where the line has none
     if line.rank is None and line.body.startswith("["):
         if k2 := _P_K2.match(line.body):

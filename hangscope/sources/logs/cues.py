@@ -65,7 +65,14 @@ CUES: tuple[Cue, ...] = (
         r"CUresult error\s+result=2\b|\bOOM[- ]?kill|OOMKilled|\boom_kill|Out of memory: Kill(?:ed)? process|"
         r"memory cgroup out of memory|std::bad_alloc|Cannot allocate memory|CUBLAS_STATUS_ALLOC_FAILED|"
         # (not a metric's counter at zero: fairseq's progress lines carry "oom=0.000")
-        r"\bOOM\b(?! score)(?!\s*[=:]\s*0(?:\.0*)?(?![\d.]))|exceeded (?:its |the )?memory limit|Memory limit exceeded")),
+        r"\bOOM\b(?! score)(?!\s*[=:]\s*0(?:\.0*)?(?![\d.]))|exceeded (?:its |the )?memory limit|Memory limit exceeded|"
+        # XLA's device allocator (TPU, torch_xla): "RESOURCE_EXHAUSTED: Attempting to reserve
+        # 10.51G at the bottom of memory. That was not possible." (not gRPC's message-size kind)
+        r"RESOURCE_EXHAUSTED\b.{0,40}(?:Attempting to (?:reserve|allocate)|memory)|"
+        # Ray's memory monitor killing a task: "Memory on the node (...) where the task (...) was
+        # running was 445.48GB / 468.75GB (0.95), which exceeds the memory usage threshold"
+        r"exceeds the memory usage threshold|Ray killed this worker|"
+        r"Memory on the node \(.{0,200}\) where the (?:task|worker|actor)\b")),
     # NCCL's init.cc (ncclInvalidUsage): two ranks were given one GPU, a launch setting (device
     # index hard-coded, CUDA_VISIBLE_DEVICES, local rank) wrong on some processes
     Cue("duplicate-gpu", "config_skew", "cause", re.compile(
@@ -82,7 +89,9 @@ CUES: tuple[Cue, ...] = (
     # not resolve): the process group never forms (not "No route to host": fabric-fault)
     Cue("gloo-connect", "init_hang", "cause", re.compile(
         r"Unable to find address for:? \S|Gloo connectFullMesh failed|timed out connecting: SO_ERROR|"
-        r"\bconnect \[[^\]\s]+\]:\d+: (?:Connection refused|Connection timed out)")),
+        r"\bconnect \[[^\]\s]+\]:\d+: (?:Connection refused|Connection timed out)|"
+        # the same error with its address wrapped onto the next line by a terminal
+        r"gloo/transport/tcp/pair\.cc:\d+\] connect\s*$")),
     Cue("gpu-fault", "rank_died", "cause", re.compile(
         r"(?i)illegal memory access|device-side assert|unspecified launch failure|uncorrectable ECC|"
         r"GPU (?:has )?fallen off the bus|\bXid\b(?: \(PCI:[0-9a-fA-F:.]+\))?[^0-9]{0,8}(?:13|31|43|48|62|63|64|79|92|94|95|119|120)\b|"
@@ -164,6 +173,9 @@ CUES: tuple[Cue, ...] = (
         r"Bootstrap ?: ?no socket interface|NCCL_SOCKET_IFNAME.{0,80}(?:not found|no (?:such )?interface|does not exist)|"
         r"waiting for (?:all |the other |other )?(?:ranks|workers|nodes|processes) to (?:join|connect|start)|"
         r"waiting for .{0,40}\b(?:proc(?:ess)?(?:\(?e?s\)?)?|ranks?|workers?|nodes?|engines?) to (?:join|connect|start|come up|be ready)|"
+        # a launch script polling for the master's host name (Kubernetes and PAI jobs: "nslookup:
+        # can't resolve 'job-master-0'", "waiting for master"): the rendezvous has no address yet
+        r"^waiting for (?:the )?master\b|^nslookup: can't resolve '[^'(]+'|"
         # torch's ncclUniqueId exchange through the store (ProcessGroupNCCL::broadcastUniqueNCCLID)
         r"broadcastUniqueNCCLID|ncclUniqueId|"
         # torch_xla's mesh service, its rendezvous (xla_client/mesh_service.cc): a worker waiting
@@ -201,6 +213,12 @@ CUES: tuple[Cue, ...] = (
         # a straggler detector's own heading or all-clear names the word, not a slow rank
         # (its findings are read in full: sources/logs/perf_reports.py)
         unless=re.compile(r"(?i)straggler (?:report|detection\b(?! warning))|no stragglers?\b")),
+    # Horovod's stall inspector (stall_inspector.cc) with no per-rank list after it: some ranks
+    # submitted a tensor 60 s before the rest; the lists, where a paste has them, say who
+    # (sources/logs/stall_reports.py); alone it says a rank is behind, not which or why
+    Cue("horovod-stall", "straggler", "symptom", re.compile(
+        r"submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for "
+        r"remainder of ranks")),
     Cue("version-skew", "config_skew", "cause", re.compile(
         r"(?i)version mismatch|mismatched versions?|different versions? of|versions? (?:differ|do not match)|"
         r"incompatible (?:version|NCCL|driver|CUDA)")),
@@ -240,7 +258,12 @@ SETUP_CUE = Cue("setup-stops", "init_hang", "symptom", _SETUP)
 _PREFILTER = re.compile(
     "|".join(f"(?:{_LINE_START.sub('', cue.pattern.pattern.removeprefix('(?i)'))})" for cue in CUES),
     re.IGNORECASE)
-_MSG_RANK = re.compile(r"(?i)\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\]?")
+# (torch.multiprocessing.spawn's "process 0 terminated with signal SIGKILL" names its process
+# index, the rank of a one-node job; Ray's memory monitor the task it killed: "where the task
+# (task ID: ..., name=head, rank=0, pid=4503, ...)")
+_MSG_RANK = re.compile(r"(?i)where the (?:task|worker|actor) \([^)]{0,300}?\brank=(?P<r3>\d+)|"
+                       r"\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\]?|"
+                       r"\bprocess (?P<r2>\d+) terminated with\b")
 # the job's size as set-up lines state it: Lightning's "MEMBER: 2/8", "world_size=8", "nranks 8"
 _WORLD = re.compile(r"(?i)\bMEMBER: \d+/(?P<a>\d+)|\bworld[_ ]size\s*[=:]?\s*(?P<b>\d+)|"
                     r"\bnranks\s*[=:]?\s*(?P<c>\d+)")
@@ -282,7 +305,9 @@ def scan_cues(path: str, rank_hint: int | None = None,
         # a phase line's rank is its stream's: a rank named later on the line (a timeout glued
         # to a progress bar) is another process's
         if rank is None and cue.name != "busy-phase" and (m := _MSG_RANK.search(line.body)):
-            rank, source = int(m.group("r")), "content"
+            # the launcher's own word for which process died is as good as that process's prefix
+            rank = int(m.group("r") or m.group("r2") or m.group("r3"))
+            source = "content" if m.group("r") else "launcher"
         fields: dict[str, str | int | float] = {"suggests": cue.suggests, "cue": cue.name,
                                                 "role": cue.role}
         if rank is not None:
@@ -312,7 +337,7 @@ def _who_set_up(tail: LogicalTail, out: list[LogEvent]) -> None:
         line = parse_line(text, tail.line_no(index), tail.ctx)
         rank = line.rank
         if rank is None and (m := _MSG_RANK.search(line.body)):
-            rank = int(m.group("r"))
+            rank = int(m.group("r") or m.group("r2") or m.group("r3"))
         if rank is not None:
             ranks.add(rank)
         if (w := _WORLD.search(line.body)) is not None:

@@ -71,8 +71,10 @@ def store_timeout(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event("store_timeout", line, ctx, "error", fields)]
 
 
-_UNIQUE_ID = re.compile(r"\[(?P<me>\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId "
-                        r"from \[(?P<src>\d+)\] via c10d key-value store by key '(?P<key>[^']*)'")
+# (torch before 2.1 spelled it "retreiving"; a paste may start at "setting up", its "[N] is" cut)
+_UNIQUE_ID = re.compile(r"(?:\[(?P<me>\d+)\] is )?setting up NCCL communicator and retr(?:ie|ei)ving "
+                        r"ncclUniqueId from \[(?P<src>\d+)\] via c10d key-value store by key "
+                        r"'(?P<key>[^']*)'")
 
 
 def unique_id_wait(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
@@ -84,7 +86,7 @@ def unique_id_wait(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     if not m:
         return []
     fields: dict[str, str | int | float] = {"waits_for": int(m.group("src")), "key": m.group("key")}
-    rank, source = resolve_rank(line, ctx, int(m.group("me")))
+    rank, source = resolve_rank(line, ctx, int(m.group("me")) if m.group("me") else None)
     return [make_event("store_timeout", line, ctx, "error", fields, rank=rank, rank_source=source)]
 
 
@@ -109,6 +111,7 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"client socket has timed out", store_timeout),
     (b"RendezvousTimeoutError", rendezvous),
     (b"retrieving ncclUniqueId from", unique_id_wait),
+    (b"retreiving ncclUniqueId from", unique_id_wait),
     (b"failed to join the rendezvous", rendezvous),
     (b"RendezvousConnectionError", rendezvous),
     (b"GLOBAL_RANK: ", global_rank),

@@ -28,7 +28,7 @@ from hangscope.sources.logs.step_times import scan_step_times
 from hangscope.sources.logs.tail import logical_tail
 from hangscope.sources.logs.work_counts import scan_work_counts
 
-_CERTAIN = ("prefix", "pid", "content")
+_CERTAIN = ("prefix", "pid", "content", "launcher")
 
 
 def attribute(events: list[LogEvent], rank: int | None, evidence: JobEvidence) -> None:

@@ -89,7 +89,7 @@ _ANCHORS = re.compile(
     rb"|j(?:ob process|oining collective)|N(?:VRM: )|O(?:ut Of Memory|OM when alloc)|H(?:W Exception by GPU)"
     rb"|x(?:pectedly)|l(?:ocalRank \d)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')"
     rb"|\*(?:\*\* STEP |\*\* JOB )|(?:noticed that |srun: |The first process to do so was|RUNNING AT |comm op: |Matrix \(us\)|watchdog hang)"
-    rb"|S(?:endF|endB|END_F|END_B)|R(?:ecvF|ecvB|ECV_F|ECV_B)|C(?:onnected all)")
+    rb"|S(?:endF|endB|END_F|END_B)|R(?:ecvF|ecvB|ECV_F|ECV_B)|C(?:onnected all)|: (?:\[Horovod)")
 _PREFILTER = _ANCHORS
 
 # Where ahocorasick_rs is installed (a dependency; it has wheels for every platform the project

@@ -38,6 +38,7 @@ sizes: '[[262144]]', Culprit rank 110; ...`` (fields culprits, error_type, expec
 from __future__ import annotations
 
 import re
+from itertools import chain
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.base import Follow, Handler
@@ -67,11 +68,28 @@ def horovod_stalled_ranks(line: Line, ctx: Context, follow: Follow) -> list[LogE
     """``Stalled ranks:`` (Horovod < 0.21) or ``Missing ranks:`` (``stall_inspector.cc`` since) then
     one ``R: [op, op ...]`` line per rank that has NOT submitted those (``R!:`` marks a rank stalled
     past ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``)."""
+    return _rank_list(line, ctx, follow, [])
+
+
+def horovod_headless_list(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """A per-rank list whose ``Missing ranks:`` head was cut off the paste: ``0: [HorovodBroadcast_
+    ...]`` (TensorFlow's op names, which only such a list puts after a rank and a colon)."""
+    if not _STALLED_RANK.match(line.body):
+        return []
+    return _rank_list(line, ctx, follow, [line])
+
+
+def _rank_list(line: Line, ctx: Context, follow: Follow, first: list[Line]) -> list[LogEvent]:
     out = []
-    for nxt in follow.lines():
+    blank = 0
+    for nxt in chain(first, follow.lines()):
+        if not nxt.body.strip() and blank == 0:
+            blank += 1  # a paste with a blank line between lines
+            continue
         m = _STALLED_RANK.match(nxt.raw) or _STALLED_RANK.match(nxt.body)
         if not m:
             break
+        blank = 0
         ops = [op.strip(" .") for op in m.group("ops").split(",") if op.strip(" .")]
         follow.consume(nxt.line_no)
         # the listed rank is the content; the line's rank is the reporter's (the header's prefix:
@@ -154,6 +172,7 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"ready ranks: ", horovod_entries),
     (b"Stalled ranks:", horovod_stalled_ranks),
     (b"Missing ranks:", horovod_stalled_ranks),  # Horovod >= 0.21's name for the same block
+    (b": [Horovod", horovod_headless_list),
     (b"Not all ranks joining collective", fr_not_joining),
     (b"Culprit rank ", fr_culprits),
     (b"waiting on rank", stated_wait),
