@@ -5,7 +5,8 @@ the ``data`` scheme (``sys.prefix``), and package data stays inside the package.
 copies the file from ``hangscope/probe/`` to the root of its output: for a wheel that is
 ``build_lib``, which becomes the wheel's root (site-packages); for an editable install (PEP 660),
 where build_lib is thrown away, it is the unpacked editable wheel (``install_lib``), next to
-setuptools' own ``__editable__.*.pth``. Everything else is in pyproject.toml.
+setuptools' own ``__editable__.*.pth``. The optional C extension (``hangscope/_frscan.c``) is
+declared here too. Everything else is in pyproject.toml.
 """
 
 import os

@@ -803,9 +803,7 @@ static PyObject *columns(State *s, int32_t list, const char *base)
             }
             slot = (slot + 1) & (size - 1);
         }
-        offs[r + 1] = k->n;
-        if (firsts[r] != r)
-            offs[r + 1] = offs[r] = k->n; /* kept only for firsts; others end where they began */
+        offs[r + 1] = k->n; /* a first's tokens stay; another's were dropped: it ends where it began */
     }
     if (ok == FAILED)
         goto out;

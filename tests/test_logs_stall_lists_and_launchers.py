@@ -90,22 +90,23 @@ def test_gloos_connect_error_with_its_address_on_the_next_line(tmp_path: Path) -
 
 # --- deaths and memory ---------------------------------------------------------------------------
 
-def test_spawn_names_the_process_that_died(tmp_path: Path) -> None:
-    text = ("Traceback (most recent call last):\n"
-            '  File "train.py", line 90, in <module>\n'
-            "    mp.spawn(main_worker, nprocs=4, args=(cfg,))\n"
-            "torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with "
-            "signal SIGKILL\n")
-    assert kind_and_culprits(verdict_of(tmp_path, text)) == ("rank_died", [2])
-
-
-def test_rays_memory_monitor_names_the_task_it_killed(tmp_path: Path) -> None:
-    text = ("(head, rank=1, pid=4503) step 140/143\n"
-            "Memory on the node (IP: 10.0.0.5, ID: 3fa2) where the task (task ID: 9e1f, "
-            "name=head, rank=1, pid=4503, memory used=180.2GB) was running was 470.1GB / "
-            "495.0GB (0.95), which exceeds the memory usage threshold of 0.95. Ray killed this "
-            "worker (ID: 77ab) because it was the most recently scheduled task\n")
-    assert kind_and_culprits(verdict_of(tmp_path, text)) == ("rank_oom", [1])
+@pytest.mark.parametrize(("text", "expected"), [
+    # torch.multiprocessing.spawn's word for which process died
+    ("Traceback (most recent call last):\n"
+     '  File "train.py", line 90, in <module>\n'
+     "    mp.spawn(main_worker, nprocs=4, args=(cfg,))\n"
+     "torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with "
+     "signal SIGKILL\n", ("rank_died", [2])),
+    # Ray's memory monitor names the task it killed
+    ("(head, rank=1, pid=4503) step 140/143\n"
+     "Memory on the node (IP: 10.0.0.5, ID: 3fa2) where the task (task ID: 9e1f, "
+     "name=head, rank=1, pid=4503, memory used=180.2GB) was running was 470.1GB / "
+     "495.0GB (0.95), which exceeds the memory usage threshold of 0.95. Ray killed this "
+     "worker (ID: 77ab) because it was the most recently scheduled task\n", ("rank_oom", [1])),
+], ids=["spawn", "ray-memory-monitor"])
+def test_a_launchers_word_names_the_process_that_died(tmp_path: Path, text: str,
+                                                      expected: tuple[str, list[int]]) -> None:
+    assert kind_and_culprits(verdict_of(tmp_path, text)) == expected
 
 
 @pytest.mark.parametrize(("line", "oom"), [

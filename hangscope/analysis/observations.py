@@ -123,6 +123,25 @@ def log_observations(evidence: JobEvidence) -> list[Observation]:
     return out
 
 
+def _at_dump_signal(rank: int, event: LogEvent, where: str) -> list[Observation]:
+    """A rank's own counts in torch's dump-signal line (``Received a dump signal due to a
+    collective timeout from rank 3 ... Last enqueued NCCL work: 41, last completed NCCL work:
+    41``): where its stream stood when a peer timed out: inside the first op it enqueued and did
+    not complete, or done and idle."""
+    enqueued = _int(event.fields.get("last_enqueued"))
+    done = _int(event.fields.get("last_completed"))
+    pg = str(event.fields["pg"])
+    if enqueued is None or done is None:
+        return []
+    if done >= 0 and enqueued == done:
+        return [Observation(rank, "completed", "work_status", pg, done, "", where,
+                            time=event.time)]
+    if enqueued > done >= -1:
+        return [Observation(rank, "waiting", "work_status", pg, done + 1, "", where,
+                            time=event.time)]
+    return []
+
+
 def _from_event(rank: int | None, event: LogEvent,
                 status_pg: dict[tuple[int | None, int | None], str]) -> list[Observation]:
     fields = event.fields
@@ -151,21 +170,8 @@ def _from_event(rank: int | None, event: LogEvent,
             out.append(Observation(rank, "completed", "work_status", str(fields.get("pg", "")),
                                    done, "", where, time=event.time))
         return out
-    if kind == "fr_dump_notice" and rank is not None and fields.get("pg") \
-            and _int(fields.get("last_enqueued")) is not None \
-            and _int(fields.get("last_completed")) is not None:
-        # "Received a dump signal due to a collective timeout from rank 3 ... Last enqueued NCCL
-        # work: 41, last completed NCCL work: 41": where this rank's own stream stood when a peer
-        # timed out: inside the first op it enqueued and did not complete, or done and idle
-        enqueued, done = _int(fields["last_enqueued"]), _int(fields["last_completed"])
-        assert enqueued is not None and done is not None
-        if done >= 0 and enqueued == done:
-            return [Observation(rank, "completed", "work_status", str(fields["pg"]), done, "",
-                                where, time=event.time)]
-        if enqueued > done >= -1:
-            return [Observation(rank, "waiting", "work_status", str(fields["pg"]), done + 1, "",
-                                where, time=event.time)]
-        return []
+    if kind == "fr_dump_notice" and rank is not None and fields.get("pg"):
+        return _at_dump_signal(rank, event, where)
     if kind == "nccl_desync":
         return _desync(rank, event, _pg_of(event, status_pg))
     if kind == "collective_fingerprint_mismatch":

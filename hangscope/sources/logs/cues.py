@@ -269,6 +269,18 @@ _WORLD = re.compile(r"(?i)\bMEMBER: \d+/(?P<a>\d+)|\bworld[_ ]size\s*[=:]?\s*(?P
                     r"\bnranks\s*[=:]?\s*(?P<c>\d+)")
 
 
+def _msg_rank(body: str) -> tuple[int, str] | None:
+    """The rank a line's message names, and its source: ``launcher`` where a launcher or a
+    monitor names the process it saw die (as good as that process's own prefix), else
+    ``content``."""
+    m = _MSG_RANK.search(body)
+    if m is None:
+        return None
+    if m.group("r") is not None:
+        return int(m.group("r")), "content"
+    return int(m.group("r2") or m.group("r3")), "launcher"
+
+
 def classify(body: str) -> Cue | None:
     """The first cue ``body`` carries, or None."""
     for cue in CUES:
@@ -304,10 +316,8 @@ def scan_cues(path: str, rank_hint: int | None = None,
         rank, source = line.rank, line.rank_source and "prefix"
         # a phase line's rank is its stream's: a rank named later on the line (a timeout glued
         # to a progress bar) is another process's
-        if rank is None and cue.name != "busy-phase" and (m := _MSG_RANK.search(line.body)):
-            # the launcher's own word for which process died is as good as that process's prefix
-            rank = int(m.group("r") or m.group("r2") or m.group("r3"))
-            source = "content" if m.group("r") else "launcher"
+        if rank is None and cue.name != "busy-phase" and (named := _msg_rank(line.body)):
+            rank, source = named
         fields: dict[str, str | int | float] = {"suggests": cue.suggests, "cue": cue.name,
                                                 "role": cue.role}
         if rank is not None:
@@ -336,8 +346,8 @@ def _who_set_up(tail: LogicalTail, out: list[LogEvent]) -> None:
             continue
         line = parse_line(text, tail.line_no(index), tail.ctx)
         rank = line.rank
-        if rank is None and (m := _MSG_RANK.search(line.body)):
-            rank = int(m.group("r") or m.group("r2") or m.group("r3"))
+        if rank is None and (named := _msg_rank(line.body)):
+            rank = named[0]
         if rank is not None:
             ranks.add(rank)
         if (w := _WORLD.search(line.body)) is not None:

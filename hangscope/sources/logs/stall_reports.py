@@ -81,15 +81,15 @@ def horovod_headless_list(line: Line, ctx: Context, follow: Follow) -> list[LogE
 
 def _rank_list(line: Line, ctx: Context, follow: Follow, first: list[Line]) -> list[LogEvent]:
     out = []
-    blank = 0
+    after_blank = False
     for nxt in chain(first, follow.lines()):
-        if not nxt.body.strip() and blank == 0:
-            blank += 1  # a paste with a blank line between lines
+        if not nxt.body.strip() and not after_blank:
+            after_blank = True  # a paste with a blank line between lines
             continue
         m = _STALLED_RANK.match(nxt.raw) or _STALLED_RANK.match(nxt.body)
         if not m:
             break
-        blank = 0
+        after_blank = False
         ops = [op.strip(" .") for op in m.group("ops").split(",") if op.strip(" .")]
         follow.consume(nxt.line_no)
         # the listed rank is the content; the line's rank is the reporter's (the header's prefix:
