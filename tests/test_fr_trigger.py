@@ -12,6 +12,7 @@ from procs.procutil import HERE, started
 from hangscope.collect.fr_trigger import (
     DEFAULT_PREFIX,
     collect_fr,
+    collect_frs,
     dump_paths,
     find_dumps,
     pipe_path,
@@ -28,10 +29,10 @@ def rank_proc(pid: int, env: dict[str, str], rank: int = 3,
                        cmdline=["python"], workers=[], create_time=create_time)
 
 
-def fake_reader(tmp_path: Path, mode: str = "dump"):  # noqa: ANN201
-    ready = tmp_path / "ready"
-    args = [str(HERE / "fake_fr_pipe.py"), str(tmp_path / "pipe_3.pipe"),
-            str(tmp_path / "trace_3"), str(ready), mode]
+def fake_reader(tmp_path: Path, mode: str = "dump", rank: int = 3):  # noqa: ANN201
+    ready = tmp_path / f"ready_{rank}"
+    args = [str(HERE / "fake_fr_pipe.py"), str(tmp_path / f"pipe_{rank}.pipe"),
+            str(tmp_path / f"trace_{rank}"), str(ready), mode]
     return started(args, ready)
 
 
@@ -58,6 +59,21 @@ class TestTrigger:
         assert (dump.rank, dump.path, dump.triggered) == (3, str(tmp_path / "trace_3"), True)
         assert dump.data.endswith(b'"pokes": 1}') and dump.data.startswith(b'{"version"')
         assert dump.mtime > 1
+
+    def test_every_pipe_is_poked_before_any_dump_is_waited_for(self, tmp_path: Path) -> None:
+        # GIVEN two ranks reading their dump pipes (each takes a while to write its dump)
+        with fake_reader(tmp_path, rank=2) as first, fake_reader(tmp_path, rank=3) as second:
+            ranks = [rank_proc(first.pid, env_in(tmp_path), rank=2),
+                     rank_proc(second.pid, env_in(tmp_path), rank=3)]
+            # WHEN both are asked for dumps
+            results = collect_frs(ranks, timeout_s=8)
+        # THEN both dumps come back, and the second rank was asked before the first rank's dump
+        # was even finished: a live job's ranks are caught as close to one moment as they can be
+        assert [r.notes for r in results] == [[], []]
+        [a], [b] = (r.files for r in results)
+        assert (a.rank, b.rank) == (2, 3)
+        poked_b = float(b.data.split(b'"poked_at": ')[1].split(b",")[0])
+        assert poked_b < a.mtime
 
     def test_collect_fr_prefers_a_fresh_dump(self, tmp_path: Path) -> None:
         with fake_reader(tmp_path) as reader:

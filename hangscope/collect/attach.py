@@ -368,22 +368,27 @@ def _collect_logs(job: JobProcesses, writer: BundleWriter, summary: CollectSumma
 
 def _collect_fr(job: JobProcesses, writer: BundleWriter, summary: CollectSummary,
                 options: AttachOptions, budget: Budget) -> None:
-    for index, rank in enumerate(job.ranks):
-        if not budget.room_for(0.0):
-            left = [r.rank for r in job.ranks[index:]]
-            budget.cut(f"flight recorder: rank{'s' if len(left) > 1 else ''} "
-                       f"{', '.join(map(str, left))} not read")
-            return
-        budget.report("flight recorder", f"{index}/{len(job.ranks)}")
-        began = time.time()
+    asked = []
+    for rank in job.ranks:
         if options.probe and _from_probe(rank, writer, summary, options.dump_timeout):
             continue  # the rank's own probe sent its FR trace: as fresh as it gets
-        try:
-            result = fr_trigger.collect_fr(rank, trigger=options.trigger_fr,
-                                           timeout_s=budget.cap(options.dump_timeout))
-        except Exception as exc:  # noqa: BLE001 - one rank's failure is a gap
-            summary.gaps.append(f"rank {rank.rank}: flight-recorder dump failed: {exc}")
-            continue
+        asked.append(rank)
+    if not asked:
+        return
+    if not budget.room_for(0.0):
+        left = [r.rank for r in asked]
+        budget.cut(f"flight recorder: rank{'s' if len(left) > 1 else ''} "
+                   f"{', '.join(map(str, left))} not read")
+        return
+    budget.report("flight recorder", f"asking {len(asked)} rank(s) at once")
+    began = time.time()
+    try:  # every pipe poked before any wait: the dumps are as close to one moment as can be
+        results = fr_trigger.collect_frs(asked, trigger=options.trigger_fr,
+                                         timeout_s=budget.cap(options.dump_timeout))
+    except Exception as exc:  # noqa: BLE001 - a failure is a gap, not the end of the attach
+        summary.gaps.append(f"flight-recorder dumps failed: {exc}")
+        return
+    for rank, result in zip(asked, results):
         summary.gaps.extend(result.notes)  # each already names its rank
         if not result.files:
             continue
@@ -393,7 +398,7 @@ def _collect_fr(job: JobProcesses, writer: BundleWriter, summary: CollectSummary
         writer.collection.append(CollectionRecord(
             source="flight_recorder", rank=rank.rank, status="ok",
             detail=("triggered " if newest.triggered else "found ") + newest.path,
-            started_at=began, seconds=round(time.time() - began, 3)))
+            started_at=began, seconds=round(max(newest.mtime - began, 0.0), 3)))
 
 
 def _collect_ras(job: JobProcesses, writer: BundleWriter, summary: CollectSummary,

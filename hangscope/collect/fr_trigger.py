@@ -89,53 +89,84 @@ def find_dumps(rank: RankProcess) -> FrResult:
 
 def trigger_dump(rank: RankProcess, *, timeout_s: float = 10.0, settle_s: float = 0.3,
                  poll_s: float = 0.05, clock: Callable[[], float] = time.monotonic) -> FrResult:
-    """Poke the rank's dump pipe and wait (at most ``timeout_s``) for a new dump.
+    """Poke the rank's dump pipe and wait (at most ``timeout_s``) for a new dump."""
+    return trigger_dumps([rank], timeout_s=timeout_s, settle_s=settle_s, poll_s=poll_s,
+                         clock=clock)[0]
 
+
+def trigger_dumps(ranks: list[RankProcess], *, timeout_s: float = 10.0, settle_s: float = 0.3,
+                  poll_s: float = 0.05, clock: Callable[[], float] = time.monotonic
+                  ) -> list[FrResult]:
+    """Poke every rank's dump pipe first, then wait (at most ``timeout_s`` in all) for each new
+    dump: one result per rank, in order.
+
+    All at once, because dumps of a live job are snapshots at the moments they are written: asked
+    one after another (each takes the rank's monitor thread up to a second to notice), a running
+    job's ranks would be caught steps apart and the later ones would look ahead of the earlier.
     torch writes the file in place (an ofstream, not a rename), so a dump counts as done once
     it changed and then kept the same size and mtime for ``settle_s``.
     """
-    result = FrResult()
-    pipe = pipe_path(rank)
-    who = f"rank {rank.rank}"
-    if pipe is None:
-        result.notes.append(f"{who}: TORCH_NCCL_DEBUG_INFO_PIPE_FILE is not set: cannot ask for "
-                            f"a dump")
-        return result
-    before = {path: _signature(path) for path in dump_paths(rank)}
-    problem = poke_pipe(pipe)
-    if problem:
-        result.notes.append(f"{who}: {problem}")
-        return result
+    results = [FrResult() for _ in ranks]
+    waiting: list[tuple[int, dict[str, tuple[int, int] | None], str]] = []
+    for index, rank in enumerate(ranks):
+        pipe = pipe_path(rank)
+        who = f"rank {rank.rank}"
+        if pipe is None:
+            results[index].notes.append(f"{who}: TORCH_NCCL_DEBUG_INFO_PIPE_FILE is not set: "
+                                        f"cannot ask for a dump")
+            continue
+        before = {path: _signature(path) for path in dump_paths(rank)}
+        problem = poke_pipe(pipe)
+        if problem:
+            results[index].notes.append(f"{who}: {problem}")
+            continue
+        waiting.append((index, before, pipe))
     deadline = clock() + timeout_s
-    since: dict[str, tuple[tuple[int, int] | None, float]] = {}
-    while True:
-        for path, old in before.items():
-            now, t = _signature(path), clock()
-            if since.get(path, (None, 0.0))[0] != now:
-                since[path] = (now, t)
-            elif now is not None and now != old and t - since[path][1] >= settle_s:
-                got = _read_dump(rank.rank, path, True, result.notes)
-                if got is not None:
-                    result.files.append(got)
-                    return result
-        if clock() >= deadline:
+    since: dict[tuple[int, str], tuple[tuple[int, int] | None, float]] = {}
+    while waiting:
+        for item in list(waiting):
+            index, before, _ = item
+            for path, old in before.items():
+                now, t = _signature(path), clock()
+                if since.get((index, path), (None, 0.0))[0] != now:
+                    since[(index, path)] = (now, t)
+                elif now is not None and now != old and t - since[(index, path)][1] >= settle_s:
+                    got = _read_dump(ranks[index].rank, path, True, results[index].notes)
+                    if got is not None:
+                        results[index].files.append(got)
+                        waiting.remove(item)
+                        break
+        if not waiting or clock() >= deadline:
             break
         time.sleep(poll_s)
-    result.notes.append(f"{who}: asked for a flight-recorder dump through {pipe} but none "
-                        f"appeared at {' or '.join(before)} within {timeout_s:g} s")
-    return result
+    for index, before, pipe in waiting:
+        results[index].notes.append(
+            f"rank {ranks[index].rank}: asked for a flight-recorder dump through {pipe} but none "
+            f"appeared at {' or '.join(before)} within {timeout_s:g} s")
+    return results
 
 
 def collect_fr(rank: RankProcess, *, trigger: bool = True, timeout_s: float = 10.0) -> FrResult:
     """A fresh dump when the rank can be asked for one, else what is already on disk."""
-    if trigger and pipe_path(rank) is not None:
-        fresh = trigger_dump(rank, timeout_s=timeout_s)
-        if fresh.files:
-            return fresh
+    return collect_frs([rank], trigger=trigger, timeout_s=timeout_s)[0]
+
+
+def collect_frs(ranks: list[RankProcess], *, trigger: bool = True, timeout_s: float = 10.0
+                ) -> list[FrResult]:
+    """``collect_fr`` for many ranks, their pipes poked together (see ``trigger_dumps``)."""
+    asked = [rank for rank in ranks if trigger and pipe_path(rank) is not None]
+    fresh = dict(zip(map(id, asked), trigger_dumps(asked, timeout_s=timeout_s)))
+    out = []
+    for rank in ranks:
+        got = fresh.get(id(rank))
+        if got is not None and got.files:
+            out.append(got)
+            continue
         old = find_dumps(rank)
-        old.notes[:0] = fresh.notes
-        return old
-    return find_dumps(rank)
+        if got is not None:
+            old.notes[:0] = got.notes
+        out.append(old)
+    return out
 
 
 def poke_pipe(path: str) -> str | None:

@@ -4,7 +4,7 @@
 
 Creates the FIFO PIPE, opens it O_RDONLY|O_NONBLOCK like torch does, writes READY
 ({"pid": ...}), then polls it. MODE "dump": each time bytes arrive, write DUMP in two chunks
-(the way an ofstream fills a file) with a short pause between. MODE "ignore": read and do nothing.
+(the way an ofstream fills a file) with a short pause between, and the time it was poked. MODE "ignore": read and do nothing.
 """
 
 import json
@@ -28,11 +28,12 @@ def main() -> None:
             data = b""
         if data and mode == "dump":
             pokes += 1
+            poked_at = time.time()
             with open(dump, "wb") as out:
                 out.write(b'{"version": "2.10", "pg_config": {}, ')
                 out.flush()
                 time.sleep(0.1)
-                out.write(b'"entries": [], "pokes": %d}' % pokes)
+                out.write(b'"entries": [], "poked_at": %.6f, "pokes": %d}' % (poked_at, pokes))
         time.sleep(0.02)
 
 
