@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hangscope.analysis import config_skew
+from hangscope.analysis import config_skew, dump_skew
 from hangscope.analysis.context import Context
 from hangscope.analysis.detectors.weak_cues import weigh as weigh_cues
 from hangscope.analysis.moved_since_dump import reconcile
@@ -228,6 +228,9 @@ RULES: tuple[Weigh, ...] = (
           "wait", _cite_threads, then_order=False),
     Weigh("moved-since-dump", "a rank the stacks show inside or past the collective a dump says "
           "it never joined was late, not missing", reconcile),
+    Weigh("dumps-moments-apart", "a rank whose own dump shows it completing collectives up to "
+          "the moment the dump was written was moving: its older frontier is the dumps' skew, "
+          "not a stall", dump_skew.reconcile),
     Weigh("one-straggler", "straggler findings naming the same ranks from independent views "
           "are one finding, more certain", _pure(_one_straggler)),
     Weigh("stuck-over-slow", "a straggler the logs reported comes after a hang the stacks show "

@@ -10,7 +10,9 @@ at start and end, so that bundles from several nodes can be merged and compared.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import socket
 import threading
 import time
@@ -393,7 +395,10 @@ def _collect_fr(job: JobProcesses, writer: BundleWriter, summary: CollectSummary
         if not result.files:
             continue
         newest = max(result.files, key=lambda f: f.mtime)
-        writer.add_file(rank.rank, "fr", "fr_dump", newest.data)
+        copy = writer.add_file(rank.rank, "fr", "fr_dump", newest.data)
+        if copy:  # the copy keeps the time torch wrote the dump: when its records were taken
+            with contextlib.suppress(OSError):
+                os.utime(copy, (newest.mtime, newest.mtime))
         summary.ok.setdefault("flight_recorder", []).append(rank.rank)
         writer.collection.append(CollectionRecord(
             source="flight_recorder", rank=rank.rank, status="ok",

@@ -49,13 +49,17 @@ def reduce_dump(path: str, rank: int) -> DumpDigest:
         native = fr_native.read(data)
     cols: fr_columns.Columns | None = None
     entries_raw: Sequence[Any]
+    if native is not None and flight_recorder.unlaunched(native[0], native[1]):
+        native = None  # rare (a rank inside a call): its records are read as dicts, and fixed
+    notes: list[str] = []
     if native is None:
         raw, entries_raw = flight_recorder.read_raw(path, data)
+        notes = flight_recorder.mark_unlaunched(raw, entries_raw)
     else:
         raw, entries_raw, cols = native
     del data
     with timing.phase("reduce"):
-        reducer = Reducer(path, rank, raw, entries_raw, [])
+        reducer = Reducer(path, rank, raw, entries_raw, notes)
         digest = reducer.digest(cols)
     with timing.phase("unpickle"):  # freeing what unpickling made is its cost too
         del reducer, raw, entries_raw

@@ -1,0 +1,126 @@
+"""``hangscope attach`` on real NCCL jobs while they hung or ran: torch 2.11 + NCCL 2.28.9 on an
+H200, four ranks sharing the card (fixtures/recorded_nccl/live/, README in recorded_nccl), each
+folder the bundle attach wrote there, its terminal output and the fault the job was built with.
+
+The bundles are analyzed again here as they are. Three of them taught the analysis something,
+and the tests below pin it: ``pg_order`` (NCCL's FR says ``completed`` for an all_reduce its rank
+is still inside; ``pg_status`` says it was never launched), ``healthy`` and ``straggler`` (dumps
+of a moving job taken moments apart read as a rank that never reached a collective)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hangscope.analysis.engine import analyze
+from hangscope.options import LoadOptions
+from hangscope.sources.flight_recorder import mark_unlaunched, unlaunched
+from hangscope.sources.load import load_paths
+
+LIVE = Path(__file__).resolve().parent.parent / "fixtures" / "recorded_nccl" / "live"
+
+
+def _verdict(bundle: Path):  # type: ignore[no-untyped-def]
+    evidence, _ = load_paths([str(bundle)], LoadOptions())
+    return analyze(evidence)[0]
+
+
+def _as_attach_keeps_it(scenario: str, tmp_path: Path) -> Path:
+    """The bundle with each dump's file time set to when torch wrote it, as attach keeps it
+    now; the manifest recorded that moment (trigger start + seconds until the file was done).
+    A git checkout gives every file the time of the checkout."""
+    bundle = tmp_path / scenario
+    shutil.copytree(LIVE / scenario / "bundle", bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    for record in manifest["collection"]:
+        if record["source"] == "flight_recorder":
+            written = record["started_at"] + record["seconds"]
+            os.utime(bundle / "ranks" / str(record["rank"]) / "fr_dump", (written, written))
+    return bundle
+
+
+@pytest.mark.parametrize(("scenario", "kind", "culprits"), [
+    ("missing_rank", "missing_rank", [2]),
+    ("collective_mismatch", "collective_mismatch", [3]),
+    ("p2p_deadlock", "p2p_deadlock", [0, 1]),
+    ("pg_order", "pg_order_deadlock", [0]),
+])
+def test_live_hang_is_named(scenario: str, kind: str, culprits: list[int]) -> None:
+    expected = json.loads((LIVE / scenario / "expected.json").read_text())
+    assert expected["culprit_ranks"] == culprits  # the fault the job was built with
+    verdict = _verdict(LIVE / scenario / "bundle")
+    first = verdict.findings[0]
+    assert (verdict.status.value, first.kind.value, sorted(first.culprit_ranks)) \
+        == ("hang", kind, culprits), first.summary
+
+
+def test_pg_order_records_said_completed_are_read_as_not_launched() -> None:
+    # GIVEN rank 0's real dump: its newest record, all_reduce seq 1 of pg 2, says completed,
+    # while pg_status says pg 2 launched nothing (its rank sat inside that very call)
+    verdict = _verdict(LIVE / "pg_order" / "bundle")
+    # THEN the record is read as not launched, and the verdict says so
+    assert any("says completed, but pg_status says the group launched nothing past seq -1" in g
+               for g in verdict.evidence_gaps)
+    assert "rank 0 issued collectives of different process groups" in verdict.findings[0].summary
+
+
+def test_healthy_job_dumped_moments_apart_is_no_hang(tmp_path: Path) -> None:
+    # GIVEN a running job's dumps, asked for one rank after another (0.7-1.1 s apart): their
+    # completion frontiers differ by tens of collectives
+    verdict = _verdict(_as_attach_keeps_it("healthy", tmp_path))
+    # THEN nobody is named missing: each rank completed collectives up to its dump
+    assert not [f for f in verdict.findings if f.kind.value == "missing_rank"], \
+        [f.summary for f in verdict.findings]
+    assert verdict.status.value != "hang"
+    assert any("snapshots of a job that was moving" in g for g in verdict.evidence_gaps)
+
+
+def test_straggler_dumped_moments_apart_is_the_slow_rank(tmp_path: Path) -> None:
+    verdict = _verdict(_as_attach_keeps_it("straggler", tmp_path))
+    first = verdict.findings[0]
+    assert (first.kind.value, first.culprit_ranks) == ("straggler", [2]), first.summary
+
+
+def test_a_later_file_time_keeps_the_finding(tmp_path: Path) -> None:
+    # a dump whose file time says nothing of when it was taken (a checkout, a copy: now) keeps
+    # the frontier as evidence: the rule only drops a finding on a dump written moments after
+    # the rank's last completion
+    bundle = tmp_path / "healthy"
+    shutil.copytree(LIVE / "healthy" / "bundle", bundle)
+    for dump in bundle.glob("ranks/*/fr_dump"):
+        os.utime(dump)  # now
+    verdict = _verdict(bundle)
+    assert verdict.findings and verdict.findings[0].kind.value == "missing_rank"
+
+
+def test_gpu_stuck_is_still_inconclusive() -> None:
+    # rank 1's stream sits behind a kernel that never ends: every rank has launched the same
+    # all_reduce and none completed it, and FR without TORCH_NCCL_ENABLE_TIMING has no
+    # 'started' to tell them apart (known limit; the job's own log names the step)
+    verdict = _verdict(LIVE / "gpu_stuck" / "bundle")
+    assert verdict.status.value == "inconclusive"
+    assert any("nothing tells the ranks apart" in g for g in verdict.evidence_gaps)
+
+
+def _record(seq: int, state: str = "completed", name: str = "nccl:all_reduce",
+            pg: int = 2) -> dict:
+    # pg_status is keyed by pg_id (the group's local id), not by its name
+    return {"record_id": seq, "pg_id": pg, "process_group": (f"name{pg}", "dp"),
+            "collective_seq_id": seq, "profiling_name": name, "state": state,
+            "is_p2p": " " in name}
+
+
+def test_unlaunched_reads_only_completed_collectives_past_the_launched_seq() -> None:
+    raw = {"pg_status": {"2": {"last_enqueued_collective": 3}, "0": {"last_enqueued_collective": 9}}}
+    entries = [_record(3), _record(4), _record(5, "scheduled"), _record(6, name="nccl:send 0->1"),
+               _record(7, name="gloo:all_reduce"), _record(9, pg=0), _record(10, pg=7)]
+    assert unlaunched(raw, entries) == [1]
+    assert unlaunched({}, entries) == []  # no pg_status (FR before 2.3): nothing to compare
+    assert unlaunched({"pg_status": {"2": {"last_enqueued_collective": "x"}}}, entries) == []
+    notes = mark_unlaunched(raw, entries)
+    assert entries[1]["state"] == "scheduled" and len(notes) == 1
+    assert "seq 4 of pg name2" in notes[0] and "past seq 3" in notes[0]
