@@ -22,6 +22,8 @@ from hangscope.sources.flight_recorder import mark_unlaunched, unlaunched
 from hangscope.sources.load import load_paths
 
 LIVE = Path(__file__).resolve().parent.parent / "fixtures" / "recorded_nccl" / "live"
+# the same jobs attached to again after the fixes, by the fixed attach (gpu_stuck with timing)
+LIVE2 = LIVE.parent / "live2"
 
 
 def _verdict(bundle: Path):  # type: ignore[no-untyped-def]
@@ -29,12 +31,12 @@ def _verdict(bundle: Path):  # type: ignore[no-untyped-def]
     return analyze(evidence)[0]
 
 
-def _as_attach_keeps_it(scenario: str, tmp_path: Path) -> Path:
+def _as_attach_keeps_it(scenario: str, tmp_path: Path, root: Path = LIVE) -> Path:
     """The bundle with each dump's file time set to when torch wrote it, as attach keeps it
     now; the manifest recorded that moment (trigger start + seconds until the file was done).
     A git checkout gives every file the time of the checkout."""
     bundle = tmp_path / scenario
-    shutil.copytree(LIVE / scenario / "bundle", bundle)
+    shutil.copytree(root / scenario / "bundle", bundle)
     manifest = json.loads((bundle / "manifest.json").read_text())
     for record in manifest["collection"]:
         if record["source"] == "flight_recorder":
@@ -124,3 +126,23 @@ def test_unlaunched_reads_only_completed_collectives_past_the_launched_seq() -> 
     notes = mark_unlaunched(raw, entries)
     assert entries[1]["state"] == "scheduled" and len(notes) == 1
     assert "seq 4 of pg name2" in notes[0] and "past seq 3" in notes[0]
+
+
+@pytest.mark.parametrize(("scenario", "status", "kind", "culprits"), [
+    ("missing_rank", "hang", "missing_rank", [2]),
+    ("gpu_stuck", "hang", "missing_rank", [1]),
+    ("pg_order", "hang", "pg_order_deadlock", [0]),
+    ("healthy", "healthy", None, []),
+    ("straggler", "slow", "straggler", [2]),
+])
+def test_second_live_run_after_the_fixes(scenario: str, status: str, kind: str | None,
+                                         culprits: list[int], tmp_path: Path) -> None:
+    # the dumps' write times as the attach that took them kept them (a checkout loses them)
+    verdict = _verdict(_as_attach_keeps_it(scenario, tmp_path, LIVE2))
+    assert verdict.status.value == status, verdict.evidence_gaps
+    if kind is not None:
+        first = verdict.findings[0]
+        assert (first.kind.value, sorted(first.culprit_ranks)) == (kind, culprits), first.summary
+    # and what attach printed there, on the GPU machine, said the same
+    printed = (LIVE2 / scenario / "attach.txt").read_text()
+    assert f"hangscope: {status.upper()}" in printed

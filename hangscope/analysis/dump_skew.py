@@ -26,6 +26,7 @@ from hangscope.sources.flight_recorder import written_at
 
 MOVING_WITHIN_S = 2.0  # the watchdog polls about every 0.1-1 s; a dump takes milliseconds
 MAX_CHECKED = 8  # culprits looked at per finding (each costs a read of its dump's records)
+MAX_RANKS_MOVING = 256  # ranks read whole to tell that every one was moving
 
 
 def reconcile(ctx: Context, findings: list[Finding], gaps: list[str]) -> list[Finding]:
@@ -69,9 +70,9 @@ def _moving_culprits(ctx: Context, finding: Finding) -> dict[int, float] | None:
     return moving
 
 
-def _completion_lag(ctx: Context, rank: int, pg: str) -> float | None:
-    """Seconds between the rank's newest completion in ``pg`` (as its watchdog discovered it)
-    and the writing of its dump; None when either is unknown."""
+def _completion_lag(ctx: Context, rank: int, pg: str | None) -> float | None:
+    """Seconds between the rank's newest completion in ``pg`` (any group: None), as its
+    watchdog discovered it, and the writing of its dump; None when either is unknown."""
     dump = ctx.picture.dumps.get(rank)
     if dump is None or dump.backend != "nccl":
         return None
@@ -81,6 +82,26 @@ def _completion_lag(ctx: Context, rank: int, pg: str) -> float | None:
     newest = 0
     for entry in dump.entries:
         done = entry.time_completed_ns
-        if entry.pg_name == pg and entry.completed is True and type(done) is int and done > newest:
+        if (pg is None or entry.pg_name == pg) and entry.completed is True \
+                and type(done) is int and done > newest:
             newest = done
     return written - newest / 1e9 if newest else None
+
+
+def all_moving(ctx: Context) -> str | None:
+    """A note when every rank of the job has an NCCL dump and each one's watchdog discovered a
+    completion within ``MOVING_WITHIN_S`` of the dump's writing: nobody was stuck when looked at
+    (a stuck rank's newest completion is as old as its stall), whatever the frontiers say."""
+    dumps = ctx.picture.dumps
+    world = ctx.picture.world_size or 0
+    if not dumps or len(dumps) < world or len(dumps) > MAX_RANKS_MOVING:
+        return None
+    worst = 0.0
+    for rank in dumps:
+        lag = _completion_lag(ctx, rank, None)
+        if lag is None or not -MOVING_WITHIN_S < lag < MOVING_WITHIN_S:
+            return None
+        worst = max(worst, lag)
+    return (f"every rank's dump shows it completing collectives up to {worst:.1f} s before the "
+            f"dump was written: the job was moving when it was looked at (its dumps, taken "
+            f"moments apart, differ in how far each had got)")

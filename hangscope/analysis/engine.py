@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from hangscope import __version__, timing
-from hangscope.analysis import detectors
+from hangscope.analysis import detectors, dump_skew
 from hangscope.analysis.context import Context
 from hangscope.analysis.correlate import GLOO_P2P_NOTE, GroupView, build_picture, finished
 from hangscope.analysis.gap_lines import group_rank_gaps
@@ -158,6 +158,9 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
     if not ctx.picture.dumps:
         gaps.append(_why_nothing(ctx))
         return Status.INCONCLUSIVE
+    if anyone_waits and (note := dump_skew.all_moving(ctx)):
+        gaps.append(note)
+        return Status.HEALTHY
     if anyone_waits:
         gaps.append(_waiting_gap(ctx) + ": the flight recorder cannot tell a slow collective "
                     "from a stuck transport (check NCCL logs, or attach to the live job for "
