@@ -54,7 +54,8 @@ TEXT_RANK = re.compile(r"(?i)\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\b")
 _P_RANK_LIGHTNING = re.compile(r"\[rank ?[:=] ?(\d+)\] ?(?:\|\| )?")
 _P_EMPTY = re.compile(r"\[\] ")  # an empty tag (a wrapper's container or task id, unset)
 _P_RANK_UPPER = re.compile(r"\[RANK (\d+)\]:? ?")
-_P_MPI = re.compile(r"\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>: ?")
+# Open MPI's --tag-output ``[1,2]<stdout>:``; some wrappers (SageMaker's) print ``[1,2]:``
+_P_MPI = re.compile(r"\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>: ?|\[\d+,(\d+)\]: ?")
 _P_ROLE = re.compile(r"\[([A-Za-z_][A-Za-z_\-]*?)(\d+)(?:\|\d+)?\]:")  # torchrun [default0]:, [trainer0|0]:
 _P_BARE = re.compile(r"\[(\d{1,4})\] (?=\S)")  # 5 digits and more: a pid ("[26236] ...")
 # Heads a container runtime or test runner puts before the process prefixes (peeled first, in any
@@ -236,7 +237,7 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
         m = _P_RANK_LIGHTNING.match(text, pos) or _P_RANK_UPPER.match(text, pos) \
             or _P_MPI.match(text, pos)
         if m:
-            rank, source, pos = int(m.group(1)), "prefix", m.end()
+            rank, source, pos = int(m.group(1) or m.group(2)), "prefix", m.end()
             continue
         m = _P_ROLE.match(text, pos)
         if m and m.group(1).lower() != "rank":

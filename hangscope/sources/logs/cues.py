@@ -72,6 +72,9 @@ CUES: tuple[Cue, ...] = (
         # Ray's memory monitor killing a task: "Memory on the node (...) where the task (...) was
         # running was 445.48GB / 468.75GB (0.95), which exceeds the memory usage threshold"
         r"exceeds the memory usage threshold|Ray killed this worker|"
+        # NCCL's alloc.h when cudaMalloc fails (torch's "Last error:" repeats it): the GPU's
+        # memory is gone, even for a few KB of NCCL's own buffers
+        r"Failed to CUDA (?:host )?calloc(?: async)? \d+ bytes|"
         r"Memory on the node \(.{0,200}\) where the (?:task|worker|actor)\b")),
     # NCCL's init.cc (ncclInvalidUsage): two ranks were given one GPU, a launch setting (device
     # index hard-coded, CUDA_VISIBLE_DEVICES, local rank) wrong on some processes
@@ -96,6 +99,10 @@ CUES: tuple[Cue, ...] = (
         r"(?i)illegal memory access|device-side assert|unspecified launch failure|uncorrectable ECC|"
         r"GPU (?:has )?fallen off the bus|\bXid\b(?: \(PCI:[0-9a-fA-F:.]+\))?[^0-9]{0,8}(?:13|31|43|48|62|63|64|79|92|94|95|119|120)\b|"
         r"CUDA error: (?!out of memory)|cudaError\w*|ncclUnhandledCudaError|CUDA driver error|"
+        # the kernel's own assert, printed by each failing GPU thread before the device-side
+        # assert error: "IndexKernel.cu:92: ...: block: [0,0,0], thread: [3,0,0] Assertion
+        # `idx < size` failed."
+        r"\.cuh?:\d+: .{0,600}block: \[\d+, ?\d+, ?\d+\], thread: \[\d+, ?\d+, ?\d+\] Assertion|"
         # NCCL's CUDACHECK wording, and its error-return trace of code 1 (ncclUnhandledCudaError:
         # "NCCL INFO init.cc:1093 -> 1", one line per function the error passes back through)
         r"Cuda failure (?:\d+ )?'(?!out of memory)|NCCL INFO [\w./\-]+\.(?:cc|cu|h|cpp):\d+ -> 1\b")),

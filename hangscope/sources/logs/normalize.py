@@ -60,7 +60,8 @@ _PADDING_BYTES = re.compile(rb"(?<=\S) {8,}(?=\S)")
 PAD_RUN = b" " * 8
 
 # Heads a tool puts before every line of what it relays, naming no rank: pytest's failure output
-# (``E   ``), ``kubectl logs --prefix`` (``[pod/NAME/CONTAINER] ``), docker compose (``NAME  | ``).
+# (``E   ``), ``kubectl logs --prefix`` (``[pod/NAME/CONTAINER] ``), docker compose (``NAME  | ``),
+# pdsh (``HOST: ``).
 # ``srun -l`` (``12: ``) names the task, which is the rank: it becomes ``[rank12]:``.
 _HEADS = (
     ("pytest", re.compile(r"E {3}")),
@@ -68,6 +69,11 @@ _HEADS = (
     ("compose", re.compile(r"[\w.\-]{1,100} +\| ")),
     ("srun", re.compile(SRUN_PATTERN)),
     ("cri", re.compile(CRI_PATTERN)),
+    # pdsh / pssh / clush (DeepSpeed's multi-node launcher runs pdsh): ``HOST: `` before every
+    # line a node relays, HOST an IPv4 address or a host name with a digit or a hyphen in it
+    # (``worker-0: ``, ``node12: ``), never ``rank3: `` (a rank, which the rank parsers read)
+    ("pdsh", re.compile(r"(?:\d{1,3}(?:\.\d{1,3}){3}|(?![Rr]ank\d|RANK\d)(?=[\w.\-]{0,62}[\d\-])"
+                        r"[A-Za-z][\w.\-]{0,62}): ")),
 )
 # a Markdown quote ("> " before each line): a log pasted into a reply as a quotation; alone, or
 # inside one of the heads above
@@ -79,7 +85,7 @@ HEAD_SHARE = 0.8  # of them that must carry it
 _RECORD_START = re.compile(
     r"\s*$"
     r"|\[(?:rank|RANK|default|Rank|PG |trainer|worker)\s?:?\s?\d"
-    r"|\[(?:\d+,)?\d+\]<"
+    r"|\[(?:\d+,)?\d+\]<|\[\d+,\d+\]:"
     r"|\[?[IWEF]\d{4} \d\d:\d\d"
     r"|\[[IWEF] \w"
     r"|\[?\d{4}-\d\d-\d\d[ T]\d\d:"
