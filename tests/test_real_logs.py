@@ -27,6 +27,19 @@ CASES = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(REAL, "*
 
 # Pastes hangscope does not yet get right, and why (the README lists them too).
 KNOWN_MISSES = {
+    "z_detectron.pytorch_140_dataloader_deadlock": "batch 27 (after its first look; no rule "
+        "written for it): want dataloader_stall got rank_died: the paste is what Ctrl-C printed "
+        "on a stuck single-process job, a DataLoader __del__ traceback interleaved with 'Process "
+        "Process-19:' and ending in KeyboardInterrupt, then the main traceback cut inside "
+        "next(dataiterator); neither parses as a traceback, so only the words of a death remain",
+    "z_insightface_2013_two_nodes_different_master_addr": "batch 27 (after its first look; no "
+        "rule written for it): want init_hang got inconclusive: the log is the launcher's "
+        "banner only; the cause is in the two launch commands the user pasted under it, whose "
+        "--master_addr differ, and commands are not read as evidence",
+    "z_pytorch_14870_nccl_uses_loopback_multinode": "batch 27 (after its first look; no rule "
+        "written for it): want init_hang got healthy: NCCL INFO lines end at 'rank 0 nranks 8' "
+        "with lo:127.0.0.1 among its socket interfaces; NCCL on loopback is right on one host "
+        "(the GPU recordings here use it) and wrong across hosts, which one node's log cannot tell",
     "y_nccl_851_unknown_command_after_training_end": "batch 26 (after its first look; no rule written for it): want healthy got inconclusive: a user's epoch and loss prints, an 'end:' line, then NCCL's proxy WARN 'Unknown command 66326 from localRank -1' after 'Connection closed by localRank -1' (harmless at exit); the known-benign rule reads only logs made of known warnings, not progress lines then a warning",
     "y_returnn_1490_cpu_oom_param_sync": "batch 26 (after its first look; no rule written for it): want rank_oom got straggler: four ranks' step times jump together from 0.6 to 9.6 s/step after a 'MEMORY: ... increased RSS' line; that the host ran out of CPU memory is the maintainer's word, the log shows a job slowing evenly",
     "y_sglang_6624_dp1_tp2_scheduler_exception": "batch 26 (after its first look; no rule written for it): want rank_died/[2] got rank_died/[]: '[... DP1 TP2] Scheduler hit an exception'; with DP attention sglang's TP rank is global (DP0 shows TP0, DP1 TP2), without it TP is local to each DP replica: one line's head cannot tell which, so a DP1 head names no global rank",

@@ -66,6 +66,11 @@ _P_PIPE = re.compile(r"(?:[\w][\w.\-/]*[.\-/][\w.\-/]*|[\w.\-/]+(?= {2})) *\| ")
 _P_KUBE = re.compile(r"\[pod/[^\]\s]+\] ")
 _P_INDENTED = re.compile(r"\[(?:rank ?[:=]? ?\d+|RANK \d+|\d+,\d+\]<std|[A-Za-z_]+\d+\]:|[IWEF]\d{4} )")
 _P_PYTEST = re.compile(r"E {2,8}(?=\S)")
+# pdsh's relay head (``worker-1: ``, ``10.0.3.17: ``; normalize peels it where most lines carry
+# it, this where a wrapped or mixed paste leaves it on some): before a process prefix only
+PDSH_PATTERN = (r"(?:\d{1,3}(?:\.\d{1,3}){3}|(?![Rr]ank\d|RANK\d)(?=[\w.\-]{0,62}[\d\-])"
+                r"[A-Za-z][\w.\-]{0,62}): ")
+_P_PDSH = re.compile(PDSH_PATTERN + r"(?=\[(?:rank|RANK |default|\d+,)|\s*\d{1,6}: )")
 # the container runtime's own log file (CRI, what ``kubectl logs`` reads from the node:
 # ``2025-07-25T07:53:08.217487+08:00 stdout F ``; ``P`` marks a line split at 16 KiB)
 CRI_PATTERN = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) (?:stdout|stderr) [FP] "
@@ -208,7 +213,7 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
     stamp = None
     for _ in range(3):
         head = _P_PIPE.match(text, pos) or _P_KUBE.match(text, pos) \
-            or _P_PYTEST.match(text, pos) or _P_CRI.match(text, pos)
+            or _P_PYTEST.match(text, pos) or _P_CRI.match(text, pos) or _P_PDSH.match(text, pos)
         if head is None and stamp is None:
             head = stamp = _P_STAMP.match(text, pos)
         if not head:

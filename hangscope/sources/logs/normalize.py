@@ -44,7 +44,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hangscope.sources.logs.common import ANSI_PATTERN, CRI_PATTERN, SRUN_PATTERN
+from hangscope.sources.logs.common import ANSI_PATTERN, CRI_PATTERN, PDSH_PATTERN, SRUN_PATTERN
 
 NORMALIZE_MAX = 16 << 20
 MAX_JOIN = 8  # physical lines one logical line may be rebuilt from
@@ -72,8 +72,7 @@ _HEADS = (
     # pdsh / pssh / clush (DeepSpeed's multi-node launcher runs pdsh): ``HOST: `` before every
     # line a node relays, HOST an IPv4 address or a host name with a digit or a hyphen in it
     # (``worker-0: ``, ``node12: ``), never ``rank3: `` (a rank, which the rank parsers read)
-    ("pdsh", re.compile(r"(?:\d{1,3}(?:\.\d{1,3}){3}|(?![Rr]ank\d|RANK\d)(?=[\w.\-]{0,62}[\d\-])"
-                        r"[A-Za-z][\w.\-]{0,62}): ")),
+    ("pdsh", re.compile(PDSH_PATTERN)),
 )
 # a Markdown quote ("> " before each line): a log pasted into a reply as a quotation; alone, or
 # inside one of the heads above
