@@ -146,3 +146,25 @@ def test_second_live_run_after_the_fixes(scenario: str, status: str, kind: str |
     # and what attach printed there, on the GPU machine, said the same
     printed = (LIVE2 / scenario / "attach.txt").read_text()
     assert f"hangscope: {status.upper()}" in printed
+
+
+def test_one_rank_whose_completions_stopped_keeps_the_job_from_reading_healthy(
+        tmp_path: Path) -> None:
+    # GIVEN the healthy job's dumps, but rank 2's completions all a minute older than its dump
+    # (what a rank stuck for a minute shows): the others still complete up to their dumps
+    import pickle
+
+    bundle = _as_attach_keeps_it("healthy", tmp_path, LIVE2)
+    path = bundle / "ranks" / "2" / "fr_dump"
+    written = path.stat().st_mtime
+    dump = pickle.loads(path.read_bytes())
+    for entry in dump["entries"]:
+        if entry.get("time_discovered_completed_ns"):
+            entry["time_discovered_completed_ns"] -= 60 * 10**9
+    path.write_bytes(pickle.dumps(dump))
+    os.utime(path, (written, written))
+    # THEN the job is not called healthy: one rank's frontier is no longer explained by skew
+    verdict = _verdict(bundle)
+    assert verdict.status.value != "healthy"
+    assert not any("the job was moving when it was looked at" in g
+                   for g in verdict.evidence_gaps)

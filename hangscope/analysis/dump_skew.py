@@ -89,19 +89,22 @@ def _completion_lag(ctx: Context, rank: int, pg: str | None) -> float | None:
 
 
 def all_moving(ctx: Context) -> str | None:
-    """A note when every rank of the job has an NCCL dump and each one's watchdog discovered a
-    completion within ``MOVING_WITHIN_S`` of the dump's writing: nobody was stuck when looked at
-    (a stuck rank's newest completion is as old as its stall), whatever the frontiers say."""
+    """A note when every rank of the job has an NCCL dump and, in every group where it has an op
+    pending, its watchdog discovered a completion within ``MOVING_WITHIN_S`` of the dump's
+    writing: nobody was stuck when looked at (a stuck rank's newest completion in the group it is
+    stuck in is as old as its stall; a side group that keeps completing, a thread's periodic
+    barrier, says nothing of the others), whatever the frontiers say."""
     dumps = ctx.picture.dumps
     world = ctx.picture.world_size or 0
     if not dumps or len(dumps) < world or len(dumps) > MAX_RANKS_MOVING:
         return None
     worst = 0.0
     for rank in dumps:
-        lag = _completion_lag(ctx, rank, None)
-        if lag is None or not -MOVING_WITHIN_S < lag < MOVING_WITHIN_S:
-            return None
-        worst = max(worst, lag)
+        for pg in {group.name for group, _ in ctx.picture.pending_ops(rank)}:
+            lag = _completion_lag(ctx, rank, pg)
+            if lag is None or not -MOVING_WITHIN_S < lag < MOVING_WITHIN_S:
+                return None
+            worst = max(worst, lag)
     return (f"every rank's dump shows it completing collectives up to {worst:.1f} s before the "
             f"dump was written: the job was moving when it was looked at (its dumps, taken "
             f"moments apart, differ in how far each had got)")
