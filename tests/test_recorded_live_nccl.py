@@ -24,6 +24,8 @@ from hangscope.sources.load import load_paths
 LIVE = Path(__file__).resolve().parent.parent / "fixtures" / "recorded_nccl" / "live"
 # the same jobs attached to again after the fixes, by the fixed attach (gpu_stuck with timing)
 LIVE2 = LIVE.parent / "live2"
+# and once more with eight ranks a job (the faults on the same ranks)
+LIVE3 = LIVE.parent / "live3"
 
 
 def _verdict(bundle: Path):  # type: ignore[no-untyped-def]
@@ -168,3 +170,25 @@ def test_one_rank_whose_completions_stopped_keeps_the_job_from_reading_healthy(
     assert verdict.status.value != "healthy"
     assert not any("the job was moving when it was looked at" in g
                    for g in verdict.evidence_gaps)
+
+
+@pytest.mark.parametrize(("scenario", "status", "kind", "culprits"), [
+    ("missing_rank", "hang", "missing_rank", [2]),
+    ("collective_mismatch", "hang", "collective_mismatch", [3]),
+    ("gpu_stuck", "hang", "missing_rank", [1]),
+    ("healthy", "healthy", None, []),
+    pytest.param("straggler", "slow", "straggler", [2], marks=pytest.mark.xfail(
+        strict=True, reason="healthy: attach came after five step lines per rank, too few for the "
+        "log's step times, and NCCL ranks that wait spin the CPU as the slow one computes, so "
+        "CPU shares tell nothing; the FR shows every rank completing collectives up to its dump: "
+        "moving, with no rank singled out")),
+])
+def test_eight_ranks(scenario: str, status: str, kind: str | None, culprits: list[int],
+                     tmp_path: Path) -> None:
+    expected = json.loads((LIVE3 / scenario / "expected.json").read_text())
+    assert expected["world_size"] == 8
+    verdict = _verdict(_as_attach_keeps_it(scenario, tmp_path, LIVE3))
+    assert verdict.status.value == status, verdict.evidence_gaps
+    if kind is not None:
+        first = verdict.findings[0]
+        assert (first.kind.value, sorted(first.culprit_ranks)) == (kind, culprits), first.summary
