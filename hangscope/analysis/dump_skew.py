@@ -41,14 +41,13 @@ def reconcile(ctx: Context, findings: list[Finding], gaps: list[str]) -> list[Fi
         ranks = format_ranks(sorted(moving))
         worst = max(moving.values())
         many = len(moving) > 1
+        whose = "each one's" if many else "its"
         gaps.append(f"rank{'s' if many else ''} {ranks} looked behind in pg "
-                    f"{finding.collective.pg if finding.collective else '?'}, but "
-                    f"{'each one' if many else 'its'} dump shows "
-                    f"{'it' if many else 'the rank'} completing collectives there up to "
-                    f"{worst:.1f} s before the dump "
-                    f"was written: the dumps are snapshots of a job that was moving, taken moments "
-                    f"apart, not evidence of a stall (attach again: a stuck rank's completions "
-                    f"stop)")
+                    f"{finding.collective.pg if finding.collective else '?'}, but {whose} dump "
+                    f"shows it completing collectives there up to {worst:.1f} s "
+                    f"before the dump was written: the dumps are snapshots of a job that was "
+                    f"moving, taken moments apart, not evidence of a stall (attach again: a stuck "
+                    f"rank's completions stop)")
     return out
 
 
@@ -98,13 +97,15 @@ def all_moving(ctx: Context) -> str | None:
     world = ctx.picture.world_size or 0
     if not dumps or len(dumps) < world or len(dumps) > MAX_RANKS_MOVING:
         return None
-    worst = 0.0
+    worst, checked = 0.0, 0
     for rank in dumps:
         for pg in {group.name for group, _ in ctx.picture.pending_ops(rank)}:
             lag = _completion_lag(ctx, rank, pg)
             if lag is None or not -MOVING_WITHIN_S < lag < MOVING_WITHIN_S:
                 return None
-            worst = max(worst, lag)
+            worst, checked = max(worst, lag), checked + 1
+    if not checked:
+        return None  # nothing pending anywhere: nothing to tell moving from (a finished job)
     return (f"every rank's dump shows it completing collectives up to {worst:.1f} s before the "
             f"dump was written: the job was moving when it was looked at (its dumps, taken "
             f"moments apart, differ in how far each had got)")
