@@ -26,6 +26,8 @@ LIVE = Path(__file__).resolve().parent.parent / "fixtures" / "recorded_nccl" / "
 LIVE2 = LIVE.parent / "live2"
 # and once more with eight ranks a job (the faults on the same ranks)
 LIVE3 = LIVE.parent / "live3"
+# a DataLoader whose reads never return, a lock a thread never releases, and a straggler again
+LIVE4 = LIVE.parent / "live4"
 
 
 def _verdict(bundle: Path):  # type: ignore[no-untyped-def]
@@ -190,3 +192,17 @@ def test_eight_ranks(scenario: str, status: str, kind: str | None, culprits: lis
     if kind is not None:
         first = verdict.findings[0]
         assert (first.kind.value, sorted(first.culprit_ranks)) == (kind, culprits), first.summary
+
+
+@pytest.mark.parametrize(("scenario", "status", "kind", "culprits"), [
+    ("dataloader_stall", "hang", "dataloader_stall", [2]),
+    ("python_deadlock", "hang", "python_deadlock", [1]),
+    ("straggler", "slow", "straggler", [2]),
+])
+def test_waits_outside_nccl(scenario: str, status: str, kind: str, culprits: list[int],
+                            tmp_path: Path) -> None:
+    verdict = _verdict(_as_attach_keeps_it(scenario, tmp_path, LIVE4))
+    first = verdict.findings[0]
+    assert (verdict.status.value, first.kind.value, sorted(first.culprit_ranks)) \
+        == (status, kind, culprits), first.summary
+    assert f"hangscope: {status.upper()}" in (LIVE4 / scenario / "attach.txt").read_text()
