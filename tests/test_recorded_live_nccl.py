@@ -18,7 +18,7 @@ import pytest
 
 from hangscope.analysis.engine import analyze
 from hangscope.options import LoadOptions
-from hangscope.sources.flight_recorder import mark_unlaunched, unlaunched
+from hangscope.sources.fr_corrections import correct, misread
 from hangscope.sources.load import load_paths
 
 LIVE = Path(__file__).resolve().parent.parent / "fixtures" / "recorded_nccl" / "live"
@@ -124,12 +124,38 @@ def test_unlaunched_reads_only_completed_collectives_past_the_launched_seq() -> 
     raw = {"pg_status": {"2": {"last_enqueued_collective": 3}, "0": {"last_enqueued_collective": 9}}}
     entries = [_record(3), _record(4), _record(5, "scheduled"), _record(6, name="nccl:send 0->1"),
                _record(7, name="gloo:all_reduce"), _record(9, pg=0), _record(10, pg=7)]
-    assert unlaunched(raw, entries) == [1]
-    assert unlaunched({}, entries) == []  # no pg_status (FR before 2.3): nothing to compare
-    assert unlaunched({"pg_status": {"2": {"last_enqueued_collective": "x"}}}, entries) == []
-    notes = mark_unlaunched(raw, entries)
+    assert [i for i, _, _ in misread(raw, entries)] == [1]
+    assert misread({}, entries) == []  # no pg_status (FR before 2.3): nothing to compare
+    assert misread({"pg_status": {"2": {"last_enqueued_collective": "x"}}}, entries) == []
+    notes = correct(raw, entries)
     assert entries[1]["state"] == "scheduled" and len(notes) == 1
     assert "seq 4 of pg name2" in notes[0] and "past seq 3" in notes[0]
+
+
+def test_an_op_completed_a_timeout_after_it_was_created_and_never_retired_was_aborted() -> None:
+    def rec(seq: int, took_s: float, retired: bool, name: str = "nccl:recv 0<-1") -> dict:
+        record = _record(seq, name=name)
+        record.update(time_created_ns=10**18, time_discovered_completed_ns=10**18 + int(
+            took_s * 1e9), timeout_ms=20000, retired=retired, p2p_seq_id=seq)
+        return record
+
+    # GIVEN a recv that "completed" 20.6 s after its creation with a 20 s timeout, not retired
+    # (recorded_nccl/p2p_deadlock), beside ops that finished in time or were retired
+    entries = [rec(1, 1.4, True, "nccl:all_reduce"), rec(2, 20.6, True), rec(3, 19.0, False),
+               rec(4, 20.6, False)]
+    assert [(i, state) for i, state, _ in misread({}, entries)] == [(3, "started")]
+    [note] = correct({}, entries)
+    assert entries[3]["state"] == "started" and "past its 20 s timeout" in note
+
+
+def test_the_recorded_p2p_deadlock_reads_as_one() -> None:
+    # the recording's own dumps: each of ranks 0 and 1 in a recv from the other, both marked
+    # completed at the watchdog's abort
+    recorded = LIVE.parent / "p2p_deadlock"
+    evidence, _ = load_paths([str(recorded / "fr")], LoadOptions())
+    first = analyze(evidence)[0].findings[0]
+    assert (first.kind.value, sorted(first.culprit_ranks)) == ("p2p_deadlock", [0, 1]), \
+        first.summary
 
 
 @pytest.mark.parametrize(("scenario", "status", "kind", "culprits"), [

@@ -33,11 +33,6 @@ KNOWN_MISSES = {
                           "finished job are not told from a hung one's",
     ("p2p_deadlock", "log"): "missing_rank [0,1]: ranks 2,3 time out in ALLREDUCE and 0,1 log "
                              "nothing; the log does not say they wait in recv (culprits right)",
-    ("p2p_deadlock", "dir"): "missing_rank [0,1]: NCCL's FR marks each deadlocked recv "
-                             "'completed' (not retired) ~20.6 s after it was created, when the "
-                             "watchdog aborted the communicator; hangscope takes the state at its "
-                             "word, so 0 and 1 read as finished with their recv and missing from "
-                             "the all_reduce (culprits right, kind wrong)",
     ("pg_order", "log"): "inconclusive: the sub-groups keep the default 10 min timeout, so the "
                          "log holds only steps and the recorder's SIGTERM (no evidence of order)",
     ("pg_order", "dir"): "inconclusive: no dump was written (no timeout fired before the stop)",

@@ -40,13 +40,13 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from hangscope import timing
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrDump, FrEntry, ProcessGroupInfo
-from hangscope.sources import safe_pickle
+from hangscope.sources import fr_corrections, safe_pickle
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def load_dump(path: str, rank: int, data: bytes | None = None) -> tuple[FrDump, 
     Raises BadInputError, naming the file, when the file as a whole is unusable.
     """
     raw, entries_raw = read_raw(path, data)
-    problems: list[str] = mark_unlaunched(raw, entries_raw)
+    problems: list[str] = fr_corrections.correct(raw, entries_raw)
     with timing.phase("reduce"):
         entries = _convert_entries(path, entries_raw, problems)
     return dump_of(path, rank, raw, entries), problems
@@ -114,77 +114,6 @@ def read_raw(path: str, data: bytes | None = None) -> tuple[dict[str, Any], list
     if not isinstance(entries_raw, list):
         raise BadInputError(path, "'entries' is not a list")
     return raw, entries_raw
-
-
-# the newest records a dump can hold that its group never launched: one per thread in a call
-UNLAUNCHED_WINDOW = 32
-
-
-def unlaunched(raw: dict[str, Any], entries: Sequence[Any]) -> list[int]:
-    """Indexes of NCCL collective records that say ``completed`` though their group's
-    ``pg_status`` says it launched nothing that far (``collective_seq_id`` past
-    ``last_enqueued_collective``).
-
-    torch records the op, then launches it and only then counts it enqueued; until the launch
-    its CUDA events were never recorded, and an unrecorded event queries as done, so the dump
-    says ``completed`` for an op whose rank is still inside the call (seen on an H200, torch 2.11,
-    NCCL 2.28: ranks blocked in the first all_reduce of a new group, each in a different group,
-    every one's record ``completed``). Only the newest records can be such, so only the last
-    ``UNLAUNCHED_WINDOW`` are looked at."""
-    status = raw.get("pg_status")
-    if not isinstance(status, dict) or not status:
-        return []
-    limits: dict[str, int] = {}
-    for pg, fields in status.items():
-        if isinstance(fields, dict):
-            value = fields.get("last_enqueued_collective")
-            if isinstance(value, (int, str)):  # JSON dumps write the counts as strings
-                try:
-                    limits[str(pg)] = int(value)
-                except ValueError:
-                    continue
-    found: list[int] = []
-    for index in range(len(entries) - 1, max(len(entries) - UNLAUNCHED_WINDOW, 0) - 1, -1):
-        record = entries[index]
-        if type(record) is not dict or record.get("state") != "completed" \
-                or record.get("is_p2p") is True:
-            continue
-        name = record.get("profiling_name")
-        if type(name) is not str or not name.startswith("nccl:") or " " in name.strip():
-            continue  # gloo never says completed; a send or receive counts its own seqs
-        pg = _status_key(record)
-        seq = record.get("collective_seq_id")
-        if pg in limits and type(seq) is int and seq > limits[pg]:
-            found.append(index)
-    return found
-
-
-def _status_key(record: dict[str, Any]) -> str:
-    """The key of a record's group in ``pg_status``: torch keys it by the record's ``pg_id``
-    (the group's local id), which need not be the group's name; older dumps lack ``pg_id``."""
-    pg_id = record.get("pg_id")
-    if type(pg_id) is int or type(pg_id) is str:
-        return str(pg_id)
-    group = record.get("process_group")
-    return str(group[0]) if isinstance(group, (list, tuple)) and len(group) == 2 else ""
-
-
-def mark_unlaunched(raw: dict[str, Any], entries: list[Any]) -> list[str]:
-    """Read the records ``unlaunched`` finds as not completed (``scheduled``, in place); one
-    note each, for the evidence gaps."""
-    notes = []
-    for index in unlaunched(raw, entries):
-        record = entries[index]
-        record["state"] = "scheduled"
-        key = _status_key(record)
-        limit = raw["pg_status"][key].get("last_enqueued_collective")
-        group = record.get("process_group")
-        pg = group[0] if isinstance(group, (list, tuple)) and len(group) == 2 else key
-        notes.append(f"record {record.get('record_id')} ({record.get('profiling_name')} seq "
-                     f"{record.get('collective_seq_id')} of pg {pg}) says completed, but pg_status "
-                     f"says the group launched nothing past seq {limit}: read as not launched "
-                     f"(the rank was still inside that call, e.g. connecting the communicator)")
-    return notes
 
 
 def written_at(path: str) -> float | None:

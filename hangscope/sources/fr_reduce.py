@@ -16,7 +16,7 @@ from typing import Any
 from hangscope import timing
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrEntry
-from hangscope.sources import flight_recorder, fr_columns, fr_native
+from hangscope.sources import flight_recorder, fr_columns, fr_corrections, fr_native
 from hangscope.sources.fr_digest import (
     MAX_PROBLEMS,
     TAIL,
@@ -49,12 +49,12 @@ def reduce_dump(path: str, rank: int) -> DumpDigest:
         native = fr_native.read(data)
     cols: fr_columns.Columns | None = None
     entries_raw: Sequence[Any]
-    if native is not None and flight_recorder.unlaunched(native[0], native[1]):
+    if native is not None and fr_corrections.misread(native[0], native[1]):
         native = None  # rare (a rank inside a call): its records are read as dicts, and fixed
     notes: list[str] = []
     if native is None:
         raw, entries_raw = flight_recorder.read_raw(path, data)
-        notes = flight_recorder.mark_unlaunched(raw, entries_raw)
+        notes = fr_corrections.correct(raw, entries_raw)
     else:
         raw, entries_raw, cols = native
     del data
