@@ -25,8 +25,9 @@ from hangscope.ranges import format_ranks
 from hangscope.sources.flight_recorder import written_at
 
 MOVING_WITHIN_S = 2.0  # the watchdog polls about every 0.1-1 s; a dump takes milliseconds
-MAX_CHECKED = 8  # culprits looked at per finding (each costs a read of its dump's records)
-MAX_RANKS_MOVING = 256  # ranks read whole to tell that every one was moving
+MAX_CHECKED = 8  # culprits looked at per finding
+MAX_RANKS_MOVING = 256  # ranks looked at to tell that every one was moving
+LOOK_BACK = 256  # a group's newest records searched for its newest completion
 
 
 def reconcile(ctx: Context, findings: list[Finding], gaps: list[str]) -> list[Finding]:
@@ -69,20 +70,28 @@ def _moving_culprits(ctx: Context, finding: Finding) -> dict[int, float] | None:
     return moving
 
 
-def _completion_lag(ctx: Context, rank: int, pg: str | None) -> float | None:
-    """Seconds between the rank's newest completion in ``pg`` (any group: None), as its
-    watchdog discovered it, and the writing of its dump; None when either is unknown."""
+def _completion_lag(ctx: Context, rank: int, pg: str) -> float | None:
+    """Seconds between the rank's newest completion in ``pg``, as its watchdog discovered it, and
+    the writing of its dump; None when either is unknown.
+
+    Looks back from the group's newest record at most ``LOOK_BACK`` records: a moving rank
+    completed one of its newest. (Reduced dumps keep times only on the records they keep whole,
+    the newest of each group and the pending ones; past those this finds no time and keeps the
+    finding: cheap at any scale, and never drops on a guess.)"""
     dump = ctx.picture.dumps.get(rank)
-    if dump is None or dump.backend != "nccl":
+    group = ctx.picture.groups.get(pg)
+    view = group.ranks.get(rank) if group is not None else None
+    if dump is None or dump.backend != "nccl" or view is None:
         return None
     written = written_at(dump.path)
     if written is None:
         return None
+    entries = view.entries
     newest = 0
-    for entry in dump.entries:
+    for index in range(len(entries) - 1, max(len(entries) - LOOK_BACK, 0) - 1, -1):
+        entry = entries[index]
         done = entry.time_completed_ns
-        if (pg is None or entry.pg_name == pg) and entry.completed is True \
-                and type(done) is int and done > newest:
+        if entry.completed is True and type(done) is int and done > newest:
             newest = done
     return written - newest / 1e9 if newest else None
 
