@@ -49,6 +49,15 @@ def _as_attach_keeps_it(scenario: str, tmp_path: Path, root: Path = LIVE) -> Pat
     return bundle
 
 
+def _assert_verdict(verdict, status: str, kind: str | None,  # type: ignore[no-untyped-def]
+                    culprits: list[int]) -> None:
+    """The verdict's status, and where a kind is expected its root finding's kind and culprits."""
+    assert verdict.status.value == status, verdict.evidence_gaps
+    if kind is not None:
+        first = verdict.findings[0]
+        assert (first.kind.value, sorted(first.culprit_ranks)) == (kind, culprits), first.summary
+
+
 @pytest.mark.parametrize(("scenario", "kind", "culprits"), [
     ("missing_rank", "missing_rank", [2]),
     ("collective_mismatch", "collective_mismatch", [3]),
@@ -58,10 +67,7 @@ def _as_attach_keeps_it(scenario: str, tmp_path: Path, root: Path = LIVE) -> Pat
 def test_live_hang_is_named(scenario: str, kind: str, culprits: list[int]) -> None:
     expected = json.loads((LIVE / scenario / "expected.json").read_text())
     assert expected["culprit_ranks"] == culprits  # the fault the job was built with
-    verdict = _verdict(LIVE / scenario / "bundle")
-    first = verdict.findings[0]
-    assert (verdict.status.value, first.kind.value, sorted(first.culprit_ranks)) \
-        == ("hang", kind, culprits), first.summary
+    _assert_verdict(_verdict(LIVE / scenario / "bundle"), "hang", kind, culprits)
 
 
 def test_pg_order_records_said_completed_are_read_as_not_launched() -> None:
@@ -168,11 +174,8 @@ def test_the_recorded_p2p_deadlock_reads_as_one() -> None:
 def test_second_live_run_after_the_fixes(scenario: str, status: str, kind: str | None,
                                          culprits: list[int], tmp_path: Path) -> None:
     # the dumps' write times as the attach that took them kept them (a checkout loses them)
-    verdict = _verdict(_as_attach_keeps_it(scenario, tmp_path, LIVE2))
-    assert verdict.status.value == status, verdict.evidence_gaps
-    if kind is not None:
-        first = verdict.findings[0]
-        assert (first.kind.value, sorted(first.culprit_ranks)) == (kind, culprits), first.summary
+    _assert_verdict(_verdict(_as_attach_keeps_it(scenario, tmp_path, LIVE2)), status, kind,
+                    culprits)
     # and what attach printed there, on the GPU machine, said the same
     printed = (LIVE2 / scenario / "attach.txt").read_text()
     assert f"hangscope: {status.upper()}" in printed
@@ -213,11 +216,8 @@ def test_eight_ranks(scenario: str, status: str, kind: str | None, culprits: lis
                      tmp_path: Path) -> None:
     expected = json.loads((LIVE3 / scenario / "expected.json").read_text())
     assert expected["world_size"] == 8
-    verdict = _verdict(_as_attach_keeps_it(scenario, tmp_path, LIVE3))
-    assert verdict.status.value == status, verdict.evidence_gaps
-    if kind is not None:
-        first = verdict.findings[0]
-        assert (first.kind.value, sorted(first.culprit_ranks)) == (kind, culprits), first.summary
+    _assert_verdict(_verdict(_as_attach_keeps_it(scenario, tmp_path, LIVE3)), status, kind,
+                    culprits)
 
 
 @pytest.mark.parametrize(("scenario", "status", "kind", "culprits"), [
@@ -227,8 +227,6 @@ def test_eight_ranks(scenario: str, status: str, kind: str | None, culprits: lis
 ])
 def test_waits_outside_nccl(scenario: str, status: str, kind: str, culprits: list[int],
                             tmp_path: Path) -> None:
-    verdict = _verdict(_as_attach_keeps_it(scenario, tmp_path, LIVE4))
-    first = verdict.findings[0]
-    assert (verdict.status.value, first.kind.value, sorted(first.culprit_ranks)) \
-        == (status, kind, culprits), first.summary
+    _assert_verdict(_verdict(_as_attach_keeps_it(scenario, tmp_path, LIVE4)), status, kind,
+                    culprits)
     assert f"hangscope: {status.upper()}" in (LIVE4 / scenario / "attach.txt").read_text()

@@ -154,11 +154,12 @@ def collect_fr(rank: RankProcess, *, trigger: bool = True, timeout_s: float = 10
 def collect_frs(ranks: list[RankProcess], *, trigger: bool = True, timeout_s: float = 10.0
                 ) -> list[FrResult]:
     """``collect_fr`` for many ranks, their pipes poked together (see ``trigger_dumps``)."""
-    asked = [rank for rank in ranks if trigger and pipe_path(rank) is not None]
-    fresh = dict(zip(map(id, asked), trigger_dumps(asked, timeout_s=timeout_s)))
+    asked = [index for index, rank in enumerate(ranks)
+             if trigger and pipe_path(rank) is not None]
+    fresh = dict(zip(asked, trigger_dumps([ranks[i] for i in asked], timeout_s=timeout_s)))
     out = []
-    for rank in ranks:
-        got = fresh.get(id(rank))
+    for index, rank in enumerate(ranks):
+        got = fresh.get(index)
         if got is not None and got.files:
             out.append(got)
             continue
