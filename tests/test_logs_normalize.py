@@ -34,7 +34,7 @@ def _facts(events):  # type: ignore[no-untyped-def]
                   if e.kind in ("nccl_watchdog_timeout", "nccl_work_status"))
 
 
-@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("width", [80, 120, 64, 90])
 @pytest.mark.parametrize("path", WATCHDOG, ids=os.path.basename)
 def test_wrapped_watchdog_logs_give_the_same_events(path: str, width: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
     data = open(path, "rb").read()
@@ -69,6 +69,39 @@ def test_wrap_width_is_a_common_terminal_width() -> None:
     assert wrap_width([80, 80, 12]) == 80
     assert wrap_width([93, 93, 12]) is None
     assert wrap_width([93, 12, 40]) is None
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+def test_an_uncommon_width_is_the_wrap_width_where_words_were_cut_at_it() -> None:
+    # GIVEN two records hard-wrapped by a 93-column window (not a common width): each piece
+    # but the last is exactly 93 long, cut inside a word
+    record = ("[rank{r}]:[E ProcessGroupNCCL.cpp:475] [Rank {r}] Watchdog caught collective "
+              "operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+              "Timeout(ms)=600000) ran for 600888 milliseconds before timing out.")
+    pieces = b"".join(_wrap(record.format(r=r).encode(), 93) for r in (1, 2))
+    lines = _lines(pieces.decode())
+    # THEN the width is found, and each record is one line again
+    assert wrap_width([len(line) for line in lines], lines) == 93
+    fixed = normalize(pieces)
+    assert fixed is not None
+    assert fixed.data.decode().splitlines() == [record.format(r=1), record.format(r=2)]
+
+
+def test_equal_rows_and_equal_records_are_no_uncommon_wrap() -> None:
+    # a table whose rows are all as long, and whole records that happen to be as long as each
+    # other, are not a wrap at that width
+    table = _lines("\n".join(f"|{n:>10}|{n * 2:>10}|{'float':>8}|{'sum':>6}|" for n in range(6)))
+    assert wrap_width([len(line) for line in table], table) is None
+    records = _lines("[80746] [rank0]: ... ran for 600060 milliseconds before timing out.\n"
+                     "[80747] [rank4]: ... ran for 600067 milliseconds before timing out.\n"
+                     "[80748] [rank0]: Exception detected by watchdog")
+    assert wrap_width([len(line) for line in records], records) is None
+    # one cut inside a word is not enough: a line may end where the next begins
+    two = _lines("RuntimeError: DDP expects same model across all ranks, but ra\nnk 0 has 0")
+    assert wrap_width([len(line) for line in two], two) is None
 
 
 def test_srun_task_heads_become_ranks(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -42,6 +42,7 @@ work is needed at all.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hangscope.sources.logs.common import ANSI_PATTERN, CRI_PATTERN, PDSH_PATTERN, SRUN_PATTERN
@@ -49,6 +50,8 @@ from hangscope.sources.logs.common import ANSI_PATTERN, CRI_PATTERN, PDSH_PATTER
 NORMALIZE_MAX = 16 << 20
 MAX_JOIN = 8  # physical lines one logical line may be rebuilt from
 MIN_OPEN_CUTS = 3  # open records cut at one uncommon width that make it the paste's wrap width
+MIN_WRAP_CUTS = 3  # lines cut inside a word at one uncommon width that make it the wrap width
+MIN_UNCOMMON_WIDTH = 40  # narrower than this, equal lengths are more likely chance than a wrap
 HEAD = 8  # a line starting with the same characters as the one before opens a new record
 # widths a terminal or tracker commonly cuts at: one line cut at one of these is enough evidence
 COMMON_WIDTHS = frozenset((72, 76, 78, 79, 80, 100, 110, 119, 120, 128, 132, 140, 150, 160, 180,
@@ -136,10 +139,55 @@ class Normalized:
         return logical
 
 
-def wrap_width(lengths: list[int]) -> int | None:
-    """The width a paste was hard-wrapped at, from its line lengths, or None."""
+def wrap_width(lengths: list[int], lines: Sequence[bytes | str] | None = None) -> int | None:
+    """The width a paste was hard-wrapped at, from its line lengths (and its lines, for a width
+    that is not a common one), or None.
+
+    A common width needs one line that long. Any other width (a narrow terminal, a chat window, a
+    tracker's box) needs lines of exactly that, the longest, length that a cut ended: cut inside a
+    word (a letter or digit on either side) and continued by a line that starts no record of its
+    own and opens otherwise than the one before it, or followed by nothing but the rest of a row's
+    blank padding. ``MIN_WRAP_CUTS`` such cuts outweighing the longest lines a new record
+    follows, or two with none against them (one long line wrapped), make it the width; a table of
+    equal rows, or a few long lines of one length, do not."""
     width = max(lengths, default=0)
-    return width if width in COMMON_WIDTHS else None
+    if width in COMMON_WIDTHS:
+        return width
+    if lines is None or width < MIN_UNCOMMON_WIDTH:
+        return None
+    if lengths.count(width) < 2:
+        return None  # (a wrap leaves a longest piece and its rest at the least)
+    cuts = against = 0
+    index = -1
+    while (index := _index(lengths, width, index + 1)) >= 0 and index + 1 < len(lengths):
+        if not lengths[index + 1]:
+            continue
+        before, after = _as_text(lines[index]), _as_text(lines[index + 1])
+        if not after.strip():
+            cuts += lengths[index + 1] == width  # a padded row's blank rest, cut at the width
+        elif not _continues(before, after) or (before.endswith("|") and after.startswith("|")):
+            against += 1  # a new record (or a table's next row) after a longest line
+        elif _WORD_END.search(before) and _WORD_START.match(after):
+            cuts += 1  # a word cut in two; a cut at a blank or a stop proves nothing either way
+    if cuts >= MIN_WRAP_CUTS and cuts > against or cuts >= 2 and not against:
+        return width
+    return None
+
+
+def _index(values: list[int], value: int, start: int) -> int:
+    """The next position of ``value`` from ``start`` (found in C), or -1."""
+    try:
+        return values.index(value, start)
+    except ValueError:
+        return -1
+
+
+_WORD_END = re.compile(r"\w$")
+_WORD_START = re.compile(r"\w")
+
+
+def _as_text(line: bytes | str) -> str:
+    return line if isinstance(line, str) else line.decode("utf-8", errors="replace")
 
 
 def normalize(raw: bytes) -> Normalized | None:
@@ -166,7 +214,7 @@ def normalize(raw: bytes) -> Normalized | None:
     ascii_only = data.isascii()
     lengths = list(map(len, physical)) if ascii_only else \
         [len(p.decode("utf-8", errors="replace")) for p in physical]
-    width = wrap_width(lengths)
+    width = wrap_width(lengths, physical)
     has_open = _OPEN_TRIGGER.search(data) is not None
     relayed = _RELAY_MIDLINE_BYTES.search(data) is not None
     if width is None and not has_open and head is None and not relayed:
@@ -187,7 +235,7 @@ def normalize(raw: bytes) -> Normalized | None:
         text = [content for _, content in split]
         if width is None:
             content_lengths = [len(content) for content in text]
-            if (content_width := wrap_width(content_lengths)) is not None:
+            if (content_width := wrap_width(content_lengths, text)) is not None:
                 width, lengths = content_width, content_lengths
     open_cut = _open_cut_width(text, lengths) if has_open else None
     out: list[str] = []

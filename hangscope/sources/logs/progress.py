@@ -187,7 +187,7 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
     device_cut = hinted == (None, None) and not named and any(b"cuda:" in raw for raw in lines)
     # (a line's width in characters: a bar's blocks are three bytes each)
     wrapped = wrap_width([len(raw) if raw.isascii() else len(raw.decode("utf-8", "replace"))
-                          for raw in lines]) is not None
+                          for raw in lines], lines) is not None
     fixed = normalize(b"\n".join(lines)) if device_cut or wrapped else None
     if fixed is not None:
         rebuilt = fixed.data.split(b"\n")
