@@ -13,8 +13,9 @@ wrapped record is invisible to all of them. This pass undoes the damage once, fo
   (two lines of one stream): two identical longest lines of a healthy log stay two lines.
 * **Records still open.** A line holding the start of a record whose end is known (a watchdog's
   ``WorkNCCL(`` ... ``before timing out``, a DETAIL ``CollectiveFingerPrint(`` ... ``)``) is joined
-  with the lines that complete it (at most ``MAX_JOIN``), as long as they do not start a record of
-  their own: this catches wraps at word boundaries and at widths the spike test cannot see.
+  with the lines that complete it (at most ``MAX_JOIN``, more at a narrow width), as long as they
+  do not start a record of their own: this catches wraps at word boundaries and at widths the
+  spike test cannot see.
 * **Wraps padded to a screen's width.** Text copied out of a terminal window or a web page that
   wrapped a line keeps the cut and the continuation on one line, with the blank rest of the screen
   row between them: ``File ".../data/dataload<150 blanks>er.py", line 761``. Where at least two
@@ -48,7 +49,8 @@ from dataclasses import dataclass
 from hangscope.sources.logs.common import ANSI_PATTERN, CRI_PATTERN, PDSH_PATTERN, SRUN_PATTERN
 
 NORMALIZE_MAX = 16 << 20
-MAX_JOIN = 8  # physical lines one logical line may be rebuilt from
+MAX_JOIN = 8  # physical lines one logical line may be rebuilt from (at a wide wrap)
+MAX_JOINED = 640  # characters of wrapped pieces one logical line may be rebuilt from, at least
 MIN_OPEN_CUTS = 3  # open records cut at one uncommon width that make it the paste's wrap width
 MIN_WRAP_CUTS = 3  # lines cut inside a word at one uncommon width that make it the wrap width
 MIN_UNCOMMON_WIDTH = 40  # narrower than this, equal lengths are more likely chance than a wrap
@@ -238,6 +240,8 @@ def normalize(raw: bytes) -> Normalized | None:
             if (content_width := wrap_width(content_lengths, text)) is not None:
                 width, lengths = content_width, content_lengths
     open_cut = _open_cut_width(text, lengths) if has_open else None
+    # a narrow window cuts a long record into more pieces: as many as MAX_JOINED characters make
+    most = max(MAX_JOIN, MAX_JOINED // (width or open_cut or MAX_JOINED))
     out: list[str] = []
     line_map: list[int] = []
     i, n = 0, len(text)
@@ -248,7 +252,7 @@ def normalize(raw: bytes) -> Normalized | None:
         i += 1
         joined = 1
         padded = False
-        while width is not None and piece == width and i < n and joined < MAX_JOIN \
+        while width is not None and piece == width and i < n and joined < most \
                 and not (headed is not None and headed[i]):
             after_blank = text[i - 1].endswith(" ")
             if after_blank and not padded and text[i][:1] == " " and _OPEN_BAR.search(line):
@@ -267,7 +271,7 @@ def normalize(raw: bytes) -> Normalized | None:
             i += 1
             joined += 1
         if has_open:
-            while _is_open(line) and i < n and joined < MAX_JOIN \
+            while _is_open(line) and i < n and joined < most \
                     and _continues(text[i - 1], text[i]):
                 # a cut at the wrap width (a common one, or the one most open records were cut
                 # at) ate nothing; else a word wrap ate a space
