@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, StackSample, ThreadStack
+from hangscope.sources import interrupt_stacks
 from hangscope.sources.pyspy import intern_frame
 
 MAX_BYTES = 32 << 20
@@ -61,9 +62,12 @@ _TERMINAL_JUNK = re.compile(r"\s+\[\d+/\d+\]\s*$")  # a pager's "[390/7275]" lef
 
 
 def sniff_stack_paste(head: bytes) -> bool:
-    """True when the first bytes hold a gdb backtrace or a faulthandler/py-bt dump."""
+    """True when the first bytes hold a gdb backtrace, a faulthandler/py-bt dump, or mostly
+    Ctrl-C tracebacks (``interrupt_stacks``)."""
     text = head[:65536].decode("utf-8", "replace")
     if _FH_THREAD.search(text) or _PYBT_HEAD.search(text) or _PYBT_BUILTIN.search(text):
+        return True
+    if interrupt_stacks.sniff(text):
         return True
     if _GIL_WAIT in text and _PY_FRAME.search(text, text.index(_GIL_WAIT)):
         return True
@@ -180,10 +184,14 @@ def parse_stack_paste(text: str, path: str, taken_at: float = 0.0
     for raw in text.splitlines():
         _read_line(paste, raw.rstrip())
     paste.flush_gdb()
+    source = "gdb/faulthandler"
+    if not any(t.frames for items in paste.threads.values() for t in items):
+        source = "ctrl-c traceback"
+        _add_interrupted(paste, text)
     out = [(who, sample) for who, items in paste.threads.items()
-           if (sample := _sample(items, path, taken_at)) is not None]
+           if (sample := _sample(items, path, taken_at, source)) is not None]
     if not out:
-        raise BadInputError(path, "no gdb or faulthandler thread stack found in this text")
+        raise BadInputError(path, "no gdb, faulthandler or Ctrl-C thread stack found in this text")
     return out
 
 
@@ -250,7 +258,21 @@ def _header(paste: _Paste, line: str, gdb: re.Match[str] | None,
                 bool(fh and fh.group(1) == "Current thread"))
 
 
-def _sample(items: list[_Thread], path: str, taken_at: float) -> StackSample | None:
+def _add_interrupted(paste: _Paste, text: str) -> None:
+    """The paste's Ctrl-C tracebacks as the threads of one process of no named rank: the main
+    process's is named ``MainThread``; a child process's keeps its ``Process NAME``."""
+    traces = interrupt_stacks.interrupted_traces(text.splitlines())
+    main = interrupt_stacks.main_index(traces)
+    paste.rank = None
+    for index, trace in enumerate(traces):
+        paste.start(index + 1, "MainThread" if index == main else trace.name)
+        assert paste.thread is not None
+        paste.thread.frames.extend(intern_frame(func, where, line, False)
+                                   for func, where, line in trace.frames)
+
+
+def _sample(items: list[_Thread], path: str, taken_at: float,
+            source: str = "gdb/faulthandler") -> StackSample | None:
     kept = [t for t in items if t.frames]
     if not kept:
         return None
@@ -258,5 +280,5 @@ def _sample(items: list[_Thread], path: str, taken_at: float) -> StackSample | N
                 next((t for t in kept if t.current), kept[0]))
     stacks = tuple(ThreadStack(t.ident, tuple(t.frames), t.name, t is main, None, None)
                    for t in kept)
-    return StackSample(pid=0, taken_at=taken_at, threads=stacks, source="gdb/faulthandler",
+    return StackSample(pid=0, taken_at=taken_at, threads=stacks, source=source,
                        path=path)
