@@ -173,6 +173,10 @@ CUES: tuple[Cue, ...] = (
         r"init_process_group.{0,80}(?:hang|stuck|timed out|never|blocks)|"
         r"(?:hang|stuck|blocks|waiting)\w*.{0,40}init_process_group|"
         r"client socket has (?:timed out|failed to connect)|Socket Timeout|"
+        # c10d's TCPStore client before torch 1.13 (static_tcp_rendezvous, env:// init): "connect()
+        # timed out. Original timeout was 900000 ms."; NCCL's init.cc given a rank >= nranks
+        # ("Invalid rank requested : 2/2"): the launch handed out ranks wrong
+        r"\bconnect\(\) timed out\. Original timeout|Invalid rank requested\s*:\s*\d+/\d+|"
         # c10d's store could not open its socket at all (socket.cpp: errno 97 on an IPv6-less host)
         r"(?:server|client) socket cannot be initialized|server socket has failed to (?:listen|bind)|ncclCommInitRank.{0,40}(?:fail|hang|stuck|timeout)|"
         # NCCL's bootstrap finding no usable interface (socket.cc, bootstrap.cc)
@@ -271,6 +275,8 @@ _PREFILTER = re.compile(
 _MSG_RANK = re.compile(r"(?i)where the (?:task|worker|actor) \([^)]{0,300}?\brank=(?P<r3>\d+)|"
                        r"\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\]?|"
                        r"\bprocess (?P<r2>\d+) terminated with\b")
+# torch.multiprocessing.spawn's header over the traceback of the process that raised
+_SPAWN_HEADER = re.compile(r"^\W{0,4}Process (\d+) terminated with the following error:")
 # the job's size as set-up lines state it: Lightning's "MEMBER: 2/8", "world_size=8", "nranks 8"
 _WORLD = re.compile(r"(?i)\bMEMBER: \d+/(?P<a>\d+)|\bworld[_ ]size\s*[=:]?\s*(?P<b>\d+)|"
                     r"\bnranks\s*[=:]?\s*(?P<c>\d+)")
@@ -307,10 +313,15 @@ def scan_cues(path: str, rank_hint: int | None = None,
     ctx = tail.ctx
     out: list[LogEvent] = []
     last = set(tail.last_said(SETUP_LAST))
+    spawned: int | None = None  # the process a spawn header names, for its traceback's lines
     for index in range(len(tail.lines)):
         if index in tail.skip:
             continue
         text = tail.text(index)
+        if "terminated with the following error" in text and \
+                (header := _SPAWN_HEADER.search(text)) is not None:
+            spawned = int(header.group(1))
+            continue
         at_end = index in last and _SETUP.search(text) is not None
         if not at_end and not _PREFILTER.search(text):
             continue
@@ -325,6 +336,11 @@ def scan_cues(path: str, rank_hint: int | None = None,
         # to a progress bar) is another process's
         if rank is None and cue.name != "busy-phase" and (named := _msg_rank(line.body)):
             rank, source = named
+        if rank is None and spawned is not None and cue.name == "exception":
+            # the exception that ends the traceback torch.multiprocessing.spawn printed under
+            # "-- Process N terminated with the following error:": process N's, the rank of a
+            # one-node job
+            rank, source, spawned = spawned, "launcher", None
         fields: dict[str, str | int | float] = {"suggests": cue.suggests, "cue": cue.name,
                                                 "role": cue.role}
         if rank is not None:

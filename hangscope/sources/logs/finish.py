@@ -22,6 +22,11 @@ at its total (``M/M [``). A job's own per-rank prints count when every rank of a
     rank 3 finished successfully                                                       # benchmark
     Process 31 - Training time: 10.09 seconds                                         # a summary
 
+NCCL's teardown of a communicator by every one of its ranks (``ncclCommDestroy``; an abort
+prints ``Abort COMPLETE`` instead)::
+
+    TARS:829508:829627 [1] NCCL INFO comm 0x3ab1b680 rank 1 nranks 2 cudaDev 1 busId d000 - Destroy COMPLETE
+
 and torch's exit-time warning of a process group never destroyed (torch >= 2.4, printed by a
 process leaving its program normally)::
 
@@ -39,7 +44,11 @@ from hangscope.sources.logs.common import Line, make_event
 from hangscope.sources.logs.tail import LogicalTail, tail_candidates
 
 _CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|done training|successfully finished|epoch|\[=|"
-                        rb"success|succeeded|finished|NOT been destroyed|(?:training|total|run) (?:time|duration)")
+                        rb"success|succeeded|finished|NOT been destroyed|(?:training|total|run) (?:time|duration)|"
+                        rb"Destroy COMPLETE")
+# NCCL's own word that a communicator was torn down in order (ncclCommDestroy; an abort says
+# "Abort COMPLETE"): "comm 0x3ab1b680 rank 1 nranks 2 cudaDev 1 busId d000 - Destroy COMPLETE"
+_COMM_DESTROYED = re.compile(r"\bcomm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) nranks (?P<n>\d+)\b.* - Destroy COMPLETE\b")
 # a rank's own line that it is through: "[MPI Rank 5] runCount: 10000 Success"; never a negated
 # one ("not finished", "didn't finish", "unsuccessful")
 _RANK_NAMED = re.compile(r"(?i)\brank[\s:=#]*(?P<rank>\d+)\b")
@@ -71,8 +80,12 @@ def scan_finish(path: str, rank_hint: int | None = None,
     events = []
     last_epoch = False
     done: dict[int, Line] = {}
+    destroyed: dict[int, dict[int, Line]] = {}  # nranks -> rank in the communicator -> its line
     for line in lines:
         body = line.body.strip()
+        if (comm := _COMM_DESTROYED.search(body)) is not None:
+            destroyed.setdefault(int(comm.group("n")), {})[int(comm.group("rank"))] = line
+            continue
         if _RANK_DONE.search(body) and not _FAILED_WORDS.search(body):
             named = _RANK_NAMED.search(body)
             rank = int(named.group("rank")) if named else line.rank
@@ -86,6 +99,13 @@ def scan_finish(path: str, rank_hint: int | None = None,
             how, last_epoch = "last_epoch", False
         if how is not None:
             events.append(make_event("run_finished", line, ctx, "info", {"how": how}))
+    whole = [ranks for n, ranks in destroyed.items() if n >= 2 and sorted(ranks) == list(range(n))]
+    if not events and whole:
+        # every member of a communicator destroyed it in order: the job tore NCCL down itself
+        ranks = max(whole, key=len)
+        last = max(ranks.values(), key=lambda item: item.line_no)
+        events.append(make_event("run_finished", last, ctx, "info",
+                                 {"how": "nccl_destroyed", "ranks": ",".join(map(str, sorted(ranks)))}))
     if not events and len(done) >= 2:
         # 0..N all said so; else the ranks that did, which counts only where they are every
         # rank the logs show (log_health.logs_finished checks)

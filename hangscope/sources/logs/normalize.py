@@ -20,9 +20,10 @@ wrapped record is invisible to all of them. This pass undoes the damage once, fo
   wrapped a line keeps the cut and the continuation on one line, with the blank rest of the screen
   row between them: ``File ".../data/dataload<150 blanks>er.py", line 761``. Where at least two
   lines have a run of blanks that ends at the same column, and the text before each run is at most
-  ``W`` long with ``W`` one of ``COMMON_WIDTHS`` (and some line exactly ``W``), the runs are the
-  padding: the pieces are joined (with the one blank the cut ate, where the first piece is shorter
-  than ``W``).
+  ``W`` long with ``W`` one of ``COMMON_WIDTHS`` (and some line exactly ``W``; or, at any other
+  ``W`` of 60 or more, two runs that both start at ``W`` inside a word), the runs are the
+  padding: the pieces are joined (with the one blank the cut ate, where the first piece is
+  shorter than ``W``).
 * CR, ANSI colours: removed (the scanner does this per line too; here it must happen before the
   widths are measured). No-break spaces (U+00A0, U+202F: text copied out of a web page or a
   chat client has them between every word) become plain spaces.
@@ -54,6 +55,7 @@ MAX_JOINED = 640  # characters of wrapped pieces one logical line may be rebuilt
 MIN_OPEN_CUTS = 3  # open records cut at one uncommon width that make it the paste's wrap width
 MIN_WRAP_CUTS = 3  # lines cut inside a word at one uncommon width that make it the wrap width
 MIN_UNCOMMON_WIDTH = 40  # narrower than this, equal lengths are more likely chance than a wrap
+MIN_PADDED_WIDTH = 60  # an uncommon screen width padding is believed at (not a table's column)
 HEAD = 8  # a line starting with the same characters as the one before opens a new record
 # widths a terminal or tracker commonly cuts at: one line cut at one of these is enough evidence
 COMMON_WIDTHS = frozenset((72, 76, 78, 79, 80, 100, 110, 119, 120, 128, 132, 140, 150, 160, 180,
@@ -370,7 +372,12 @@ def _unpad(physical: list[bytes], data: bytes,
             runs.setdefault(pad.end() - lead, []).append((index, lead, pad))
     for found in runs.values():
         width = max(pad.start() - lead for _, lead, pad in found)
-        if len(found) < 2 or width not in COMMON_WIDTHS:
+        # elsewhere than at a common width, two runs from one column to another that each cut a
+        # word in two, far into the row: a screen row's width (a table's columns are no cut)
+        cut_at_width = sum(1 for _, lead, pad in found if pad.start() - lead == width
+                           and _cuts_word(pad))
+        if len(found) < 2 or (width not in COMMON_WIDTHS
+                              and (cut_at_width < 2 or width < MIN_PADDED_WIDTH)):
             continue
         out = list(physical)
         for index, lead, pad in found:
@@ -379,6 +386,13 @@ def _unpad(physical: list[bytes], data: bytes,
             out[index] = (line[:pad.start()] + gap + line[pad.end():]).encode("utf-8")
         return out
     return None
+
+
+def _cuts_word(pad: re.Match[str]) -> bool:
+    """Whether a run of blanks sits inside a word: a letter, digit or ``_`` on either side."""
+    line = pad.string
+    return _WORD_END.search(line, 0, pad.start()) is not None \
+        and _WORD_START.match(line, pad.end()) is not None
 
 
 def _open_cut_width(text: list[str], lengths: list[int]) -> int | None:
