@@ -111,6 +111,17 @@ VARIANTS: dict[str, Callable[[str], str]] = {
 
 # (log stem, variant): what the variant gives today instead of the original's verdict.
 DIFFERS: dict[tuple[str, str], str] = {
+    ("za_pytorch_61839_local_rank7_sigsegv", "wrap80"):
+        "rank_died [] instead of rank_died [7]: the launcher's CalledProcessError line quotes the "
+        "command ('--local_rank=7', ...) past column 400; wrapped at 80 the quote is cut inside "
+        "its list and the piece holding '--local_rank=7' is not rejoined (no record is open)",
+    ("za_ssd.pytorch_91_worker_emfile", "wrap80"):
+        "rank_died instead of dataloader_stall: the paste's frame lines are already screen rows "
+        "padded to 160 columns around their cut ('_worker_l<blanks>oop'); re-wrapped at 80 the "
+        "padding is split across rows and the frame name stays cut",
+    ("za_ssd.pytorch_91_worker_emfile", "wrap120"):
+        "rank_died instead of dataloader_stall: as at 80, the screen-row padding split by a second "
+        "wrap leaves '_worker_loop' cut",
     ("u_awsome_distributed_ai_192_socket_lo_ifname", "wrap80"):
         "rank_died [0] instead of network_fault []: the paste is one line of srun-labelled records "
         "run together ('... opts) 10: torch.distributed.DistBackendError ...'); wrapped at 80 a "
