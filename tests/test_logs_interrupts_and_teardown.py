@@ -4,7 +4,7 @@ hung process waited, not a death; NCCL's ``Destroy COMPLETE`` from every rank of
 is a job that tore NCCL down itself; c10d's old store ``connect() timed out`` and NCCL's
 ``Invalid rank requested`` are set-up failures; the exception under torch.multiprocessing.spawn's
 ``-- Process N terminated with the following error:`` is process N's; screen-row padding at an
-uncommon width is a wrap."""
+uncommon width is a wrap; a repeated metric line whose counter rises is training that moved."""
 
 from __future__ import annotations
 
@@ -124,3 +124,23 @@ def test_screen_padding_at_an_uncommon_width_is_a_wrap_and_a_table_is_not() -> N
     table = "\n".join(f"{n:>12}{n // 4:>14}     float     sum      -1    17.08" for n in (8, 16, 32))
     result = normalize(table.encode())
     assert result is None or result.data.decode().splitlines() == table.splitlines()
+
+
+def _metric_lines(counts: list[int], clock: list[str]) -> str:
+    return "".join(f"INFO - 05/01/24 {t} - 0:{i:02d}:00 - {n:>6} - 512.3 samples/s - "
+                   f"loss: 2.3{i} - lr: 1.0000e-04\n"
+                   for i, (n, t) in enumerate(zip(counts, clock)))
+
+
+def test_a_repeated_metric_line_counting_up_is_training_that_moved(tmp_path: Path) -> None:
+    # GIVEN a logger's own wording (no "step", no bar): its count goes 200 -> 210 -> 220
+    clock = ["10:00:00", "10:01:00", "10:02:00"]
+    moving = verdict_of(tmp_path / "up", _metric_lines([200, 210, 220], clock))
+    assert moving.status.value == "healthy"
+    # the same line with its count standing still: only the clock rose, which proves nothing
+    standing = verdict_of(tmp_path / "same", _metric_lines([200, 200, 200], clock))
+    assert standing.status.value != "healthy"
+    # a repeated line of no training metric (a wait's retry count) is no progress
+    waits = "".join(f"INFO - 05/01/24 10:0{i}:00 - waiting for rank 1, attempt {i}\n"
+                    for i in range(1, 4))
+    assert verdict_of(tmp_path / "wait", waits).status.value != "healthy"

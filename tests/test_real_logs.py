@@ -35,7 +35,6 @@ KNOWN_MISSES = {
     "za_torch_ucc_53_comm_check_collective_not_posted": "batch 28 (after its first look; no rule written for it): want missing_rank/[0] got rank_died: ProcessGroupUCC's COMM_CHECK report ('Ranks [0] are 'Collective wasn't posted'', ranks 1-15 at comm #12, rank 0 at #11) under 'terminate called': torch_ucc's health check has no parser",
     "za_uccl_940_deepep_zero_token_rank_skips_notify": "batch 28 (after its first look; no rule written for it): want missing_rank got rank_died: two lines, 'RuntimeError: DeepEP error: timeout (dispatch CPU)' and 'rank=0, thread=0, value=0'; that a peer skipped the notify is the PR's word",
     "za_verl_224_rollout_host_ram_96g": "batch 28 (after its first look; no rule written for it): want rank_oom got inconclusive: only Ray's memory monitor's table of the top memory users (PID, MEM(GB), COMMAND), without the monitor's sentence above it that says it killed a worker",
-    "za_xlm_154_bert_mlm_8gpu_lockstep": "batch 28 (after its first look; no rule written for it): want healthy got inconclusive: XLM's 'INFO - date - elapsed - 3550 - 6.84 sent/s -' lines of eight processes at updates 3550 and 3555; no progress form reads a bare update count between dashes",
     "z_detectron.pytorch_140_dataloader_deadlock": "batch 27 (after its first look; no rule "
         "written for it): want dataloader_stall got rank_died: the paste is what Ctrl-C printed "
         "on a stuck single-process job, a DataLoader __del__ traceback interleaved with 'Process "

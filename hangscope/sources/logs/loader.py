@@ -20,6 +20,7 @@ from hangscope.sources.logs.host_memory import scan_host_memory
 from hangscope.sources.logs.last_shapes import scan_last_shapes
 from hangscope.sources.logs.marks import scan_marks
 from hangscope.sources.logs.progress import scan_progress
+from hangscope.sources.logs.progress_template import scan_template_progress
 from hangscope.sources.logs.rank_positions import scan_rank_positions
 from hangscope.sources.logs.rank_rounds import scan_rank_rounds
 from hangscope.sources.logs.scan import scan_log
@@ -60,6 +61,8 @@ def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: 
     events += scan_step_times(path, rank_hint=rank, tail=tail)  # what each step took, in order
     events += scan_host_memory(path, rank_hint=rank, tail=tail)  # its own host memory reports
     events += scan_finish(path, rank_hint=rank, tail=tail)  # the run said it finished
+    if not any(event.kind == "progress" for event in events):
+        events += scan_template_progress(tail)  # a repeated metric line counting up
     events += scan_work_counts(path, rank_hint=rank, tail=tail)  # how many steps each rank runs
     events += scan_rank_positions(path, tail)  # a summary of where each rank's stack sits
     events += scan_rank_rounds(tail)  # a per-rank probe print with one rank missing
