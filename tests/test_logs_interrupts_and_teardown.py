@@ -4,7 +4,8 @@ hung process waited, not a death; NCCL's ``Destroy COMPLETE`` from every rank of
 is a job that tore NCCL down itself; c10d's old store ``connect() timed out`` and NCCL's
 ``Invalid rank requested`` are set-up failures; the exception under torch.multiprocessing.spawn's
 ``-- Process N terminated with the following error:`` is process N's; screen-row padding at an
-uncommon width is a wrap; a repeated metric line whose counter rises is training that moved."""
+uncommon width is a wrap; a repeated metric line whose counter rises is training that moved; NCCL's socket transport on the
+loopback beside a real interface is a set-up that cannot reach other hosts."""
 
 from __future__ import annotations
 
@@ -144,3 +145,18 @@ def test_a_repeated_metric_line_counting_up_is_training_that_moved(tmp_path: Pat
     waits = "".join(f"INFO - 05/01/24 10:0{i}:00 - waiting for rank 1, attempt {i}\n"
                     for i in range(1, 4))
     assert verdict_of(tmp_path / "wait", waits).status.value != "healthy"
+
+
+def test_nccl_on_the_loopback_beside_a_real_interface_is_a_set_up_fault(tmp_path: Path) -> None:
+    head = "master-0:1:1 [0] NCCL INFO "
+    both = head + "NET/Socket : Using [0]lo:127.0.0.1<0> [1]eth0:192.168.4.230<0>\n"
+    assert kind_and_culprits(verdict_of(tmp_path / "new", both))[0] == "init_hang"
+    # NCCL < 2.4: one line per interface, of one process
+    old = (head + "NET : Using interface lo:127.0.0.1<0>\n"
+           + head + "NET : Using interface eth1:9.73.128.149<0>\n"
+           + head + "NET/Socket : 2 interfaces found\n")
+    assert kind_and_culprits(verdict_of(tmp_path / "old", old))[0] == "init_hang"
+    # lo alone is a one-host job's own choice: no fault
+    alone = (head + "NET/Socket : Using [0]lo:127.0.0.1<0>\n"
+             + head + "comm 0x55d0 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n")
+    assert verdict_of(tmp_path / "alone", alone).root is None

@@ -42,7 +42,8 @@ STRENGTH = {
     "gloo-loopback": 8.5, "gloo-connect": 8.4, "init": 5.5, "store-timeout": 5.4, "p2p-words": 5,
     "thread-deadlock": 5, "watchdog-stuck": 5, "mismatch-words": 4,
     "version-skew": 4,
-    "virtual-interface": 4.5, "network-words": 4, "peer-gone": 3, "slow-words": 3,
+    "virtual-interface": 4.5, "loopback-interface": 5.6, "network-words": 4, "peer-gone": 3,
+    "slow-words": 3,
     "horovod-stall": 2,
     "exit-nonzero": 2.5, "exception": 2.4, "wait-timeout": 1,
     "setup-stops": 0.8, "busy-phase": 0.5,
@@ -85,6 +86,10 @@ BASIS = {
     "virtual-interface": ("NCCL's socket transport uses a container bridge or a veth, an address "
                           "peers on other hosts cannot reach (set NCCL_SOCKET_IFNAME to the real "
                           "NIC)"),
+    "loopback-interface": ("NCCL lists the loopback (lo, 127.0.0.1) among the interfaces its "
+                           "socket transport uses: an address peers on other hosts cannot "
+                           "reach, so a multi-host job's set-up cannot complete (set "
+                           "NCCL_SOCKET_IFNAME to the real NIC)"),
     "peer-gone": "a peer's connection closed under a rank (the peer went away)",
     "slow-words": "some ranks are slower than the others",
     "horovod-stall": ("Horovod's stall inspector saw some ranks submit a tensor 60 s or more "

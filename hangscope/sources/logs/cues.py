@@ -128,6 +128,16 @@ CUES: tuple[Cue, ...] = (
     # cannot reach (NVIDIA/nccl's advice: NCCL_SOCKET_IFNAME to the real NIC)
     Cue("virtual-interface", "network_fault", "cause", re.compile(
         r"\[\d+\](?:docker\d+|br-[0-9a-f]{12}|veth[0-9a-f]{6,}|virbr\d+|cni\d+|flannel\.\d+)[:%]")),
+    # NCCL's socket transport (or bootstrap) listing the loopback among other interfaces
+    # ("NET/Socket : Using [0]lo:127.0.0.1<0> [1]eth0:192.168.4.230<0>"; NCCL < 2.4 prints one
+    # "NET : Using interface lo:127.0.0.1<0>" line per interface): NCCL leaves lo out unless
+    # NCCL_SOCKET_IFNAME lets it in, and an address on it is one no other host can reach, so a
+    # multi-host job's set-up never completes (set NCCL_SOCKET_IFNAME to the real NIC). lo alone
+    # is a one-host job's deliberate choice and says nothing
+    Cue("loopback-interface", "init_hang", "cause", re.compile(
+        r"Using \[\d+\]lo[:%]127\.\S*(?: \[\d+\]\S+)* \[\d+\](?!lo[:%])\w|"
+        r"Using \[\d+\](?!lo[:%])\w\S*(?: \[\d+\]\S+)* \[\d+\]lo[:%]127\.|"
+        r"\bNET : Using interface lo:127\.")),
     Cue("peer-gone", "rank_died", "echo", re.compile(
         r"(?i)Connection (?:closed|reset) by (?:remote )?peer|ncclRemoteError|remote process exited|"
         r"peer (?:process )?(?:\w+ )?(?:closed|died|exited|hung up|disconnected)|Broken pipe|EPIPE|"
@@ -352,7 +362,31 @@ def scan_cues(path: str, rank_hint: int | None = None,
             break
     if any(e.fields.get("cue") == "setup-stops" for e in out):
         _who_set_up(tail, out)
+    if any(e.fields.get("cue") == "loopback-interface" for e in out):
+        out = _loopback_beside_another(tail, out)
     return out
+
+
+_OLD_INTERFACE = re.compile(r"^(?P<head>\S+:\d+:\d+) .*\bNET : Using interface (?P<name>[\w.\-]+):")
+
+
+def _loopback_beside_another(tail: LogicalTail, out: list[LogEvent]) -> list[LogEvent]:
+    """NCCL < 2.4's "NET : Using interface lo:..." is a cue only where the same process names
+    another interface too (lo alone: a one-host job's own choice)."""
+    others: set[str] = set()
+    for index in range(len(tail.lines)):
+        if index in tail.skip:
+            continue
+        found = _OLD_INTERFACE.search(tail.text(index))
+        if found is not None and found.group("name") != "lo":
+            others.add(found.group("head"))
+    def keep(event: LogEvent) -> bool:
+        if event.fields.get("cue") != "loopback-interface" or "NET : Using interface" not in \
+                event.message:
+            return True
+        found = _OLD_INTERFACE.search(event.message)
+        return found is not None and found.group("head") in others
+    return [event for event in out if keep(event)]
 
 
 def _who_set_up(tail: LogicalTail, out: list[LogEvent]) -> None:
