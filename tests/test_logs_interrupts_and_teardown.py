@@ -160,3 +160,20 @@ def test_nccl_on_the_loopback_beside_a_real_interface_is_a_set_up_fault(tmp_path
     alone = (head + "NET/Socket : Using [0]lo:127.0.0.1<0>\n"
              + head + "comm 0x55d0 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n")
     assert verdict_of(tmp_path / "alone", alone).root is None
+
+
+def test_ctrl_c_tracebacks_interleaved_with_the_workers_headers_are_still_read(
+        tmp_path: Path) -> None:
+    # GIVEN Ctrl-C on a job with DataLoader workers: each worker prints "Process Process-N:",
+    # and those lines land inside the main process's traceback
+    main = _DATALOADER_CTRL_C.splitlines()[1:-1]
+    mixed = ["^CProcess Process-3:", "Process Process-4:", "Traceback (most recent call last):"]
+    for at, line in enumerate(main):
+        mixed.append(line)
+        if at in (1, 4):
+            mixed.append(f"Process Process-{at + 5}:")
+    text = "\n".join(mixed) + "\n"
+    # THEN the main process's frames are read whole, as a wait for the DataLoader
+    traces = interrupt_stacks.interrupted_traces(text.splitlines())
+    assert traces and traces[0].name is None and traces[0].frames[0][0] == "get"
+    assert kind_and_culprits(verdict_of(tmp_path, text))[0] == "dataloader_stall"

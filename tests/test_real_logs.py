@@ -34,11 +34,6 @@ KNOWN_MISSES = {
     "za_torch_ucc_53_comm_check_collective_not_posted": "batch 28 (after its first look; no rule written for it): want missing_rank/[0] got rank_died: ProcessGroupUCC's COMM_CHECK report ('Ranks [0] are 'Collective wasn't posted'', ranks 1-15 at comm #12, rank 0 at #11) under 'terminate called': torch_ucc's health check has no parser",
     "za_uccl_940_deepep_zero_token_rank_skips_notify": "batch 28 (after its first look; no rule written for it): want missing_rank got rank_died: two lines, 'RuntimeError: DeepEP error: timeout (dispatch CPU)' and 'rank=0, thread=0, value=0'; that a peer skipped the notify is the PR's word",
     "za_verl_224_rollout_host_ram_96g": "batch 28 (after its first look; no rule written for it): want rank_oom got inconclusive: only Ray's memory monitor's table of the top memory users (PID, MEM(GB), COMMAND), without the monitor's sentence above it that says it killed a worker",
-    "z_detectron.pytorch_140_dataloader_deadlock": "batch 27 (after its first look; no rule "
-        "written for it): want dataloader_stall got rank_died: the paste is what Ctrl-C printed "
-        "on a stuck single-process job, a DataLoader __del__ traceback interleaved with 'Process "
-        "Process-19:' and ending in KeyboardInterrupt, then the main traceback cut inside "
-        "next(dataiterator); neither parses as a traceback, so only the words of a death remain",
     "z_insightface_2013_two_nodes_different_master_addr": "batch 27 (after its first look; no "
         "rule written for it): want init_hang got inconclusive: the log is the launcher's "
         "banner only; the cause is in the two launch commands the user pasted under it, whose "

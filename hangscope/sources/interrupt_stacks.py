@@ -15,10 +15,13 @@ service process) prints ``Process NAME:`` before its own::
 That is a stack sample taken while the process hung, outermost frame first, not a death: each
 such traceback becomes one thread, innermost frame first, for the stack readers
 (``analysis/stacks.py``) to say what it waited in. A traceback counts when the ``^C`` echo opens
-it (on its header or the line before) or ``KeyboardInterrupt`` ends it; a paste cut before its
-end keeps the frames it shows. Only a paste that is mostly such tracebacks (``MIN_SHARE`` of its
-non-blank lines) is read this way: a Ctrl-C at the end of a long log whose lines say what failed
-is the user stopping it, and those lines stay a log's.
+it (on its header, or on the ``Process NAME:`` lines or the line just above it) or
+``KeyboardInterrupt`` ends it; a paste cut before its end keeps the frames it shows. Other
+processes' ``Process NAME:`` headers printed into it are skipped; one whose outermost frame is no
+``_bootstrap`` is a main process's. A traceback cut before its exception with no such mark is not
+read so: it is as often a death's, whose exception the paste lost. Only a paste that is mostly
+such tracebacks (``MIN_SHARE`` of its non-blank lines) is read this way: a Ctrl-C at the end of
+a long log whose lines say what failed is the user stopping it, and those lines stay a log's.
 """
 
 from __future__ import annotations
@@ -62,10 +65,8 @@ def interrupted_traces(lines: list[str]) -> list[InterruptedTrace]:
         if _HEAD.search(lines[index]) is None:
             index += 1
             continue
-        before = lines[index - 1] if index else ""
-        opened = _CTRL_C.match(lines[index]) is not None or _CTRL_C.match(before) is not None
-        process = _PROCESS.match(before)
-        trace = InterruptedTrace(process.group("name") if process else None)
+        opened, process = _opening(lines, index)
+        trace = InterruptedTrace(process)
         end = index + 1
         while end < count:
             frame = _FRAME.match(lines[end])
@@ -73,17 +74,36 @@ def interrupted_traces(lines: list[str]) -> list[InterruptedTrace]:
                 if len(trace.frames) < MAX_FRAMES:
                     trace.frames.append((frame.group("func"), frame.group("file"),
                                          int(frame.group("line")[:9])))
-            elif not (lines[end][:1].isspace() and lines[end].strip()):
-                break  # neither a frame nor its indented source line: the traceback ended
+            elif _PROCESS.match(lines[end]) is None and \
+                    not (lines[end][:1].isspace() and lines[end].strip()):
+                break  # neither a frame, its source line nor another process's header: it ended
             end += 1
         ended = end < count and _INTERRUPT_END.match(lines[end]) is not None
         if trace.frames and (opened or ended):
             trace.frames.reverse()
+            if trace.frames[-1][0] != "_bootstrap":
+                trace.name = None  # a process's own main, not one multiprocessing started
             out.append(trace)
-            covered += end - index + (1 if ended else 0) + (1 if process else 0)
+            covered += end - index + (1 if end < count else 0)
         index = max(end, index + 1)
     said = sum(1 for line in lines if line.strip())
     return out if out and covered >= MIN_SHARE * said else []
+
+
+def _opening(lines: list[str], index: int) -> tuple[bool, str | None]:
+    """Whether the ``^C`` echo opens the traceback at ``index`` (on its header, or on the run
+    of ``Process NAME:`` headers just above it that the interrupted children printed), and the
+    name on the header right above it."""
+    if _CTRL_C.match(lines[index]) is not None:
+        return True, None
+    name = None
+    at = index - 1
+    while at >= 0 and (process := _PROCESS.match(lines[at])) is not None:
+        name = name or process.group("name")
+        if _CTRL_C.match(lines[at]) is not None:
+            return True, name
+        at -= 1
+    return at >= 0 and _CTRL_C.match(lines[at]) is not None, name
 
 
 def main_index(traces: list[InterruptedTrace]) -> int:

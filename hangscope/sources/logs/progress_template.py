@@ -18,9 +18,10 @@ still says the loop ran; a timestamp is never the counter (removed before the nu
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from hangscope.model import LogEvent
-from hangscope.sources.logs.common import make_event, parse_line
+from hangscope.sources.logs.common import Line, make_event, parse_line
 from hangscope.sources.logs.tail import LogicalTail
 
 MIN_LINES = 2
@@ -36,13 +37,38 @@ _TIMES = re.compile(r"\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}(?:[ T_]\d{1,2}:\d\d(?::\d\
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
 
 
+@dataclass(slots=True)
+class _Template:
+    """One stream's lines of one template: their integer fields (None where a field is not one)
+    first and last, and which fields never fell."""
+
+    first: tuple[int | None, ...]
+    last: tuple[int | None, ...]
+    rising: list[bool]
+    count: int
+    line: Line
+
+    def add(self, ints: tuple[int | None, ...], line: Line) -> None:
+        for i, (before, now) in enumerate(zip(self.last, ints)):
+            if before is None or now is None or now < before:
+                self.rising[i] = False
+        self.last, self.count, self.line = ints, self.count + 1, line
+
+    def counter(self) -> int | None:
+        """The last value of a field that rose and never fell, or None."""
+        for i, up in enumerate(self.rising):
+            start, end = self.first[i], self.last[i]
+            if up and start is not None and end is not None and end > start:
+                return end
+        return None
+
+
 def scan_template_progress(tail: LogicalTail | None) -> list[LogEvent]:
     """A ``progress`` event for each stream of the tail whose repeated metric line counts up."""
     if tail is None:
         return []
     ctx = tail.ctx
-    # (stream, template) -> (first integer fields, last integer fields, rising so far, count, line)
-    seen: dict[tuple[object, str], list] = {}  # type: ignore[type-arg]
+    seen: dict[tuple[tuple[int | None, int | None], str], _Template] = {}
     for index in range(len(tail.lines)):
         if index in tail.skip:
             continue
@@ -57,32 +83,20 @@ def scan_template_progress(tail: LogicalTail | None) -> list[LogEvent]:
         template = " ".join(_NUMBER.sub("#", body).split())
         ints = tuple(int(n) if _is_int(n) else None for n in numbers)
         key = ((line.rank, line.local_rank), template)
-        state = seen.get(key)
-        if state is None:
-            if len(seen) >= MAX_TEMPLATES:
-                continue
-            seen[key] = [ints, ints, [True] * len(ints), 1, line]
+        if key in seen:
+            seen[key].add(ints, line)
+        elif len(seen) < MAX_TEMPLATES:
+            seen[key] = _Template(ints, ints, [True] * len(ints), 1, line)
+    moved: dict[tuple[int | None, int | None], LogEvent] = {}
+    for (stream, _), found in seen.items():
+        step = found.counter() if found.count >= MIN_LINES else None
+        if step is None:
             continue
-        _, last, rising, _, _ = state
-        for i, (before, now) in enumerate(zip(last, ints)):
-            if before is None or now is None or now < before:
-                rising[i] = False
-        state[1], state[3], state[4] = ints, state[3] + 1, line
-    moved: dict[object, tuple[int, LogEvent]] = {}
-    for (stream, _), (first, last, rising, count, line) in seen.items():
-        if count < MIN_LINES:
-            continue
-        field = next((i for i, up in enumerate(rising)
-                      if up and first[i] is not None and last[i] is not None
-                      and last[i] > first[i]), None)  # type: ignore[operator]
-        if field is None:
-            continue
-        step = last[field]
-        event = make_event("progress", line, ctx, "info",
+        event = make_event("progress", found.line, ctx, "info",
                            {"unit": "counter", "step": step, "advanced": 1})
-        if stream not in moved or moved[stream][0] < line.line_no:
-            moved[stream] = (line.line_no, event)
-    return [event for _, event in moved.values()]
+        if stream not in moved or moved[stream].line_no < event.line_no:
+            moved[stream] = event
+    return list(moved.values())
 
 
 def _is_int(number: str) -> bool:
