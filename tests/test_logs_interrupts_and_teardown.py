@@ -177,3 +177,15 @@ def test_ctrl_c_tracebacks_interleaved_with_the_workers_headers_are_still_read(
     traces = interrupt_stacks.interrupted_traces(text.splitlines())
     assert traces and traces[0].name is None and traces[0].frames[0][0] == "get"
     assert kind_and_culprits(verdict_of(tmp_path, text))[0] == "dataloader_stall"
+
+
+def test_signal_handlers_own_words_are_a_death(tmp_path: Path) -> None:
+    # UCX's (HPC-X's) handler, and a crash handler's banner: the process died on a signal
+    ucx = ("[worker-0:4242:0:4242] Caught signal 7 (Bus error: nonexistent physical address)\n"
+           "==== backtrace (tid:   4242) ====\n"
+           " 0  /opt/hpcx/ucx/lib/libucs.so.0(ucs_handle_error+0x2e4) [0x7dbfbfb08654]\n")
+    assert kind_and_culprits(verdict_of(tmp_path / "ucx", ucx))[0] == "rank_died"
+    banner = ("!!!!!!! Segfault encountered !!!!!!!\n"
+              '  File "<unknown>", line 0, in cuMemCreate\n'
+              '  File "misc/cudawrap.cc", line 92, in ncclCuMemHostEnable()\n')
+    assert kind_and_culprits(verdict_of(tmp_path / "banner", banner))[0] == "rank_died"

@@ -159,6 +159,10 @@ CUES: tuple[Cue, ...] = (
         r"(?i)Segmentation fault|SIGSEGV|SIGABRT|SIGBUS|SIGILL|SIGFPE|SIGKILL|\bcore dumped\b|Fatal Python error|"
         r"terminate called (?:after throwing|without an active exception)|\bAborted\b|"
         r"(?:killed|terminated) by signal|exited on signal|received signal|Signal \d+ \(SIG\w+\)|"
+        # UCX's and HPC-X's signal handler ("[host:pid:0:tid] Caught signal 7 (Bus error:
+        # nonexistent physical address)"), and a crash handler's "!!! Segfault encountered !!!"
+        r"Caught signal \d+ \((?:Bus error|Segmentation fault|Aborted|Illegal instruction|Floating point)|"
+        r"\bSegfault encountered\b|"
         r"exit ?code\s*[:=]?\s*-\d+|exited with (?:exit )?(?:code|status)\s*[:=]?\s*-\d+|"
         r"(?:exit|return) (?:code|status)\s*[:=]?\s*(?:13[4-9]|-\d+)\b|"
         r"process \d+ (?:died|was killed)|(?:rank|worker|process|node) \d+ (?:died|crashed|was killed|is dead)"),
