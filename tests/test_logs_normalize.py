@@ -99,6 +99,14 @@ def test_equal_rows_and_equal_records_are_no_uncommon_wrap() -> None:
                      "[80747] [rank4]: ... ran for 600067 milliseconds before timing out.\n"
                      "[80748] [rank0]: Exception detected by watchdog")
     assert wrap_width([len(line) for line in records], records) is None
+    # one print per rank, alike but for its numbers; rows whose columns are padded with blanks
+    prints = _lines("".join(f"Rank {r} tensor before allreduce: torch.Size([32768000]) 1.0\n"
+                            for r in (7, 6, 4, 5)))
+    assert wrap_width([len(line) for line in prints], prints) is None
+    padded = _lines("".join(f"{k:<30}{v:>40}\n" for k, v in (("nccl version", "2.21.5x"),
+                                                             ("cuda", "12.4abcd"),
+                                                             ("world size", "16abcdef"))))
+    assert wrap_width([len(line) for line in padded], padded) is None
     # one cut inside a word is not enough: a line may end where the next begins
     two = _lines("RuntimeError: DDP expects same model across all ranks, but ra\nnk 0 has 0")
     assert wrap_width([len(line) for line in two], two) is None

@@ -18,7 +18,9 @@ such traceback becomes one thread, innermost frame first, for the stack readers
 it (on its header, or on the ``Process NAME:`` lines or the line just above it) or
 ``KeyboardInterrupt`` ends it; a paste cut before its end keeps the frames it shows. Other
 processes' ``Process NAME:`` headers printed into it are skipped; one whose outermost frame is no
-``_bootstrap`` is a main process's. A traceback cut before its exception with no such mark is not
+``_bootstrap`` is a main process's; one of an interpreter at exit (``threading._shutdown``
+waiting for a thread) is left to the log's own rule (``stopped-after-finish``), since the
+program's main had returned. A traceback cut before its exception with no such mark is not
 read so: it is as often a death's, whose exception the paste lost. Only a paste that is mostly
 such tracebacks (``MIN_SHARE`` of its non-blank lines) is read this way: a Ctrl-C at the end of
 a long log whose lines say what failed is the user stopping it, and those lines stay a log's.
@@ -79,7 +81,9 @@ def interrupted_traces(lines: list[str]) -> list[InterruptedTrace]:
                 break  # neither a frame, its source line nor another process's header: it ended
             end += 1
         ended = end < count and _INTERRUPT_END.match(lines[end]) is not None
-        if trace.frames and (opened or ended):
+        at_exit = bool(trace.frames) and trace.frames[0][0] == "_shutdown" \
+            and trace.frames[0][1].endswith("threading.py")
+        if trace.frames and (opened or ended) and not at_exit:
             trace.frames.reverse()
             if trace.frames[-1][0] != "_bootstrap":
                 trace.name = None  # a process's own main, not one multiprocessing started

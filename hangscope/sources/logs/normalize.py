@@ -169,8 +169,11 @@ def wrap_width(lengths: list[int], lines: Sequence[bytes | str] | None = None) -
         before, after = _as_text(lines[index]), _as_text(lines[index + 1])
         if not after.strip():
             cuts += lengths[index + 1] == width  # a padded row's blank rest, cut at the width
-        elif not _continues(before, after) or (before.endswith("|") and after.startswith("|")):
-            against += 1  # a new record (or a table's next row) after a longest line
+        elif not _continues(before, after) or (before.endswith("|") and after.startswith("|")) \
+                or _shape(before) == _shape(after) or PAD_RUN_TEXT in before:
+            # a new record, or rows of one shape (a table's, with padded columns; a print per
+            # rank that differs in its numbers only) after a longest line
+            against += 1
         elif _WORD_END.search(before) and _WORD_START.match(after):
             cuts += 1  # a word cut in two; a cut at a blank or a stop proves nothing either way
     if cuts >= MIN_WRAP_CUTS and cuts > against or cuts >= 2 and not against:
@@ -186,6 +189,15 @@ def _index(values: list[int], value: int, start: int) -> int:
         return -1
 
 
+PAD_RUN_TEXT = " " * 8
+
+
+def _shape(line: str) -> str:
+    """A line's head with its digits made alike: two rows of one print share it."""
+    return _DIGITS.sub("0", line[:HEAD])
+
+
+_DIGITS = re.compile(r"\d+")
 _WORD_END = re.compile(r"\w$")
 _WORD_START = re.compile(r"\w")
 
