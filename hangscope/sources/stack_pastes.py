@@ -181,13 +181,14 @@ def parse_stack_paste(text: str, path: str, taken_at: float = 0.0
     if len(text) > MAX_BYTES:
         raise BadInputError(path, f"stack paste larger than {MAX_BYTES >> 20} MiB")
     paste = _Paste()
-    for raw in text.splitlines():
+    lines = text.splitlines()
+    for raw in lines:
         _read_line(paste, raw.rstrip())
     paste.flush_gdb()
     source = "gdb/faulthandler"
     if not any(t.frames for items in paste.threads.values() for t in items):
         source = "ctrl-c traceback"
-        _add_interrupted(paste, text)
+        _add_interrupted(paste, lines)
     out = [(who, sample) for who, items in paste.threads.items()
            if (sample := _sample(items, path, taken_at, source)) is not None]
     if not out:
@@ -258,10 +259,10 @@ def _header(paste: _Paste, line: str, gdb: re.Match[str] | None,
                 bool(fh and fh.group(1) == "Current thread"))
 
 
-def _add_interrupted(paste: _Paste, text: str) -> None:
+def _add_interrupted(paste: _Paste, lines: list[str]) -> None:
     """The paste's Ctrl-C tracebacks as the threads of one process of no named rank: the main
     process's is named ``MainThread``; a child process's keeps its ``Process NAME``."""
-    traces = interrupt_stacks.interrupted_traces(text.splitlines())
+    traces = interrupt_stacks.interrupted_traces(lines)
     main = interrupt_stacks.main_index(traces)
     paste.rank = None
     for index, trace in enumerate(traces):

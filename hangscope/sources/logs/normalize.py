@@ -64,7 +64,8 @@ COMMON_WIDTHS = frozenset((72, 76, 78, 79, 80, 100, 110, 119, 120, 128, 132, 140
 _ANSI = re.compile(ANSI_PATTERN.encode())
 _PADDING = re.compile(r"(?<=\S) {8,}(?=\S)")
 _PADDING_BYTES = re.compile(rb"(?<=\S) {8,}(?=\S)")
-PAD_RUN = b" " * 8
+PAD_RUN_TEXT = " " * 8  # the shortest run of blanks read as padding (as _PADDING has it)
+PAD_RUN = PAD_RUN_TEXT.encode()
 
 # Heads a tool puts before every line of what it relays, naming no rank: pytest's failure output
 # (``E   ``), ``kubectl logs --prefix`` (``[pod/NAME/CONTAINER] ``), docker compose (``NAME  | ``),
@@ -188,8 +189,6 @@ def _index(values: list[int], value: int, start: int) -> int:
     except ValueError:
         return -1
 
-
-PAD_RUN_TEXT = " " * 8
 
 
 def _shape(line: str) -> str:
