@@ -351,6 +351,41 @@ def test_comms_logger_lines_of_completed_collectives_are_healthy(tmp_path: Path)
     assert _verdict(tmp_path, text + timeout).status.value != "healthy"
 
 
+# an all_reduce sweep's table (the shape Megatron-style benchmark scripts print: a header naming
+# bandwidth, then one row of numbers per size measured)
+SWEEP_HEADER = ("size(MB)   tavg(usec)    tmin(usec)    tmax(usec)  avgbw(GB/sec)  maxbw(GB/sec)  "
+                "minbw(GB/sec)")
+
+
+def _sweep(rows: int) -> str:
+    lines = [SWEEP_HEADER]
+    for i in range(rows):
+        size = 0.1 * 2 ** i
+        lines.append(f"{size:<9.2f} {120.0 + i:<13.1f} {110.0 + i:<13.1f} {150.0 + i:<13.1f} "
+                     f"{size * 8:<13.2f} {size * 9:<13.2f} {size * 7:.2f}")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_benchmark_table_of_many_measured_sizes_is_healthy(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, _sweep(10))
+    assert verdict.status.value == "healthy"
+    assert any("bench-rows-clean" in gap for gap in verdict.evidence_gaps)
+    # AND a table cut after two sizes is no table (a benchmark that stopped early reads the same)
+    assert _verdict(tmp_path, _sweep(2)).status.value != "healthy"
+    # AND the same table before an error is no health
+    error = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error\n"
+    assert _verdict(tmp_path, _sweep(10) + error).status.value != "healthy"
+
+
+def test_per_host_busbw_measurements_are_healthy(tmp_path: Path) -> None:
+    # GIVEN all_reduce_bench.py's one block per host and trial (stas00/ml-engineering)
+    block = "hf-dgx-01:{r}:\n duration: 0.88{r} sec\n busbw: 54.{r}442  Gbps\n"
+    text = "".join(block.format(r=r) for r in range(4))
+    assert _verdict(tmp_path, text).status.value == "healthy"
+    # AND one measurement alone says too little
+    assert _verdict(tmp_path, block.format(r=0)).status.value != "healthy"
+
+
 # CUDA samples' p2pBandwidthLatencyTest (huggingface/transformers#20438's shape)
 def _matrix(off: float) -> str:
     lines = ["    P2P=Enabled Latency (P2P Writes) Matrix (us)",

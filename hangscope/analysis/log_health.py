@@ -188,17 +188,28 @@ def logs_tests_clean(evidence: JobEvidence) -> str | None:
     Whether its bandwidth is what the hardware should give is not judged here. Where the paste
     has no closing line, ``tests-rows-clean`` (:func:`clean_rows`); with no test at all,
     ``comm-ops-completed``: :data:`COMM_OPS` lines or more of a comms logger, each a collective
-    timed as it completed."""
+    timed as it completed; ``bench-rows-clean``: another benchmark's table of :data:`CLEAN_ROWS`
+    measured sizes or more, or :data:`COMM_OPS` of its ``busbw:`` measurements."""
     every = list(evidence.all_logs())
     done = [e for e in every if e.kind == "nccl_tests_done" or (
         e.kind == "nccl_tests" and e.fields.get("finished"))]
     rows = [e for e in every if e.kind == "nccl_tests" and clean_rows(e)]
     ops = [e for e in every if e.kind == "comm_op_done"]
-    if not (done or rows or len(ops) >= COMM_OPS) or any(
+    tables = [e for e in every if e.kind == "bench_rows"
+              and int(e.fields.get("rows", 0) or 0) >= CLEAN_ROWS]
+    measures = [e for e in every if e.kind == "bench_measure"]
+    if not (done or rows or tables or len(ops) >= COMM_OPS or len(measures) >= COMM_OPS) or any(
             e.kind == "nccl_tests" and e.fields.get("wrong") for e in every):
         return None
     if _failed_or_echoed(evidence, every):
         return None
+    if not done and not rows and (tables or len(measures) >= COMM_OPS):
+        seen = (f"a table of {tables[0].fields.get('rows')} measured sizes under "
+                f"'{tables[0].fields.get('header')}' ({tables[0].where()})" if tables else
+                f"{len(measures)} bandwidth measurements ({measures[0].where()} on)")
+        return (f"rule bench-rows-clean: a benchmark of collectives printed {seen} and nothing "
+                "failed: each row is a size it ran to the end (whether the bandwidth is what "
+                "the links should give is for you to compare)")
     if not done and not rows:
         return (f"rule comm-ops-completed: a comms logger timed {len(ops)} collectives that "
                 f"completed ({ops[0].where()} on) and nothing failed")

@@ -14,7 +14,19 @@ diagonal a GPU to itself::
          0   4.95 49206.88 49206.64 49206.69
          1 49206.62   2.08 49206.51 49206.52
 
-Events: ``comm_op_done`` at each logger line (``op``, ``time_ms`` where the line holds it); ``p2p_matrix`` at a latency
+Benchmarks of collectives print a table of numbers under a header naming bandwidth (the
+all_reduce sweeps of Megatron's and others' benchmark scripts), or one block per host and trial
+(``stas00/ml-engineering``'s ``all_reduce_bench.py``)::
+
+    size(MB)   tavg(usec)    tmin(usec)    tmax(usec)  avgbw(GB/sec)  maxbw(GB/sec)  minbw(GB/sec)
+    0.10      227.7          196.8          692.7          0.77           0.89           0.25
+
+    hf-dgx-01:2:
+     duration: 0.8994 sec
+     busbw: 53.3711  Gbps
+
+Events: ``bench_rows`` at a table's header (``rows``: its all-numeric rows, ``header``);
+``bench_measure`` at each ``busbw:`` line (``gbps``); ``comm_op_done`` at each logger line (``op``, ``time_ms`` where the line holds it); ``p2p_matrix`` at a latency
 matrix's title (``gpus``, ``diag_us`` and ``off_us``: the medians of the diagonal and of the rest,
 ``title``). The lines are no rank's subject (a matrix is the host's).
 """
@@ -34,6 +46,12 @@ _COMM_OP = re.compile(r"\|\s*comm op:\s*(?P<op>\w+)(?:\s*\|\s*time \(ms\):\s*(?P
 _MATRIX = re.compile(r"(?P<title>[\w=\- ]*Latency[\w()= \-]*Matrix) \(us\)")
 _HEADER = re.compile(r"^\s*GPU(?:\s+\d+)+\s*$")
 _ROW = re.compile(r"^\s*(?P<gpu>\d+)(?P<values>(?:\s+\d+(?:\.\d+)?)+)\s*$")
+# a header cell that names a bandwidth: busbw, algbw, avgbw(GB/sec), "Bandwidth (GB/s)", Gbps
+_BW_HEADER = re.compile(r"(?i)(?:bus|alg|avg|max|min)bw|bandwidth|\bG[Bb](?:/s(?:ec)?|ps)\b")
+_NUMBER = re.compile(r"^[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
+_MEASURE = re.compile(r"^\s*busbw:\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gbps\s*$")
+MAX_ROWS = 400
+MIN_ROWS = 3  # rows of numbers under one header: a table, not a stray line of figures
 
 
 def comm_op(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
@@ -72,7 +90,46 @@ def latency_matrix(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
                        rank=None, rank_source="")]
 
 
+def _numbers(body: str) -> int:
+    """The count of cells in a row made only of numbers, else 0."""
+    cells = body.split()
+    return len(cells) if len(cells) >= MIN_ROWS and all(_NUMBER.match(c) for c in cells) else 0
+
+
+def bench_table(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """A header naming bandwidth over rows of numbers only, as many cells as the header has
+    columns (give or take one): each row a size the benchmark measured and finished."""
+    body = line.body.strip()
+    cells = body.split()
+    if len(cells) < MIN_ROWS or not _BW_HEADER.search(body) or sum(
+            1 for c in cells if _NUMBER.match(c)) > 1 or "|" in body:
+        return []
+    rows = 0
+    for following in follow.lines():
+        width = _numbers(following.body)
+        if not width or abs(width - len(cells)) > 1 or rows >= MAX_ROWS:
+            break
+        rows += 1
+    if rows < MIN_ROWS:
+        return []
+    return [make_event("bench_rows", line, ctx, "info", {"rows": rows, "header": body[:160]},
+                       rank=None, rank_source="")]
+
+
+def bench_measure(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    m = _MEASURE.match(line.body)
+    if m is None:
+        return []
+    return [make_event("bench_measure", line, ctx, "info", {"gbps": float(m.group("gbps"))},
+                       rank=None, rank_source="")]
+
+
 HANDLERS: list[tuple[bytes, Handler]] = [
+    (b"bw", bench_table),
+    (b"andwidth", bench_table),
+    (b"GB/s", bench_table),
+    (b"Gbps", bench_table),
+    (b"busbw:", bench_measure),
     (b"comm op: ", comm_op),
     (b"Matrix (us)", latency_matrix),
 ]
