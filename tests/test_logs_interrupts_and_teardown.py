@@ -75,6 +75,23 @@ def test_a_ctrl_c_after_a_log_that_says_what_failed_stays_a_log() -> None:
     assert not interrupt_stacks.sniff(plain)
 
 
+def test_a_ctrl_c_after_set_up_prints_that_name_no_failure_is_read(tmp_path: Path) -> None:
+    # GIVEN a program's own set-up prints (more lines than the traceback), the user's words, and
+    # what Ctrl-C printed for its wait on the DataLoader
+    prints = [f"config.{name} = {value}" for name, value in
+              (("lr", 0.001), ("batch_size", 16), ("workers", 16), ("epochs", 50),
+               ("img_size", 384), ("seed", 1234), ("optim", "SGD"), ("decay", 0.0001),
+               ("fc_dim", 512), ("num_gpus", 2), ("eval_epoch", 1), ("disp_iter", 20),
+               ("arch", "resnet34"), ("crop", 384), ("flip", 1), ("segm_depth", 150),
+               ("ckpt", "./ckpt"), ("beta1", 0.9), ("momentum", 0.9), ("lr_step", 20))]
+    prints += ["1 Epoch = 631 iters", "Evaluating at 0 epochs...", "",
+               "and then stuck for hours. When I ctrl+c it says:", ""]
+    text = "\n".join(prints) + "\n" + _DATALOADER_CTRL_C
+    # THEN the traceback is still a stack sample: the prints beside it name no failure
+    assert interrupt_stacks.sniff(text)
+    assert kind_and_culprits(verdict_of(tmp_path, text))[0] == "dataloader_stall"
+
+
 def _destroyed(ranks: list[int], nranks: int) -> str:
     lines = [f"node1:4100{r}:4100{r} [{r}] NCCL INFO AllReduce: opCount 7 sendbuff 0x7f00 recvbuff "
              f"0x7f00 count 1 datatype 7 op 0 root 0 comm 0x2bc1f84{r} [nranks={nranks}] stream "

@@ -111,10 +111,33 @@ VARIANTS: dict[str, Callable[[str], str]] = {
 
 # (log stem, variant): what the variant gives today instead of the original's verdict.
 DIFFERS: dict[tuple[str, str], str] = {
-    ("za_pytorch_61839_local_rank7_sigsegv", "wrap80"):
-        "rank_died [] instead of rank_died [7]: the launcher's CalledProcessError line quotes the "
-        "command ('--local_rank=7', ...) past column 400; wrapped at 80 the quote is cut inside "
-        "its list and the piece holding '--local_rank=7' is not rejoined (no record is open)",
+    ("q_accelerate_2468_pdsh_tcpstore_no_route", "wrap80"):
+        "network_fault (cue) instead of init_hang: the paste begins inside a traceback whose "
+        "frame lines each carry pdsh's 'trainer-2: ' head; wrapped, a frame's file path is cut "
+        "and its second half has no head, so no frame is rebuilt (a whole traceback under the "
+        "same head, wrapped, is not read either)",
+    ("q_accelerate_2468_pdsh_tcpstore_no_route", "wrap120"):
+        "network_fault (cue) instead of init_hang: the paste begins inside a traceback whose "
+        "frame lines each carry pdsh's 'trainer-2: ' head; wrapped, a frame's file path is cut "
+        "and its second half has no head, so no frame is rebuilt (a whole traceback under the "
+        "same head, wrapped, is not read either)",
+    ("q_accelerate_2468_pdsh_tcpstore_no_route", "wrap200"):
+        "network_fault (cue) instead of init_hang: the paste begins inside a traceback whose "
+        "frame lines each carry pdsh's 'trainer-2: ' head; wrapped, a frame's file path is cut "
+        "and its second half has no head, so no frame is rebuilt (a whole traceback under the "
+        "same head, wrapped, is not read either)",
+    ("q_accelerate_2468_pdsh_tcpstore_no_route", "kubectl"):
+        "network_fault (cue) instead of init_hang: a second head over pdsh's 'trainer-2: ' is "
+        "peeled, pdsh's is not, so the frame lines are not frames (a whole traceback under two "
+        "heads is not read either)",
+    ("q_accelerate_2468_pdsh_tcpstore_no_route", "compose"):
+        "network_fault (cue) instead of init_hang: a second head over pdsh's 'trainer-2: ' is "
+        "peeled, pdsh's is not, so the frame lines are not frames (a whole traceback under two "
+        "heads is not read either)",
+    ("q_accelerate_2468_pdsh_tcpstore_no_route", "pytest"):
+        "network_fault (cue) instead of init_hang: a second head over pdsh's 'trainer-2: ' is "
+        "peeled, pdsh's is not, so the frame lines are not frames (a whole traceback under two "
+        "heads is not read either)",
     ("za_ssd.pytorch_91_worker_emfile", "wrap80"):
         "rank_died instead of dataloader_stall: the paste's frame lines are already screen rows "
         "padded to 160 columns around their cut ('_worker_l<blanks>oop'); re-wrapped at 80 the "

@@ -27,7 +27,11 @@ _ECHO = re.compile(r"Connection (closed|reset) by peer|Broken pipe|Timed out wai
                    r"timed out|Watchdog caught|DistBackendError|NCCL communicator was aborted|"
                    r"remote process exited|ChildFailedError|Socket Timeout|recvBytes|"
                    r"Application timeout caused pair closure|failed to pass monitoredBarrier|"
-                   r"Detected mismatch between collectives|Read timeout \[", re.I)
+                   r"Detected mismatch between collectives|Read timeout \[|"
+                   r"received errors while waiting for send/recv from rank", re.I)
+# a traceback that ends in the DataLoader's own report of its workers (the same words as
+# sources/logs/dataloader.py's events): the loader's failure, whoever raised it
+_LOADER_EXC = re.compile(r"DataLoader worker \(pid|DataLoader timed out after \d")
 # A Python exception that is the CUDA runtime's report of a fault on the rank's own GPU.
 _GPU_FAULT = re.compile(r"CUDA error: (?!out of memory)|CUDA_ERROR_|cudaError")
 ECHO_KINDS = frozenset({"gloo_connection_closed", "gloo_timeout", "nccl_watchdog_timeout",
@@ -45,11 +49,31 @@ RANKS_DISAGREE = re.compile(r"disagreement between rank ?\d+ and rank ?\d+|"
                             r"due to inadequate shapes\. All shapes on the devices must be valid")
 
 
+# Functions of process-group set-up (torch.distributed's init_process_group and new_group, the
+# store-based barrier, the rendezvous handlers that create the TCPStore; DeepSpeed's and
+# Accelerate's wrappers): an exception raised with one of them innermost is set-up failing
+SETUP_FUNCTIONS = frozenset({
+    "init_process_group", "_store_based_barrier", "_new_process_group_helper", "new_group",
+    "rendezvous", "next_rendezvous", "_rendezvous_helper", "_create_c10d_store",
+    "_env_rendezvous_handler", "_tcp_rendezvous_handler", "_file_rendezvous_handler",
+    "_create_tcp_store", "init_distributed", "_init_dist_pytorch", "_init_dist_slurm"})
+
+
+def setup_failure(event: LogEvent) -> bool:
+    """Rule ``setup-exception``: a traceback whose innermost frame is process-group set-up (one of
+    :data:`SETUP_FUNCTIONS`) records set-up failing on that process (a store it could not reach
+    or that reset, an interface that does not exist, a rank out of range), not a death of its
+    own: its launcher's exit record follows from it."""
+    return event.kind == "traceback" and event.fields.get("last_function") in SETUP_FUNCTIONS \
+        and not event.fields.get("thread")
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
     rank: int
     event: LogEvent
     # "oom" | "signal" | "exit" | "exception" | "thread_exception" | "transport" | "dataloader" |
+    # "setup" (process-group set-up raised: ``setup_failure``) |
     # "collective_error" | "dead" | "gpu" (a fault of the rank's GPU or of its GPU program: an
     # NVRM Xid, a CUDA error) | "nvlink" (an NVLink Xid: the link between GPUs failed)
     what: str
@@ -85,6 +109,10 @@ def classify(event: LogEvent) -> str | None:
         return "gpu"
     if kind == "traceback":
         message = f"{event.fields.get('exc_type', '')}: {event.fields.get('exc_message', '')}"
+        if _LOADER_EXC.search(message):
+            return "dataloader"
+        if setup_failure(event) and not _OOM_MESSAGE.search(str(event.fields.get("exc_message"))):
+            return "setup"  # (a store that reset or timed out in set-up is set-up failing)
         if _ECHO.search(message) or "ChildFailedError" in message or \
                 event.fields.get("main_first"):
             return None  # (inside a main-process-first block: its exception is the wait's end)
@@ -220,6 +248,11 @@ def _echo_exit(event: LogEvent, closed_pids: set[object], echoed: set[int], abor
     return rank in echoed
 
 
+def _known_signal(event: LogEvent) -> bool:
+    signal = str(event.fields.get("signal") or "")
+    return signal.startswith("SIG") and signal not in ("SIGTERM", "SIGINT")
+
+
 def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
     """Per rank, its own failures: earliest first; duplicates (the same text copied by a
     launcher's tee) collapsed. Teardown is not a failure: a stop signal (SIGTERM) is dropped
@@ -233,10 +266,16 @@ def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
     events = list(_rank_events(evidence))
     closed_pids = stopped_pids(evidence)
     echoed = {rank for rank, e in events if e.kind == "traceback" and classify(e) is None}
+    # rule setup-explains-exit: where process-group set-up raised (on any process: a paste of
+    # one worker's traceback and the launcher's record of it), a launcher's record of an exit
+    # with no known signal is that failure's end, not a death of its own
+    set_up_failed = any(classify(e) == "setup" for e in evidence.all_logs())
     aborted = {rank for rank, e in events if e.kind in WATCHDOG_WAITS}
     for rank, event in events:
         what = classify(event)
         if what is None or _echo_exit(event, closed_pids, echoed, aborted, rank):
+            continue
+        if set_up_failed and what in ("exit", "signal") and not _known_signal(event):
             continue
         key = (rank, event.kind, event.message[:200])
         if key in seen:

@@ -22,8 +22,10 @@ processes' ``Process NAME:`` headers printed into it are skipped; one whose oute
 waiting for a thread) is left to the log's own rule (``stopped-after-finish``), since the
 program's main had returned. A traceback cut before its exception with no such mark is not
 read so: it is as often a death's, whose exception the paste lost. Only a paste that is mostly
-such tracebacks (``MIN_SHARE`` of its non-blank lines) is read this way: a Ctrl-C at the end of
-a long log whose lines say what failed is the user stopping it, and those lines stay a log's.
+such tracebacks (``MIN_SHARE`` of its non-blank lines), or whose other lines name no failure
+(a program's set-up prints and the user's "stuck for hours, Ctrl-C says:"), is read this way: a
+Ctrl-C at the end of a long log whose lines say what failed is the user stopping it, and those
+lines stay a log's.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<fu
 _CTRL_C = re.compile(r"^\s*\^C")
 _PROCESS = re.compile(r"^\s*(?:\^C)?\s*Process (?P<name>[\w.\-]+):\s*$")
 _INTERRUPT_END = re.compile(r"^\s*(?:\w+\.)*KeyboardInterrupt\b")
+# words of a failure on a line outside the tracebacks: the log says what went wrong itself
+_FAULT_WORD = re.compile(r"(?i)error|exception|fail|fatal|abort|killed|timed? ?out|segmentation|"
+                         r"out of memory|\bOOM\b|signal|exit ?code|traceback")
 
 
 @dataclass(slots=True)
@@ -62,6 +67,7 @@ def interrupted_traces(lines: list[str]) -> list[InterruptedTrace]:
     """The paste's Ctrl-C tracebacks, or none where they are not most of it."""
     out: list[InterruptedTrace] = []
     covered = 0
+    inside: list[tuple[int, int]] = []  # (first, end) line spans of the tracebacks kept
     index, count = 0, len(lines)
     while index < count:
         if _HEAD.search(lines[index]) is None:
@@ -89,9 +95,16 @@ def interrupted_traces(lines: list[str]) -> list[InterruptedTrace]:
                 trace.name = None  # a process's own main, not one multiprocessing started
             out.append(trace)
             covered += end - index + (1 if end < count else 0)
+            inside.append((index, end + 1))
         index = max(end, index + 1)
     said = sum(1 for line in lines if line.strip())
-    return out if out and covered >= MIN_SHARE * said else []
+    if not out:
+        return []
+    if covered >= MIN_SHARE * said:
+        return out
+    outside = (line for at, line in enumerate(lines)
+               if not any(first <= at < end for first, end in inside))
+    return [] if any(_FAULT_WORD.search(line) for line in outside) else out
 
 
 def _opening(lines: list[str], index: int) -> tuple[bool, str | None]:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import re
 
 from hangscope.analysis.context import Context, log_evidence
+from hangscope.analysis.log_causes import setup_failure
 from hangscope.analysis.majority import odd_ones_out
 from hangscope.analysis.stacks import short_where
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
@@ -282,8 +283,9 @@ def _from_logs(ctx: Context) -> list[Finding]:
     events = [e for ev in ctx.evidence.ranks.values() for e in ev.logs]
     events += ctx.evidence.unattributed_logs
     init = [e for e in events if e.kind in _INIT_KINDS]
+    raised = [e for e in events if setup_failure(e)]
     duplicates = _duplicate_ranks(events)
-    if not init and not duplicates:
+    if not init and not duplicates and not raised:
         return []
     reasons: list[str] = []
     culprits: list[int] = []
@@ -322,15 +324,21 @@ def _from_logs(ctx: Context) -> list[Finding]:
                            f"{event.fields.get('port')} (MASTER_ADDR/MASTER_PORT, firewall)")
         elif event.kind == "rendezvous_timeout":
             reasons.append("the elastic rendezvous timed out (not every node joined)")
+    for event in raised[:2]:  # rule setup-exception (log_causes.setup_failure)
+        who = f"rank {event.rank}'s" if event.rank is not None else "a process's"
+        reasons.append(f"{who} process-group set-up raised {event.fields.get('exc_type')}: "
+                       f"{one_line(str(event.fields.get('exc_message', '')), 120)} in "
+                       f"{event.fields.get('last_function')} ({event.where()})")
     for rank, lines in duplicates.items():
         reasons.append(f"GLOBAL_RANK {rank} was taken by {len(lines)} processes "
                        f"({', '.join(lines[:3])}): duplicate ranks (check RANK/NODE_RANK/"
                        "LOCAL_RANK per node)")
         culprits.append(rank)
-    cited = init[:4] + [e for e in events if e.kind == "global_rank_init"
+    cited = init[:4] + raised[:2] + [e for e in events if e.kind == "global_rank_init"
                         and e.fields.get("global_rank") in duplicates][:4]
     evidence = [EvidenceItem("log", e.rank, one_line(e.message, 200), e.where()) for e in cited]
-    summary = "the job hangs while forming its process group: " + "; ".join(
+    verb = "failed" if raised and not init and not duplicates else "hangs"
+    summary = f"the job {verb} while forming its process group: " + "; ".join(
         dict.fromkeys(reasons))
     return [Finding(kind=Kind.INIT_HANG, culprit_ranks=sorted(set(culprits)),
                     waiting_ranks=sorted(set(waiting) - set(culprits)), confidence=0.7,

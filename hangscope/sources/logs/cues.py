@@ -257,7 +257,10 @@ CUES: tuple[Cue, ...] = (
         r"^[^|\n]{0,300}?\b100%\|[^|\n]{0,200}\|\s*(\d+)/(?!\1\b)\d+")),
     Cue("wait-timeout", "missing_rank", "symptom", re.compile(
         r"(?i)Watchdog caught collective operation timeout|\btimed[ -]out\b|Timeout(?:Error|Exception)|"
-        r"\btime ?outs?\b(?= (?:at|after|while|waiting|error|exceeded|expired|reached|occurred|happened)\b)|no progress|heartbeat (?:lost|timeout|missed)"), _DIST),
+        r"\btime ?outs?\b(?= (?:at|after|while|waiting|error|exceeded|expired|reached|occurred|happened)\b)|no progress|heartbeat (?:lost|timeout|missed)|"
+        # vLLM's message queue (shm_broadcast.py): its writer found no block the readers (the
+        # workers) had freed for a minute: a worker stopped reading, stuck or busy elsewhere
+        r"No available shared memory broadcast block found in \d+ seconds?"), _DIST),
     # a traceback's last line where the paste cut its head ("[rank5]: IndexError: The shape of
     # ..."): last, so that any line a cue above reads more specifically is filed under it
     Cue("exception", "rank_died", "cause", re.compile(

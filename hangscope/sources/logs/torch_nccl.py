@@ -361,7 +361,8 @@ def _follow_code(line: Line, follow: Follow, fields: dict[str, str | int | float
     for nxt in follow.lines():
         if nxt.key != line.key:
             continue
-        c2 = _NCCL_CODE.match(nxt.body) if nxt.body.startswith("nccl") else None
+        body = nxt.body.lstrip()  # (a launcher's head may leave the blank it was followed by)
+        c2 = _NCCL_CODE.match(body) if body.startswith("nccl") else None
         if c2 is not None:  # the error's code on a line of its own (not "ncclSocketInit: ...")
             if "code" not in fields:
                 fields["code"] = c2.group(1)
@@ -370,8 +371,8 @@ def _follow_code(line: Line, follow: Follow, fields: dict[str, str | int | float
         if nxt.body.strip() == "Last error:":
             follow.consume(nxt.line_no)
             continue
-        if nxt.raw and nxt.line_no - line.line_no <= 3 and "NCCL" not in nxt.body[:5]:
-            fields.setdefault("last_error", nxt.body.strip()[:300])
+        if nxt.raw and nxt.line_no - line.line_no <= 3 and "NCCL" not in body[:5]:
+            fields.setdefault("last_error", body.strip()[:300])
         break
 
 

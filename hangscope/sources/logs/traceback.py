@@ -24,6 +24,8 @@ A block cut before its exception line (the paste ends, or the next record starts
 (``torch/utils/data/dataloader.py``, ``_try_get_data`` / ``_get_data``, which block in
 ``self._data_queue.get(timeout=...)``; ``_shutdown_workers``, which joins workers that must exit)
 say the process was stopped while it waited for a batch, or for a worker to exit.
+A paste that begins inside a traceback (its header cut off) and reaches its exception is read
+the same (rule ``headless-traceback``, ``headless`` set), from its first frame on line 1 or 2.
 It gives a ``dataloader_wait`` event at that frame's line (fields last_frame, last_function,
 frames). A block (cut or whole) through a main-process-first block (``main_process_first``,
 ``torch_distributed_zero_first``: the main process runs it while the others wait in a barrier)
@@ -73,6 +75,32 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         return []
     if at != indent:
         indent = 0  # after a progress bar's last drawing, with no newline between them
+    if line.line_no == 1:  # its first frame is this block's, not a headless one's
+        follow.consume(2)
+    return _block(line, ctx, follow, indent)
+
+
+# a paste that begins inside a traceback: its first frame on one of these lines (the line above
+# it, if any, is the cut-off source line of a frame before)
+HEADLESS_WITHIN = 2
+
+
+def headless_traceback(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """Rule ``headless-traceback``: a paste that starts inside a traceback (its header and first
+    frames cut off, as a search excerpt or a copied tail leaves it) and runs to its exception is
+    read as the traceback it is; cut at both ends it says too little and is left alone."""
+    if line.line_no > HEADLESS_WITHIN or _FRAME.match(line.body) is None:
+        return []
+    whole = Follow(lambda: itertools.chain([line], follow.lines()))
+    events = [e for e in _block(line, ctx, whole, 0) if e.kind == "traceback"]
+    follow.consumed |= whole.consumed
+    for event in events:
+        event.fields["headless"] = 1
+    return events
+
+
+def _block(line: Line, ctx: Context, follow: Follow, indent: int) -> list[LogEvent]:
+    """The frames and exception of the block that starts after ``line``."""
     frames = 0
     last_file, last_line, last_func = "", 0, ""
     exc_type, exc_msg = "", ""
@@ -124,7 +152,7 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
             continue  # source line, caret line, "..." or a blank
         if text.startswith("Traceback (most recent call last):"):
             continue
-        em = _EXC.match(text)
+        em = _EXC.match(text.strip("*`")) if text[:1] in "*`" else _EXC.match(text)
         if em:
             exc_type, exc_msg = em.group("type"), (em.group("msg") or "").strip()
             state = "after_exc"
@@ -197,4 +225,5 @@ def thread_exception(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Exception in thread ", thread_exception),
     (b"Traceback (most recent call last):", traceback_block),
+    (b'File "', headless_traceback),
 ]
