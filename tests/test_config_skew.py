@@ -252,3 +252,15 @@ def test_issue_case_two_nccl_banners_and_first_all_reduce_timeouts(tmp_path) -> 
     assert len(verdict.findings) == 2
     assert verdict.findings[1].kind in (Kind.NETWORK_FAULT, Kind.MISSING_RANK)
     assert root.confidence > verdict.findings[1].confidence
+
+
+def test_hosts_naming_their_out_of_band_nic_differently_is_no_skew() -> None:
+    # GIVEN two hosts on the same RoCE device, each with its own name for the NIC NCCL's
+    # out-of-band connection uses (as NCCL's "NET/IB : Using [0]bnxt_re0:1/RoCE ; OOB ens7np0")
+    same = {0: {"nccl_net_devices": "IB bnxt_re0:1/RoCE; OOB ens52np0"},
+            1: {"nccl_net_devices": "IB bnxt_re0:1/RoCE; OOB ens7np0"}}
+    assert compare(gather(_evidence(same))) == []
+    # AND hosts on different devices still differ
+    other = {0: {"nccl_net_devices": "IB mlx5_0:1/IB; OOB ib0"},
+             1: {"nccl_net_devices": "IB mlx5_2:1/RoCE; OOB ib0"}}
+    assert [d.key for d in compare(gather(_evidence(other)))] == ["nccl_net_devices"]

@@ -27,6 +27,7 @@ the reader decides.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -123,6 +124,7 @@ def compare(facts: Facts) -> list[ConfigDifference]:
         for rank in ranks:
             if key in facts[rank]:
                 value, cited = facts[rank][key]
+                value = _comparable(key, value)
                 by_value[value].append(rank)
                 where.setdefault(value, cited)
         if len(by_value) < 2 or _identity(by_value):
@@ -133,6 +135,15 @@ def compare(facts: Facts) -> list[ConfigDifference]:
         unknown = [r for r in ranks if key not in facts[r]]
         out.append(ConfigDifference(key=key, groups=groups, unknown=unknown))
     return out
+
+
+_OOB = re.compile(r"; OOB \S+$")
+
+
+def _comparable(key: str, value: str) -> str:
+    """What of a value can differ only by mistake: NCCL's out-of-band interface is a host's own
+    name for its NIC (``ens7np0`` on one host, ``ens52np0`` on the next), not a setting."""
+    return _OOB.sub("", value) if key == "nccl_net_devices" else value
 
 
 def _identity(by_value: dict[str, list[int]]) -> bool:
