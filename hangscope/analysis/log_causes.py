@@ -111,7 +111,7 @@ def classify(event: LogEvent) -> str | None:
         message = f"{event.fields.get('exc_type', '')}: {event.fields.get('exc_message', '')}"
         if _LOADER_EXC.search(message):
             return "dataloader"
-        if setup_failure(event) and not _OOM_MESSAGE.search(str(event.fields.get("exc_message"))):
+        if setup_failure(event):  # (an OOM raised there was told apart above)
             return "setup"  # (a store that reset or timed out in set-up is set-up failing)
         if _ECHO.search(message) or "ChildFailedError" in message or \
                 event.fields.get("main_first"):

@@ -76,7 +76,9 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     if at != indent:
         indent = 0  # after a progress bar's last drawing, with no newline between them
     if line.line_no == 1:  # its first frame is this block's, not a headless one's
-        follow.consume(2)
+        first = next(iter(follow.lines()), None)
+        if first is not None and first.line_no == 2 and _FRAME.match(first.body) is not None:
+            follow.consume(2)
     return _block(line, ctx, follow, indent)
 
 
