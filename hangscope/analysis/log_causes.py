@@ -248,6 +248,22 @@ def _echo_exit(event: LogEvent, closed_pids: set[object], echoed: set[int], abor
     return rank in echoed
 
 
+def outlived(event: LogEvent, moving: list[LogEvent]) -> bool:
+    """Rule ``outlived-fault``: a fault the job went on past: its stream (the event's rank, or no
+    rank where it names none) shows training at two positions, both after the fault's line in the
+    same file. A rank that died or waits stops a synchronous job within a step; two steps on,
+    whatever the line said was recovered from (NCCL's remote allocator failing on a stray
+    message, a connection a retry replaced)."""
+    return any(e.path == event.path and int(e.fields.get("advanced_since", 0) or 0) > event.line_no
+               and (event.rank is None or e.rank in (None, event.rank)) for e in moving)
+
+
+def moving_streams(evidence: JobEvidence) -> list[LogEvent]:
+    """The progress events of streams the logs show move, with the line they moved from."""
+    return [e for e in evidence.all_logs()
+            if e.kind == "progress" and e.fields.get("advanced_since")]
+
+
 def _known_signal(event: LogEvent) -> bool:
     signal = str(event.fields.get("signal") or "")
     return signal.startswith("SIG") and signal not in ("SIGTERM", "SIGINT")
@@ -270,12 +286,15 @@ def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
     # one worker's traceback and the launcher's record of it), a launcher's record of an exit
     # with no known signal is that failure's end, not a death of its own
     set_up_failed = any(classify(e) == "setup" for e in evidence.all_logs())
+    moving = moving_streams(evidence)
     aborted = {rank for rank, e in events if e.kind in WATCHDOG_WAITS}
     for rank, event in events:
         what = classify(event)
         if what is None or _echo_exit(event, closed_pids, echoed, aborted, rank):
             continue
         if set_up_failed and what in ("exit", "signal") and not _known_signal(event):
+            continue
+        if moving and outlived(event, moving):
             continue
         key = (rank, event.kind, event.message[:200])
         if key in seen:
@@ -344,8 +363,10 @@ def unranked(evidence: JobEvidence, whats: frozenset[str]) -> list[LogEvent]:
     """Failure events whose rank no line, path or launcher table tells (a single process's log,
     dmesg): a detector names the failure with an unknown culprit rather than dropping it."""
     ranked = {id(event) for _, event in _rank_events(evidence)}
+    moving = moving_streams(evidence)
     return [event for event in evidence.unattributed_logs
-            if id(event) not in ranked and classify(event) in whats]
+            if id(event) not in ranked and classify(event) in whats
+            and not (moving and outlived(event, moving))]
 
 
 def dead_threads(evidence: JobEvidence, rank: int) -> list[Failure]:

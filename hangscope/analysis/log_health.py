@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from hangscope.analysis.log_causes import ECHO_KINDS, classify, failures
+from hangscope.analysis.log_causes import ECHO_KINDS, classify, failures, outlived
 from hangscope.analysis.log_progress import (
     describe_progress,
     lagging_stream,
@@ -37,7 +37,8 @@ def logs_moving(evidence: JobEvidence) -> str | None:
     every = list(evidence.all_logs())
     moving = [e for e in every if e.kind == "progress" and e.fields.get("advanced")]
     in_step = [] if moving else _in_step(evidence)
-    if not (moving or in_step) or _failed_or_echoed(evidence, every):
+    if not (moving or in_step) or any(not outlived(e, moving)
+                                      for e in _failed_or_echoed(evidence, every)):
         return None
     cancelled = stopped_by_scheduler(every)
     if any(e.severity in ("error", "fatal") or (e.kind == "cue" and e.fields.get("cue") not in
@@ -46,7 +47,8 @@ def logs_moving(evidence: JobEvidence) -> str | None:
            for e in every):
         return None
     logs = rank_logs(evidence)
-    if any(log.lost_peer or log.echoed for log in logs.values()):
+    if any(any(not outlived(e, moving) for e in log.lost_peer) or log.echoed
+           for log in logs.values()):
         return None
     if any(_erratic(e) for e in every if e.kind == "step_times"):
         return None  # its steps took wildly different times: moving, but not evenly
@@ -68,9 +70,13 @@ def logs_moving(evidence: JobEvidence) -> str | None:
                 "and nothing fails: no error, no timeout, no lost peer; ranks of a synchronous "
                 "job that reached one step together were running in step. " + limit)
     latest = max(moving, key=lambda e: (e.time or 0.0, e.line_no))
+    past = sorted(_failed_or_echoed(evidence, every), key=lambda e: (e.path, e.line_no))
+    went_past = (f" (rule outlived-fault: it went on past {len(past)} earlier warning(s) or "
+                 f"error(s), the first at {past[0].where()}: what they said was recovered from)"
+                 if past else "")
     return (f"rule logs-advance: the log shows training moving ({describe_progress(latest)} at "
-            f"{latest.where()}) and nothing failing: no error, no timeout, no lost peer. "
-            + limit)
+            f"{latest.where()}){went_past} and nothing failing after that: no error, no timeout, "
+            "no lost peer. " + limit)
 
 
 def _in_step(evidence: JobEvidence) -> list[LogEvent]:

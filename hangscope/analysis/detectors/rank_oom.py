@@ -9,9 +9,12 @@ caught and recovered from (the rank is then still alive and moving: confidence i
 
 from __future__ import annotations
 
+import re
+
 from hangscope.analysis.context import Context
 from hangscope.analysis.log_causes import describe, failures, unranked
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
+from hangscope.model import LogEvent
 from hangscope.ranges import format_ranks, ranks_phrase
 
 
@@ -48,9 +51,36 @@ def _unranked(ctx: Context) -> list[Finding]:
         return []
     first = events[0]
     pids = sorted({str(e.fields["pid"]) for e in events if e.fields.get("pid")})
+    killed = [] if pids else _sigkilled(ctx)
+    evidence = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:4]]
+    if len({e.rank for e in killed}) == 1:
+        # rule oom-kill-names-sigkilled: the kernel's OOM report names no process, and one rank
+        # of the job was killed by SIGKILL, the signal the OOM killer sends
+        rank = killed[0].rank
+        assert rank is not None
+        evidence.append(EvidenceItem("log", rank, describe(killed[0]), killed[0].where()))
+        summary = (f"rank {rank} ran out of host memory: it was killed by SIGKILL "
+                   f"({killed[0].where()}) and the kernel reports an out-of-memory kill "
+                   f"({describe(first, 160)}, {first.where()})")
+        return [Finding(kind=Kind.RANK_OOM, culprit_ranks=[rank], waiting_ranks=[],
+                        confidence=0.75, summary=summary, evidence=evidence,
+                        measures={"rule": "oom-kill-names-sigkilled"})]
     who = f" (pid {', '.join(pids[:4])}: match it to a rank's pid)" if pids else \
         " (the log names no rank)"
     summary = f"a process of the job ran out of memory: {describe(first, 200)}{who}"
-    evidence = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:4]]
     return [Finding(kind=Kind.RANK_OOM, culprit_ranks=[], waiting_ranks=[], confidence=0.7,
                     summary=summary, evidence=evidence)]
+
+
+_SIGKILL = re.compile(r"SIGKILL|signal 9\b|exitcode:? -9\b")
+
+
+def _sigkilled(ctx: Context) -> list[LogEvent]:
+    """The ranked lines that say a rank was killed by SIGKILL: a launcher's record of it, or a
+    line that says so in words (torch.multiprocessing's 'process 2 terminated with signal
+    SIGKILL')."""
+    out = [f.event for items in failures(ctx.evidence).values() for f in items
+           if f.what == "signal" and f.event.fields.get("signal") == "SIGKILL"]
+    out += [e for e in ctx.evidence.all_logs() if e.kind == "cue" and e.rank is not None
+            and e.fields.get("cue") == "signal-death" and _SIGKILL.search(e.message)]
+    return out

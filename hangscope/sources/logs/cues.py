@@ -191,6 +191,9 @@ CUES: tuple[Cue, ...] = (
         # timed out. Original timeout was 900000 ms."; NCCL's init.cc given a rank >= nranks
         # ("Invalid rank requested : 2/2"): the launch handed out ranks wrong
         r"\bconnect\(\) timed out\. Original timeout|Invalid rank requested\s*:\s*\d+/\d+|"
+        # torchelastic's etcd rendezvous giving a round up: a node's keep-alive lapsed, the round
+        # is incomplete and destroyed, and the agents rendezvous again (the old spelling too)
+        r"Keep-alive key \S+ is not renewed|Rende?z?vous version \d+ is incomplete|"
         # c10d's store could not open its socket at all (socket.cpp: errno 97 on an IPv6-less host)
         r"(?:server|client) socket cannot be initialized|server socket has failed to (?:listen|bind)|ncclCommInitRank.{0,40}(?:fail|hang|stuck|timeout)|"
         # NCCL's bootstrap finding no usable interface (socket.cc, bootstrap.cc)

@@ -121,6 +121,24 @@ def host_oom(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event("host_oom_kill", line, ctx, "fatal", fields, rank=None, rank_source="")]
 
 
+# The kernel's report of a memory cgroup at its limit, printed with every cgroup OOM kill
+# (mm/memcontrol.c, mem_cgroup_print_oom_meminfo): "memory: usage 1048576kB, limit 1048576kB,
+# failcnt 123", and "memory+swap: ..." where swap is accounted
+_CGROUP_AT_LIMIT = re.compile(r"\b(?P<what>memory(?:\+swap)?): usage (?P<usage>\d+)kB, "
+                              r"limit (?P<limit>\d+)kB")
+
+
+def cgroup_at_limit(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """A memory cgroup whose usage reached its limit: the OOM killer's own report of the cgroup it
+    acted in (no pid on this line; the kill line names it where the paste has it)."""
+    m = _CGROUP_AT_LIMIT.search(line.body)
+    if m is None or int(m.group("limit")) == 0 or int(m.group("usage")) < int(m.group("limit")):
+        return []
+    fields: dict[str, str | int | float] = {"memcg": 1, "summary": 1,
+                                            "limit_kb": int(m.group("limit"))}
+    return [make_event("host_oom_kill", line, ctx, "fatal", fields, rank=None, rank_source="")]
+
+
 _SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.\-]+): tasks? (?P<tasks>[\d,\-]+): Out Of Memory")
 
 
@@ -159,4 +177,5 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"failure 2 'out of memory'", cuda_oom),
     (b"Killed process", host_oom),
     (b"oom-kill:", host_oom),
+    (b"kB, limit ", cgroup_at_limit),
 ]

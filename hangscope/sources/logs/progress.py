@@ -18,7 +18,8 @@ Only the tail of a log is read (``tail.TAIL_BYTES``; the lines before it are cou
 numbers stay the file's). Per rank stream the scan yields at most two events: ``progress`` (the last
 progress line: ``fields`` ``step``, ``total``, ``epoch``, ``unit``) and ``log_end`` (the last
 non-blank line); ``advanced`` is set where an earlier line of the stream (or an earlier drawing of
-a redrawn bar) stood at an earlier position in the same unit: the log shows it move. Both are
+a redrawn bar) stood at an earlier position in the same unit: the log shows it move
+(``advanced_since``: the line of that earlier position). Both are
 facts, not failures: ``analysis/log_progress.py`` reads them. Where a
 stream's progress lines also state a per-step time (``compute 38ms``, ``fwd_bwd=0.21s``,
 ``step_time: 67 ms``, the PyTorch examples' ``Time  0.123 ( 0.150)``: :func:`parse_timing`), the
@@ -197,7 +198,8 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
     last: dict[tuple[int | None, int | None], tuple[Line, Progress]] = {}
     ends: dict[tuple[int | None, int | None], Line] = {}
     times: dict[tuple[int | None, int | None], _Times] = {}
-    advanced: set[tuple[int | None, int | None]] = set()  # streams seen at two positions
+    # streams seen at two positions: the line of the nearest earlier one that stood further back
+    advanced: dict[tuple[int | None, int | None], int] = {}
     settled = 0  # lines since a stream last changed
     for index in range(len(lines) - 1, -1, -1):
         if settled > SETTLE_LINES and len(last) == len(ends):
@@ -228,7 +230,7 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
                 found = parse_progress(body)
                 if found is not None and key not in advanced and \
                         found.unit == last[key][1].unit and _order(found) < _order(last[key][1]):
-                    advanced.add(key)  # an earlier line of the stream stood further back
+                    advanced[key] = line_no  # an earlier line of the stream stood further back
                     settled = 0
                 if found is not None and timed is not None and wants_time \
                         and timed.add(parse_timing(body), line_no):
@@ -259,7 +261,7 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
                 # a bar redrawn with carriage returns shows its own advance within the line
                 first = parse_progress(decode(segments[0], MAX_LINE)) if nth else None
                 if first is not None and first.unit == found.unit and _order(first) < _order(found):
-                    advanced.add(key)
+                    advanced[key] = line_no
                 timing = parse_timing(line.body)
                 if timing is not None:
                     times[key] = _Times(timing[0], timing[2])
@@ -286,6 +288,7 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
             fields["epoch"] = found.epoch
         if key in advanced:
             fields["advanced"] = 1
+            fields["advanced_since"] = advanced[key]
         events.append(make_event("progress", line, ctx, "info", fields))
     events.extend(make_event("log_end", line, ctx, "info", {}) for line in ends.values())
     return events
