@@ -27,6 +27,7 @@ CASES = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(REAL, "*
 
 # Pastes hangscope does not yet get right, and why (the README lists them too).
 KNOWN_MISSES = {
+    "zd_mosaicml_streaming_145_prefix_int_worker_barrier_hang": "batch 31 (after its first look; no rule written for it): want dataloader_stall got inconclusive: a Composer config banner and the reporter's own '<HANGED>' marker; that each rank drew another shared-memory prefix and the dataset's worker barrier hung is the thread's word",
     "zc_allennlp_4330_tokenizers_worker_deadlock": "batch 30 (after its first look; no rule written for it): want python_deadlock got inconclusive: AllenNLP's config and 'Beginning training' INFO lines, then a cache check, and nothing after; the tokenizers deadlock in the workers is the thread's title, the log only stops",
     "zc_ms_swift_2117_contrastive_allgather_shape": "batch 30 (after its first look; no rule written for it): want collective_mismatch got missing_rank/[0]: the user's prints of gathered logits shapes with different sequence lengths (906, 966, 902) and one rank's ALLGATHER timeout; no rule ties a user's printed tensor shapes, with no rank named, to the collective's size",
     "zc_rccl_2179_cudagraph_shared_comm_proxy_dump": "batch 30 (after its first look; no rule written for it): want pg_order_deadlock got inconclusive: a reporter's hand-written summary of RCCL proxy state (per-rank SEND/RECV base counters, rank 1 'one op ahead'); prose, no tool's format",
