@@ -263,4 +263,8 @@ def test_hosts_naming_their_out_of_band_nic_differently_is_no_skew() -> None:
     # AND hosts on different devices still differ
     other = {0: {"nccl_net_devices": "IB mlx5_0:1/IB; OOB ib0"},
              1: {"nccl_net_devices": "IB mlx5_2:1/RoCE; OOB ib0"}}
-    assert [d.key for d in compare(gather(_evidence(other)))] == ["nccl_net_devices"]
+    diffs = compare(gather(_evidence(other)))
+    assert [d.key for d in diffs] == ["nccl_net_devices"]
+    # AND the values are shown as the logs wrote them
+    assert sorted(g.value for g in diffs[0].groups) == ["IB mlx5_0:1/IB; OOB ib0",
+                                                       "IB mlx5_2:1/RoCE; OOB ib0"]

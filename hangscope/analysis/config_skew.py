@@ -121,15 +121,17 @@ def compare(facts: Facts) -> list[ConfigDifference]:
     for key in keys:
         by_value: dict[str, list[int]] = defaultdict(list)
         where: dict[str, str] = {}
+        shown_as: dict[str, str] = {}  # each compared value as the first rank's log wrote it
         for rank in ranks:
             if key in facts[rank]:
-                value, cited = facts[rank][key]
-                value = _comparable(key, value)
+                shown, cited = facts[rank][key]
+                value = _comparable(key, shown)
                 by_value[value].append(rank)
                 where.setdefault(value, cited)
+                shown_as.setdefault(value, shown)
         if len(by_value) < 2 or _identity(by_value):
             continue
-        groups = [ConfigGroup(value, members, where[value])
+        groups = [ConfigGroup(shown_as[value], members, where[value])
                   for value, members in sorted(by_value.items(), key=lambda kv: (-len(kv[1]),
                                                                                   kv[1][0]))]
         unknown = [r for r in ranks if key not in facts[r]]
