@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from hangscope.analysis.fault_context import moving_streams, outlived, setup_failure
 from hangscope.analysis.gpu_ranks import FaultRanks
 from hangscope.analysis.ras_facts import ras_facts
 from hangscope.model import JobEvidence, LogEvent
@@ -47,25 +48,6 @@ _OOM_MESSAGE = re.compile(r"^(?:CUDA|HIP) out of memory|^CUDA error: out of memo
 RANKS_DISAGREE = re.compile(r"disagreement between rank ?\d+ and rank ?\d+|"
                             r"due to shape mismatches\. All shapes across devices must be valid|"
                             r"due to inadequate shapes\. All shapes on the devices must be valid")
-
-
-# Functions of process-group set-up (torch.distributed's init_process_group and new_group, the
-# store-based barrier, the rendezvous handlers that create the TCPStore; DeepSpeed's and
-# Accelerate's wrappers): an exception raised with one of them innermost is set-up failing
-SETUP_FUNCTIONS = frozenset({
-    "init_process_group", "_store_based_barrier", "_new_process_group_helper", "new_group",
-    "rendezvous", "next_rendezvous", "_rendezvous_helper", "_create_c10d_store",
-    "_env_rendezvous_handler", "_tcp_rendezvous_handler", "_file_rendezvous_handler",
-    "_create_tcp_store", "init_distributed", "_init_dist_pytorch", "_init_dist_slurm"})
-
-
-def setup_failure(event: LogEvent) -> bool:
-    """Rule ``setup-exception``: a traceback whose innermost frame is process-group set-up (one of
-    :data:`SETUP_FUNCTIONS`) records set-up failing on that process (a store it could not reach
-    or that reset, an interface that does not exist, a rank out of range), not a death of its
-    own: its launcher's exit record follows from it."""
-    return event.kind == "traceback" and event.fields.get("last_function") in SETUP_FUNCTIONS \
-        and not event.fields.get("thread")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +93,8 @@ def classify(event: LogEvent) -> str | None:
         message = f"{event.fields.get('exc_type', '')}: {event.fields.get('exc_message', '')}"
         if _LOADER_EXC.search(message):
             return "dataloader"
-        if setup_failure(event):  # (an OOM raised there was told apart above)
-            return "setup"  # (a store that reset or timed out in set-up is set-up failing)
+        if setup_failure(event):  # before the echoes: a store that reset in set-up is set-up
+            return "setup"  # failing (an OOM raised there was told apart above)
         if _ECHO.search(message) or "ChildFailedError" in message or \
                 event.fields.get("main_first"):
             return None  # (inside a main-process-first block: its exception is the wait's end)
@@ -246,22 +228,6 @@ def _echo_exit(event: LogEvent, closed_pids: set[object], echoed: set[int], abor
     if signal:
         return event.fields.get("pid") in closed_pids and signal in _STOP_SIGNALS
     return rank in echoed
-
-
-def outlived(event: LogEvent, moving: list[LogEvent]) -> bool:
-    """Rule ``outlived-fault``: a fault the job went on past: its stream (the event's rank, or no
-    rank where it names none) shows training at two positions, both after the fault's line in the
-    same file. A rank that died or waits stops a synchronous job within a step; two steps on,
-    whatever the line said was recovered from (NCCL's remote allocator failing on a stray
-    message, a connection a retry replaced)."""
-    return any(e.path == event.path and int(e.fields.get("advanced_since", 0) or 0) > event.line_no
-               and (event.rank is None or e.rank in (None, event.rank)) for e in moving)
-
-
-def moving_streams(evidence: JobEvidence) -> list[LogEvent]:
-    """The progress events of streams the logs show move, with the line they moved from."""
-    return [e for e in evidence.all_logs()
-            if e.kind == "progress" and e.fields.get("advanced_since")]
 
 
 def _known_signal(event: LogEvent) -> bool:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from hangscope.analysis.log_causes import ECHO_KINDS, classify, failures, outlived
+from hangscope.analysis.fault_context import outlived
+from hangscope.analysis.log_causes import ECHO_KINDS, classify, failures
 from hangscope.analysis.log_progress import (
     describe_progress,
     lagging_stream,

@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 
 from hangscope.analysis.context import Context, log_evidence
-from hangscope.analysis.log_causes import setup_failure
+from hangscope.analysis.fault_context import setup_failure
 from hangscope.analysis.majority import odd_ones_out
 from hangscope.analysis.stacks import short_where
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind

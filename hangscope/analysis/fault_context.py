@@ -1,0 +1,42 @@
+"""What a failure line means in its context, before anyone counts it as a rank's own failure:
+an exception raised inside process-group set-up is set-up failing (``setup-exception``), and a
+fault the job went on past was recovered from (``outlived-fault``). ``log_causes`` applies both
+when it lists each rank's failures; the detectors and the health notes cite them."""
+
+from __future__ import annotations
+
+from hangscope.model import JobEvidence, LogEvent
+
+# Functions of process-group set-up (torch.distributed's init_process_group and new_group, the
+# store-based barrier, the rendezvous handlers that create the TCPStore; DeepSpeed's and
+# Accelerate's wrappers): an exception raised with one of them innermost is set-up failing
+SETUP_FUNCTIONS = frozenset({
+    "init_process_group", "_store_based_barrier", "_new_process_group_helper", "new_group",
+    "rendezvous", "next_rendezvous", "_rendezvous_helper", "_create_c10d_store",
+    "_env_rendezvous_handler", "_tcp_rendezvous_handler", "_file_rendezvous_handler",
+    "_create_tcp_store", "init_distributed", "_init_dist_pytorch", "_init_dist_slurm"})
+
+
+def setup_failure(event: LogEvent) -> bool:
+    """Rule ``setup-exception``: a traceback whose innermost frame is process-group set-up (one of
+    :data:`SETUP_FUNCTIONS`) records set-up failing on that process (a store it could not reach
+    or that reset, an interface that does not exist, a rank out of range), not a death of its
+    own: its launcher's exit record follows from it."""
+    return event.kind == "traceback" and event.fields.get("last_function") in SETUP_FUNCTIONS \
+        and not event.fields.get("thread")
+
+
+def outlived(event: LogEvent, moving: list[LogEvent]) -> bool:
+    """Rule ``outlived-fault``: a fault the job went on past: its stream (the event's rank, or no
+    rank where it names none) shows training at two positions, both after the fault's line in the
+    same file. A rank that died or waits stops a synchronous job within a step; two steps on,
+    whatever the line said was recovered from (NCCL's remote allocator failing on a stray
+    message, a connection a retry replaced)."""
+    return any(e.path == event.path and int(e.fields.get("advanced_since", 0) or 0) > event.line_no
+               and (event.rank is None or e.rank in (None, event.rank)) for e in moving)
+
+
+def moving_streams(evidence: JobEvidence) -> list[LogEvent]:
+    """The progress events of streams the logs show move, with the line they moved from."""
+    return [e for e in evidence.all_logs()
+            if e.kind == "progress" and e.fields.get("advanced_since")]
