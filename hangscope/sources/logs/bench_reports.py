@@ -52,6 +52,11 @@ _NUMBER = re.compile(r"^[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 _MEASURE = re.compile(r"^\s*busbw:\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gbps\s*$")
 MAX_ROWS = 400
 MIN_ROWS = 3  # rows of numbers under one header: a table, not a stray line of figures
+MIN_CELLS = 3  # cells of a header, and of each row under it
+# the bandwidth cells _BW_HEADER reads, as triggers: lower case, capitalised, and any "...BW"
+# (not a bare "bw": "fwd_bwd" is on every step line of many training logs)
+_BW_CELLS = tuple(spelling.encode() for cell in ("bus", "alg", "avg", "max", "min")
+                  for spelling in (cell + "bw", cell.capitalize() + "bw")) + (b"BW",)
 
 
 def comm_op(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
@@ -93,7 +98,7 @@ def latency_matrix(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 def _numbers(body: str) -> int:
     """The count of cells in a row made only of numbers, else 0."""
     cells = body.split()
-    return len(cells) if len(cells) >= MIN_ROWS and all(_NUMBER.match(c) for c in cells) else 0
+    return len(cells) if len(cells) >= MIN_CELLS and all(_NUMBER.match(c) for c in cells) else 0
 
 
 def bench_table(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
@@ -101,7 +106,7 @@ def bench_table(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     columns (give or take one): each row a size the benchmark measured and finished."""
     body = line.body.strip()
     cells = body.split()
-    if len(cells) < MIN_ROWS or not _BW_HEADER.search(body) or sum(
+    if len(cells) < MIN_CELLS or not _BW_HEADER.search(body) or sum(
             1 for c in cells if _NUMBER.match(c)) > 1 or "|" in body:
         return []
     rows = 0
@@ -125,7 +130,7 @@ def bench_measure(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 
 HANDLERS: list[tuple[bytes, Handler]] = [
-    (b"bw", bench_table),
+    *((cell, bench_table) for cell in _BW_CELLS),
     (b"andwidth", bench_table),
     (b"GB/s", bench_table),
     (b"Gbps", bench_table),
