@@ -38,8 +38,10 @@ def logs_moving(evidence: JobEvidence) -> str | None:
     every = list(evidence.all_logs())
     moving = [e for e in every if e.kind == "progress" and e.fields.get("advanced")]
     in_step = [] if moving else _in_step(evidence)
-    if not (moving or in_step) or any(not outlived(e, moving)
-                                      for e in _failed_or_echoed(evidence, every)):
+    if not (moving or in_step):
+        return None
+    past = _failed_or_echoed(evidence, every)  # what it went on past, if anything
+    if any(not outlived(e, moving) for e in past):
         return None
     cancelled = stopped_by_scheduler(every)
     if any(e.severity in ("error", "fatal") or (e.kind == "cue" and e.fields.get("cue") not in
@@ -71,10 +73,10 @@ def logs_moving(evidence: JobEvidence) -> str | None:
                 "and nothing fails: no error, no timeout, no lost peer; ranks of a synchronous "
                 "job that reached one step together were running in step. " + limit)
     latest = max(moving, key=lambda e: (e.time or 0.0, e.line_no))
-    past = sorted(_failed_or_echoed(evidence, every), key=lambda e: (e.path, e.line_no))
+    first = min(past, key=lambda e: (e.path, e.line_no), default=None)
     went_past = (f" (rule outlived-fault: it went on past {len(past)} earlier warning(s) or "
-                 f"error(s), the first at {past[0].where()}: what they said was recovered from)"
-                 if past else "")
+                 f"error(s), the first at {first.where()}: what they said was recovered from)"
+                 if first is not None else "")
     return (f"rule logs-advance: the log shows training moving ({describe_progress(latest)} at "
             f"{latest.where()}){went_past} and nothing failing after that: no error, no timeout, "
             "no lost peer. " + limit)
