@@ -67,3 +67,15 @@ def test_an_etcd_rendezvous_round_given_up_is_set_up_that_does_not_complete(
         f"INFO 2020-08-18 05:27:1{v},491 Destroyed rendezvous version {v} successfully.\n"
         for v in (4, 5))
     assert kind_and_culprits(verdict_of(tmp_path, rounds)) == ("init_hang", [])
+
+
+def test_a_launcher_sigkill_beside_a_cgroup_report_names_the_launchers_rank(
+        tmp_path: Path) -> None:
+    # GIVEN DeepSpeed's launcher naming the worker it lost by its command line (the rank is
+    # the launcher's, not the line's) and the kernel's cgroup report with no pid
+    text = ("[2023-03-08 23:09:10,911] [ERROR] [launch.py:324:sigkill_handler] ['/usr/bin/"
+            "python', '-u', 'train.py', '--local_rank=1', '--deepspeed', 'ds.json'] exits with "
+            "return code = -9\n" + _CGROUP.splitlines()[0] + "\n")
+    findings = verdict_of(tmp_path, text).findings
+    # THEN the out-of-memory kill is rank 1's (it read the rank off the line, and failed, before)
+    assert ("rank_oom", [1]) in [(f.kind.value, f.culprit_ranks) for f in findings]

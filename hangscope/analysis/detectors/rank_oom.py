@@ -12,15 +12,15 @@ from __future__ import annotations
 import re
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.log_causes import describe, failures, unranked
+from hangscope.analysis.log_causes import Failure, describe, failures, unranked
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import format_ranks, ranks_phrase
 
 
 def detect(ctx: Context) -> list[Finding]:
-    by_rank = {rank: [f for f in items if f.what == "oom"]
-               for rank, items in failures(ctx.evidence).items()}
+    found = failures(ctx.evidence)
+    by_rank = {rank: [f for f in items if f.what == "oom"] for rank, items in found.items()}
     pids = {ev.pid: rank for rank, ev in ctx.evidence.ranks.items() if ev.pid}
     for rank_ev in ctx.evidence.ranks.values():
         for event in rank_ev.logs:
@@ -28,7 +28,7 @@ def detect(ctx: Context) -> list[Finding]:
                 by_rank.setdefault(pids[int(event.fields["pid"])], [])
     culprits = sorted(rank for rank, items in by_rank.items() if items)
     if not culprits:
-        return _unranked(ctx)
+        return _unranked(ctx, found)
     evidence = [EvidenceItem("log", rank, describe(item.event), item.event.where())
                 for rank in culprits[:8] for item in by_rank[rank][:2]]
     moving = [r for r in culprits if (s := ctx.stacks.get(r)) and s.progress == "moving"]
@@ -43,7 +43,7 @@ def detect(ctx: Context) -> list[Finding]:
 
 
 
-def _unranked(ctx: Context) -> list[Finding]:
+def _unranked(ctx: Context, found: dict[int, list[Failure]]) -> list[Finding]:
     """An OOM in a log that names no rank (dmesg, one process's stderr): the failure is known,
     the rank is not; say which pid or process to map."""
     events = unranked(ctx.evidence, frozenset({"oom"}))
@@ -51,16 +51,15 @@ def _unranked(ctx: Context) -> list[Finding]:
         return []
     first = events[0]
     pids = sorted({str(e.fields["pid"]) for e in events if e.fields.get("pid")})
-    killed = [] if pids else _sigkilled(ctx)
+    killed = [] if pids else _sigkilled(ctx, found)
     evidence = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:4]]
-    if len({e.rank for e in killed}) == 1:
+    if len({rank for rank, _ in killed}) == 1:
         # rule oom-kill-names-sigkilled: the kernel's OOM report names no process, and one rank
         # of the job was killed by SIGKILL, the signal the OOM killer sends
-        rank = killed[0].rank
-        assert rank is not None
-        evidence.append(EvidenceItem("log", rank, describe(killed[0]), killed[0].where()))
+        rank, line = killed[0]
+        evidence.append(EvidenceItem("log", rank, describe(line), line.where()))
         summary = (f"rank {rank} ran out of host memory: it was killed by SIGKILL "
-                   f"({killed[0].where()}) and the kernel reports an out-of-memory kill "
+                   f"({line.where()}) and the kernel reports an out-of-memory kill "
                    f"({describe(first, 160)}, {first.where()})")
         return [Finding(kind=Kind.RANK_OOM, culprit_ranks=[rank], waiting_ranks=[],
                         confidence=0.75, summary=summary, evidence=evidence,
@@ -75,12 +74,12 @@ def _unranked(ctx: Context) -> list[Finding]:
 _SIGKILL = re.compile(r"SIGKILL|signal 9\b|exitcode:? -9\b")
 
 
-def _sigkilled(ctx: Context) -> list[LogEvent]:
-    """The ranked lines that say a rank was killed by SIGKILL: a launcher's record of it, or a
-    line that says so in words (torch.multiprocessing's 'process 2 terminated with signal
-    SIGKILL')."""
-    out = [f.event for items in failures(ctx.evidence).values() for f in items
+def _sigkilled(ctx: Context, found: dict[int, list[Failure]]) -> list[tuple[int, LogEvent]]:
+    """(rank, line) for each line that says a rank was killed by SIGKILL: a launcher's record of
+    it (whose rank may come from its table, not the line), or a line that says so in words
+    (torch.multiprocessing's 'process 2 terminated with signal SIGKILL')."""
+    out = [(f.rank, f.event) for items in found.values() for f in items
            if f.what == "signal" and f.event.fields.get("signal") == "SIGKILL"]
-    out += [e for e in ctx.evidence.all_logs() if e.kind == "cue" and e.rank is not None
+    out += [(e.rank, e) for e in ctx.evidence.all_logs() if e.kind == "cue" and e.rank is not None
             and e.fields.get("cue") == "signal-death" and _SIGKILL.search(e.message)]
     return out
