@@ -190,7 +190,6 @@ def _index(values: list[int], value: int, start: int) -> int:
         return -1
 
 
-
 def _shape(line: str) -> str:
     """A line's head with its digits made alike: two rows of one print share it."""
     return _DIGITS.sub("0", line[:HEAD])
