@@ -46,7 +46,7 @@ from typing import Any
 from hangscope import timing
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrDump, FrEntry, ProcessGroupInfo
-from hangscope.sources import fr_corrections, safe_pickle
+from hangscope.sources import fr_blocks, fr_corrections, safe_pickle
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,8 @@ def read_raw(path: str, data: bytes | None = None) -> tuple[dict[str, Any], list
         entries_raw = []
     if not isinstance(entries_raw, list):
         raise BadInputError(path, "'entries' is not a list")
+    with timing.phase("reduce"):
+        entries_raw = raw["entries"] = fr_blocks.resolve(entries_raw)
     return raw, entries_raw
 
 

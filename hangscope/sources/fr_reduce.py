@@ -16,7 +16,7 @@ from typing import Any
 from hangscope import timing
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrEntry
-from hangscope.sources import flight_recorder, fr_columns, fr_corrections, fr_native
+from hangscope.sources import flight_recorder, fr_blocks, fr_columns, fr_corrections, fr_native
 from hangscope.sources.fr_digest import (
     MAX_PROBLEMS,
     TAIL,
@@ -49,8 +49,11 @@ def reduce_dump(path: str, rank: int) -> DumpDigest:
         native = fr_native.read(data)
     cols: fr_columns.Columns | None = None
     entries_raw: Sequence[Any]
-    if native is not None and fr_corrections.misread(native[0], native[1]):
-        native = None  # rare (a rank inside a call): its records are read as dicts, and fixed
+    if native is not None and (fr_blocks.may_hold(data)
+                               or fr_corrections.misread(native[0], native[1])):
+        # rare (a rank inside a call), or p2p in batch_isend_irecv blocks (a pipeline-parallel
+        # job's): its records are read as dicts, and fixed
+        native = None
     notes: list[str] = []
     if native is None:
         raw, entries_raw = flight_recorder.read_raw(path, data)
