@@ -17,7 +17,7 @@ import pytest
 
 from hangscope.analysis.engine import analyze
 from hangscope.options import LoadOptions
-from hangscope.sources import flight_recorder, fr_blocks
+from hangscope.sources import flight_recorder, fr_blocks, fr_columns, fr_native, fr_reduce
 from hangscope.sources.load import load_paths
 
 from fixtures import fr_shapes
@@ -178,3 +178,40 @@ def test_pipeline_blocks_of_a_finished_job_are_history(tmp_path: Path) -> None:
     first = verdict.findings[0]
     assert (first.kind.value, first.culprit_ranks) == ("missing_rank", truth["culprit_ranks"])
     assert "p2p" not in " ".join(e.detail for e in first.evidence)
+
+
+def test_the_c_readers_records_resolve_as_the_unpickled_ones(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the 3dbatch job's dumps, as the C reader reads them (where it was built)
+    if not fr_native.ENABLED:
+        pytest.skip("the C reader was not built here")
+    fr_shapes.write(tmp_path, "3dbatch", 16, 300)
+    monkeypatch.setattr(fr_reduce.Reducer, "by_record", _no_by_record)
+    for path in sorted(tmp_path.glob("nccl_trace_rank_*")):
+        data = path.read_bytes()
+        native = fr_native.read(data)
+        assert native is not None and fr_blocks.may_hold(data)
+        # WHEN resolved on its columns, and as dicts
+        top, view, cols = fr_blocks.resolve_native(*native)
+        _raw, resolved = flight_recorder.read_raw(str(path), data)
+        # THEN the same records, in the same order, with the columns scan gives them
+        assert list(view) == resolved and top["entries"] is view
+        scanned = fr_columns.scan(resolved)
+        assert scanned is not None
+        assert (cols.record_ids, cols.seqs, cols.p2p_seqs, cols.created, cols.timed) == (
+            scanned.record_ids, scanned.seqs, scanned.p2p_seqs, scanned.created, scanned.timed)
+        # and records of one key class are equal in every keyed field
+        for index, first in enumerate(cols.firsts):
+            assert _key(view[index]) == _key(view[first])
+        # AND the reducer reads it by its columns, never record by record
+        fr_reduce.reduce_dump(str(path), 0)
+
+
+def _no_by_record(self: Any) -> Any:
+    raise AssertionError("read record by record")
+
+
+def _key(record: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(record.get(field) for field in (
+        "profiling_name", "process_group", "state", "is_p2p", "timeout_ms", "retired",
+        "thread_name", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes"))

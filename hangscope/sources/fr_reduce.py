@@ -49,11 +49,11 @@ def reduce_dump(path: str, rank: int) -> DumpDigest:
         native = fr_native.read(data)
     cols: fr_columns.Columns | None = None
     entries_raw: Sequence[Any]
-    if native is not None and (fr_blocks.may_hold(data)
-                               or fr_corrections.misread(native[0], native[1])):
-        # rare (a rank inside a call), or p2p in batch_isend_irecv blocks (a pipeline-parallel
-        # job's): its records are read as dicts, and fixed
-        native = None
+    if native is not None and fr_blocks.may_hold(data):  # a pipeline-parallel job's p2p
+        with timing.phase("reduce"):
+            native = fr_blocks.resolve_native(*native)
+    if native is not None and fr_corrections.misread(native[0], native[1]):
+        native = None  # rare (a rank inside a call): its records are read as dicts, and fixed
     notes: list[str] = []
     if native is None:
         raw, entries_raw = flight_recorder.read_raw(path, data)
