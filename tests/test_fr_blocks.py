@@ -114,7 +114,82 @@ def test_hostile_records_pass_through() -> None:
 
 def test_may_hold_is_a_cheap_prefilter() -> None:
     assert fr_blocks.may_hold(pickle.dumps({"profiling_name": "nccl:coalesced"}))
-    assert not fr_blocks.may_hold(pickle.dumps({"profiling_name": "nccl:ALLGATHER_coalesced"}))
+    assert fr_blocks.may_hold(pickle.dumps({"profiling_name": "nccl:ALLGATHER_coalesced"}))
+    assert not fr_blocks.may_hold(pickle.dumps({"profiling_name": "nccl:all_gather"}))
+
+
+def test_a_collective_blocks_ops_take_its_state_and_the_end_stays() -> None:
+    # GIVEN an all_gather of uneven sizes as torch records it (FR 2.7+): broadcasts without
+    # events sharing the block's seq, then the block's end; then a block whose end is not yet
+    # recorded
+    records = [_collective("nccl:all_reduce", 1, 0),
+               *({**_collective("nccl:_broadcast_oop", 2, 1 + i), "state": "scheduled",
+                  "retired": False} for i in range(3)),
+               {**_collective("nccl:ALLGATHER_coalesced", 2, 4), "input_sizes": [],
+                "time_discovered_completed_ns": 77},
+               *({**_collective("nccl:_broadcast_oop", 3, 5 + i), "state": "scheduled",
+                  "retired": False} for i in range(2))]
+    got = fr_blocks.resolve(copy.deepcopy(records))
+    # THEN the finished block's broadcasts are completed, its end kept; the open block's not
+    assert [(r["profiling_name"], r["state"]) for r in got] == [
+        ("nccl:all_reduce", "completed"), *[("nccl:_broadcast_oop", "completed")] * 3,
+        ("nccl:ALLGATHER_coalesced", "completed"), *[("nccl:_broadcast_oop", "scheduled")] * 2]
+    assert got[1]["time_discovered_completed_ns"] == 77 and got[1]["retired"] is True
+    # AND a fused op (one record, its own seq) after a collective is no block's end
+    fused = [_collective("nccl:all_reduce", 1, 0),
+             {**_collective("nccl:allreduce_coalesced", 2, 1), "state": "started"}]
+    assert fr_blocks.resolve(copy.deepcopy(fused)) == fused
+
+
+def _uneven_all_gather_job(out: Path, world: int = 4, culprit: int = 2) -> None:
+    """A job whose steps are an all_reduce and an all_gather of uneven sizes (broadcasts in a
+    coalesced block, as torch 2.7+ records them), then ``culprit`` never issues the next
+    all_reduce."""
+    out.mkdir(parents=True, exist_ok=True)
+
+    def record(rid: int, name: str, seq: int, sizes: list[Any], done: bool = True,
+               scheduled: bool = False) -> dict[str, Any]:
+        t = 10**18 + rid * 10**6
+        return {"record_id": rid, "pg_id": 0, "process_group": ("0", "default_pg"),
+                "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": rid + 1,
+                "profiling_name": name, "time_created_ns": t, "input_sizes": sizes,
+                "input_dtypes": ["Float"] * len(sizes), "output_sizes": sizes,
+                "output_dtypes": ["Float"] * len(sizes),
+                "state": "scheduled" if scheduled else "completed" if done else "started",
+                "time_discovered_started_ns": None if scheduled else t + 1000,
+                "time_discovered_completed_ns": t + 5000 if done and not scheduled else None,
+                "retired": done and not scheduled, "timeout_ms": 600000, "is_p2p": False}
+
+    for rank in range(world):
+        entries: list[dict[str, Any]] = []
+        seq = 0
+        for _step in range(20):
+            seq += 1
+            entries.append(record(len(entries), "nccl:all_reduce", seq, [[4]]))
+            seq += 1
+            entries += [record(len(entries) + i, "nccl:_broadcast_oop", seq, [[i + 1, 2]],
+                               scheduled=True) for i in range(world)]
+            entries.append(record(len(entries), "nccl:ALLGATHER_coalesced", seq, []))
+        if rank != culprit:
+            entries.append(record(len(entries), "nccl:all_reduce", seq + 1, [[4]], done=False))
+        dump = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg",
+                                                       "ranks": str(list(range(world)))}},
+                "entries": entries}
+        (out / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(dump, protocol=2))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_uneven_all_gather_history_is_not_a_hang(tmp_path: Path, native: bool,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a job whose history holds coalesced broadcast blocks, rank 2 missing at the end
+    _uneven_all_gather_job(tmp_path / "job")
+    if not native:
+        monkeypatch.setattr("hangscope.sources.fr_native.ENABLED", False)
+    # WHEN analyzed
+    evidence, _ = load_paths([str(tmp_path / "job")], LoadOptions())
+    first = analyze(evidence)[0].findings[0]
+    # THEN rank 2 is missing from the all_reduce (not every rank "still in" an old broadcast)
+    assert (first.kind.value, first.culprit_ranks) == ("missing_rank", [2]), first.summary
 
 
 def _as_blocks(dump: dict[str, Any]) -> dict[str, Any]:
@@ -182,10 +257,12 @@ def test_pipeline_blocks_of_a_finished_job_are_history(tmp_path: Path) -> None:
 
 def test_the_c_readers_records_resolve_as_the_unpickled_ones(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    # GIVEN the 3dbatch job's dumps, as the C reader reads them (where it was built)
+    # GIVEN the 3dbatch job's dumps and a job with collective blocks, as the C reader reads
+    # them (where it was built)
     if not fr_native.ENABLED:
         pytest.skip("the C reader was not built here")
     fr_shapes.write(tmp_path, "3dbatch", 16, 300)
+    _uneven_all_gather_job(tmp_path, world=4)
     monkeypatch.setattr(fr_reduce.Reducer, "by_record", _no_by_record)
     for path in sorted(tmp_path.glob("nccl_trace_rank_*")):
         data = path.read_bytes()

@@ -1,4 +1,5 @@
-"""A ``batch_isend_irecv`` block's sends and receives, read in the state of the block.
+"""The ops of a coalesced block (``batch_isend_irecv``, ``_coalescing_manager``), read in the
+state of the block.
 
 NCCL's flight recorder writes such a block (Megatron's pipeline p2p by default) as one record per
 send or receive, then one ``nccl:coalesced`` record that ends it (torch's ``pointToPoint`` and
@@ -23,14 +24,17 @@ The C reader's dumps are resolved on its columns (:func:`resolve_native`), with 
 but those a block's end takes its state from and those the digest keeps: the same records,
 columns and keys as :func:`resolve` then ``fr_columns.scan`` give.
 
-Collective blocks end in ``nccl:<OP>_coalesced`` (``allreduce_coalesced``, ...), not
-``nccl:coalesced``, and are not touched; neither is an end whose nearest earlier record in its
-group is a collective (older torch named every block's end ``nccl:coalesced``).
+Collective blocks are recorded the same way since FR 2.7 where torch runs a collective as several
+ops (``all_gather`` of uneven sizes as broadcasts; ``test_allgather_uneven``): ops ``scheduled``
+without events, sharing the block's ``collective_seq_id``, then an end named after the block
+(``nccl:ALLGATHER_coalesced``) with the block's state. Their ops take the end's state too, and
+the end stays (the analysis reads a collective block whole, its end last). A fused op
+(``allreduce_coalesced``: one record, seq of its own) is no block end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from itertools import accumulate, compress
 from typing import TYPE_CHECKING, Any
@@ -45,42 +49,26 @@ _TAKEN = ("state", "retired", "time_discovered_started_ns", "time_discovered_com
 
 def may_hold(data: bytes) -> bool:
     """Whether the dump's bytes can hold a block's end: a cheap test before reading records."""
-    return b":coalesced" in data
+    return b"coalesced" in data
 
 
 def resolve(entries: list[Any]) -> list[Any]:
-    """The records with each p2p block resolved (see the module docstring): the block's sends
-    and receives updated in place, its end left out. Returns ``entries`` itself where no block
-    was found. Records of any other type or form are passed through untouched."""
-    runs: dict[Any, tuple[Any, list[int]]] = {}  # group -> (p2p seq, indices) of its last p2p run
-    seen: set[Any] = set()  # groups with a record before this one
-    ends: list[int] = []
+    """The records with each block resolved (see the module docstring): a block's ops updated
+    in place, a p2p block's end left out. Returns ``entries`` itself where no p2p end was
+    dropped. Records of any other type or form are passed through untouched."""
+    names = {record.get("profiling_name") for record in entries if type(record) is dict}
+    if not any(type(name) is str and name.endswith(END) for name in names):
+        return entries  # no block's end: the common case, one pass in C
+    rows = []
     for index, record in enumerate(entries):
-        if type(record) is not dict:
-            continue
-        name, group = record.get("profiling_name"), _group(record)
-        if type(name) is not str or group is None:
-            continue
-        op = name.partition(":")[2].strip() if ":" in name else name.strip()
-        seq = record.get("p2p_seq_id")
-        if op == END:
-            run = runs.pop(group, None)
-            if run is not None and run[0] == seq:
-                for inner in run[1]:
-                    _take(entries[inner], record)
-                ends.append(index)
-            elif group not in seen and type(seq) is int and seq > 0 \
-                    and record.get("state") == "completed":
-                ends.append(index)  # the ring buffer dropped its block's sends and receives
-        elif _is_p2p(record, op):
-            run = runs.get(group)
-            if run is not None and run[0] == seq:
-                run[1].append(index)
-            else:
-                runs[group] = (seq, [index])
-        else:
-            runs.pop(group, None)
-        seen.add(group)
+        if type(record) is dict:
+            group, kind = _classify(record)
+            if group is not None:
+                rows.append((index, group, kind, record.get("state"),
+                             record.get("p2p_seq_id"), record.get("collective_seq_id")))
+    takes, ends = _walk(rows)
+    for inner, end in takes.items():
+        _take(entries[inner], entries[end])
     if not ends:
         return entries
     dropped = set(ends)
@@ -89,54 +77,26 @@ def resolve(entries: list[Any]) -> list[Any]:
 
 def resolve_native(top: dict[str, Any], entries: Sequence[Any], cols: Columns) -> tuple[
         dict[str, Any], Sequence[Any], Columns]:
-    """:func:`resolve` for the C reader's lazy records and their columns: the same logic on each
+    """:func:`resolve` for the C reader's lazy records and their columns: the same walk on each
     record's key (every record of a key has the same name, group, flag and state) and the
-    columns' p2p seqs, so that only the records it changes are made, when indexed."""
-    firsts, p2p_seqs = cols.firsts, cols.p2p_seqs
+    columns' seqs, so that only the records it changes are made, when indexed."""
+    firsts, p2p_seqs, seqs = cols.firsts, cols.p2p_seqs, cols.seqs
     kinds: dict[int, tuple[Any, str, Any]] = {}  # key's first record -> (group, kind, state)
     for first in dict.fromkeys(firsts):
         record = entries[first]
-        name, group = record.get("profiling_name"), _group(record)
-        if type(name) is not str or group is None:
-            kinds[first] = (None, "", None)
-            continue
-        op = name.partition(":")[2].strip() if ":" in name else name.strip()
-        kind = "end" if op == END else "p2p" if _is_p2p(record, op) else ""
+        group, kind = _classify(record)
         kinds[first] = (group, kind, record.get("state"))
     # only the groups with an end can change: walk their records alone
-    groups = {group for group, kind, _state in kinds.values() if kind == "end"}
+    groups = {group for group, kind, _state in kinds.values() if kind in _ENDS}
     if not groups:
         return top, entries, cols
     mine = {first for first, (group, _kind, _state) in kinds.items() if group in groups}
-    runs: dict[Any, tuple[int, list[int]]] = {}
-    seen: set[Any] = set()
-    end_of: dict[int, int] = {}  # a block's send/recv -> its end
-    ends: list[int] = []
-    for index in compress(range(len(firsts)), map(mine.__contains__, firsts)):
-        group, kind, state = kinds[firsts[index]]
-        if kind == "p2p":  # the most of them, first
-            seq = p2p_seqs[index]
-            run = runs.get(group)
-            if run is not None and run[0] == seq:
-                run[1].append(index)
-            else:
-                runs[group] = (seq, [index])
-            seen.add(group)
-            continue
-        seq = p2p_seqs[index]
-        if kind == "end":
-            run = runs.pop(group, None)
-            if run is not None and run[0] == seq:
-                for inner in run[1]:
-                    if kinds[firsts[inner]][2] == "scheduled":
-                        end_of[inner] = index
-                ends.append(index)
-            elif group not in seen and seq > 0 and state == "completed":
-                ends.append(index)
-        else:
-            runs.pop(group, None)
-        seen.add(group)
-    if not ends:
+    takes, ends = _walk((index, *kinds[firsts[index]], p2p_seqs[index], seqs[index])
+                        for index in compress(range(len(firsts)),
+                                              map(mine.__contains__, firsts)))
+    end_of = {inner: end for inner, end in takes.items()
+              if kinds[firsts[inner]][2] == "scheduled"}  # what _take changes
+    if not ends and not end_of:
         return top, entries, cols
     keep = bytearray(b"\x01") * len(firsts)
     for index in ends:
@@ -157,8 +117,58 @@ def resolve_native(top: dict[str, Any], entries: Sequence[Any], cols: Columns) -
     top = {**top, "entries": view}
     return top, view, replace(
         cols, record_ids=list(compress(cols.record_ids, keep)),
-        seqs=list(compress(cols.seqs, keep)), p2p_seqs=list(compress(p2p_seqs, keep)),
+        seqs=list(compress(seqs, keep)), p2p_seqs=list(compress(p2p_seqs, keep)),
         timed=timed, created=created, firsts=firsts_now)
+
+
+_ENDS = ("end", "p2p end")
+
+
+def _classify(record: dict[str, Any]) -> tuple[Any, str]:
+    """The record's group (None: not read here) and kind: "p2p" (a send or receive), "p2p end"
+    (``<backend>:coalesced``: ends a p2p block, or a collective one in older torch), "end" (any
+    other ``..._coalesced``) or "" (any other op)."""
+    name, group = record.get("profiling_name"), _group(record)
+    if type(name) is not str or group is None:
+        return None, ""
+    op = name.partition(":")[2].strip() if ":" in name else name.strip()
+    if op == END:
+        return group, "p2p end"
+    if op.endswith(END):
+        return group, "end"
+    return group, "p2p" if _is_p2p(record, op) else ""
+
+
+def _walk(rows: Iterable[tuple[int, Any, str, Any, Any, Any]]) -> tuple[dict[int, int],
+                                                                         list[int]]:
+    """Over (index, group, kind, state, p2p seq, collective seq), in record order: which record
+    takes its state from which end, and which ends are left out. A block is the run of records
+    of one group right before its end: sends/receives of the end's p2p seq, or collectives of
+    its collective seq."""
+    runs: dict[Any, tuple[bool, Any, list[int]]] = {}  # group -> (p2p?, seq, indices)
+    seen: set[Any] = set()  # groups with a record before this one
+    takes: dict[int, int] = {}
+    ends: list[int] = []
+    for index, group, kind, state, p2p_seq, seq in rows:
+        if kind == "p2p" or not kind:
+            p2p, at = (True, p2p_seq) if kind else (False, seq)
+            run = runs.get(group)
+            if run is not None and run[0] is p2p and run[1] == at:
+                run[2].append(index)
+            else:
+                runs[group] = (p2p, at, [index])
+        else:
+            run = runs.pop(group, None)
+            if run is not None and run[0] and kind == "p2p end" and run[1] == p2p_seq:
+                takes.update(dict.fromkeys(run[2], index))
+                ends.append(index)  # a p2p block reads as its sends and receives
+            elif run is not None and not run[0] and run[1] == seq:
+                takes.update(dict.fromkeys(run[2], index))  # a collective block keeps its end
+            elif kind == "p2p end" and group not in seen and type(p2p_seq) is int \
+                    and p2p_seq > 0 and state == "completed":
+                ends.append(index)  # the ring buffer dropped its block's sends and receives
+        seen.add(group)
+    return takes, ends
 
 
 class _Resolved(Sequence[Any]):
