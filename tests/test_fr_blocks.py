@@ -102,7 +102,8 @@ def test_an_end_whose_block_the_ring_buffer_dropped_is_dropped() -> None:
 
 def test_hostile_records_pass_through() -> None:
     # GIVEN records of every wrong form among a block
-    odd: list[Any] = [None, 3, "x", {"profiling_name": 5}, {"profiling_name": "nccl:coalesced"},
+    odd: list[Any] = [None, 3, "x", {"profiling_name": 5}, {"profiling_name": ["a", "b"]},
+                      {"profiling_name": "nccl:coalesced"},
                       {"profiling_name": "nccl:coalesced", "process_group": []},
                       {"profiling_name": "coalesced", "pg_id": 1, "p2p_seq_id": "1"}]
     records = [*odd, _p2p("nccl:send 0->1", 1, 0), _end(1, 1)]

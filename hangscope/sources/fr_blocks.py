@@ -56,8 +56,9 @@ def resolve(entries: list[Any]) -> list[Any]:
     """The records with each block resolved (see the module docstring): a block's ops updated
     in place, a p2p block's end left out. Returns ``entries`` itself where no p2p end was
     dropped. Records of any other type or form are passed through untouched."""
-    names = {record.get("profiling_name") for record in entries if type(record) is dict}
-    if not any(type(name) is str and name.endswith(END) for name in names):
+    names = {name for record in entries
+             if type(record) is dict and type(name := record.get("profiling_name")) is str}
+    if not any(name.endswith(END) for name in names):
         return entries  # no block's end: the common case, one pass in C
     rows = []
     for index, record in enumerate(entries):
