@@ -17,7 +17,14 @@ import pytest
 
 from hangscope.analysis.engine import analyze
 from hangscope.options import LoadOptions
-from hangscope.sources import flight_recorder, fr_blocks, fr_columns, fr_native, fr_reduce
+from hangscope.sources import (
+    flight_recorder,
+    fr_blocks,
+    fr_blocks_native,
+    fr_columns,
+    fr_native,
+    fr_reduce,
+)
 from hangscope.sources.load import load_paths
 
 from fixtures import fr_shapes
@@ -270,7 +277,7 @@ def test_the_c_readers_records_resolve_as_the_unpickled_ones(tmp_path: Path,
         native = fr_native.read(data)
         assert native is not None and fr_blocks.may_hold(data)
         # WHEN resolved on its columns, and as dicts
-        top, view, cols = fr_blocks.resolve_native(*native)
+        top, view, cols = fr_blocks_native.resolve(*native)
         _raw, resolved = flight_recorder.read_raw(str(path), data)
         # THEN the same records, in the same order, with the columns scan gives them
         assert list(view) == resolved and top["entries"] is view
@@ -293,3 +300,14 @@ def _key(record: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(record.get(field) for field in (
         "profiling_name", "process_group", "state", "is_p2p", "timeout_ms", "retired",
         "thread_name", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes"))
+
+
+@pytest.mark.parametrize("fixture", ["healthy", "healthy_json"])
+def test_the_healthy_nccl_fixture_reads_healthy(fixture: str) -> None:
+    # GIVEN the built NCCL fixture of a healthy job that ends with a batch_isend_irecv block per
+    # tp pair (sends/recvs scheduled, the block's end completed) and a barrier
+    evidence, _ = load_paths([str(Path(__file__).resolve().parent.parent / "fixtures" / "nccl"
+                                  / fixture)], LoadOptions())
+    # WHEN analyzed THEN healthy (it read inconclusive, every rank "waiting in send p2p seq 1")
+    verdict = analyze(evidence)[0]
+    assert verdict.status.value == "healthy", verdict.evidence_gaps

@@ -20,9 +20,7 @@ its end's state, retirement, times and duration, and the end is dropped: what is
 like individual sends and receives. A block whose end is not in the dump (the rank was still
 inside ``batch_isend_irecv``, e.g. connecting a communicator) is left as written: not started.
 
-The C reader's dumps are resolved on its columns (:func:`resolve_native`), with no record made
-but those a block's end takes its state from and those the digest keeps: the same records,
-columns and keys as :func:`resolve` then ``fr_columns.scan`` give.
+The C reader's dumps are resolved on its columns (``fr_blocks_native``), by the same walk.
 
 Collective blocks are recorded the same way since FR 2.7 where torch runs a collective as several
 ops (``all_gather`` of uneven sizes as broadcasts; ``test_allgather_uneven``): ops ``scheduled``
@@ -34,13 +32,8 @@ the end stays (the analysis reads a collective block whole, its end last). A fus
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
-from itertools import accumulate, compress
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # fr_columns reads through flight_recorder, which resolves with this module
-    from hangscope.sources.fr_columns import Columns
+from collections.abc import Iterable
+from typing import Any
 
 END = "coalesced"  # the op of a block's end: "nccl:coalesced", "gloo:coalesced", ...
 _TAKEN = ("state", "retired", "time_discovered_started_ns", "time_discovered_completed_ns",
@@ -63,69 +56,23 @@ def resolve(entries: list[Any]) -> list[Any]:
     rows = []
     for index, record in enumerate(entries):
         if type(record) is dict:
-            group, kind = _classify(record)
+            group, kind = classify(record)
             if group is not None:
                 rows.append((index, group, kind, record.get("state"),
                              record.get("p2p_seq_id"), record.get("collective_seq_id")))
-    takes, ends = _walk(rows)
+    takes, ends = walk(rows)
     for inner, end in takes.items():
-        _take(entries[inner], entries[end])
+        take(entries[inner], entries[end])
     if not ends:
         return entries
     dropped = set(ends)
     return [record for index, record in enumerate(entries) if index not in dropped]
 
 
-def resolve_native(top: dict[str, Any], entries: Sequence[Any], cols: Columns) -> tuple[
-        dict[str, Any], Sequence[Any], Columns]:
-    """:func:`resolve` for the C reader's lazy records and their columns: the same walk on each
-    record's key (every record of a key has the same name, group, flag and state) and the
-    columns' seqs, so that only the records it changes are made, when indexed."""
-    firsts, p2p_seqs, seqs = cols.firsts, cols.p2p_seqs, cols.seqs
-    kinds: dict[int, tuple[Any, str, Any]] = {}  # key's first record -> (group, kind, state)
-    for first in dict.fromkeys(firsts):
-        record = entries[first]
-        group, kind = _classify(record)
-        kinds[first] = (group, kind, record.get("state"))
-    # only the groups with an end can change: walk their records alone
-    groups = {group for group, kind, _state in kinds.values() if kind in _ENDS}
-    if not groups:
-        return top, entries, cols
-    mine = {first for first, (group, _kind, _state) in kinds.items() if group in groups}
-    takes, ends = _walk((index, *kinds[firsts[index]], p2p_seqs[index], seqs[index])
-                        for index in compress(range(len(firsts)),
-                                              map(mine.__contains__, firsts)))
-    end_of = {inner: end for inner, end in takes.items()
-              if kinds[firsts[inner]][2] == "scheduled"}  # what _take changes
-    if not ends and not end_of:
-        return top, entries, cols
-    keep = bytearray(b"\x01") * len(firsts)
-    for index in ends:
-        keep[index] = 0
-    kept = list(compress(range(len(firsts)), keep))
-    # keys: a changed record's is its own key's with its end's state and retirement (the same
-    # for every end of one key); equal keys may now be two classes, which the reducer's body
-    # table (keyed by value) makes one again
-    classes: list[Any] = list(compress(firsts, keep))
-    position = list(accumulate(keep))  # old index -> new index + 1
-    for old, end in end_of.items():
-        classes[position[old] - 1] = (firsts[old], firsts[end])
-    new_first: dict[Any, int] = {}
-    firsts_now = list(map(new_first.setdefault, classes, range(len(kept))))
-    created = list(compress(cols.created, keep))
-    timed = cols.timed or (set(map(type, created)) == {int} and min(created, default=0) > 0)
-    view = _Resolved(entries, kept, end_of)
-    top = {**top, "entries": view}
-    return top, view, replace(
-        cols, record_ids=list(compress(cols.record_ids, keep)),
-        seqs=list(compress(seqs, keep)), p2p_seqs=list(compress(p2p_seqs, keep)),
-        timed=timed, created=created, firsts=firsts_now)
+ENDS = ("end", "p2p end")
 
 
-_ENDS = ("end", "p2p end")
-
-
-def _classify(record: dict[str, Any]) -> tuple[Any, str]:
+def classify(record: dict[str, Any]) -> tuple[Any, str]:
     """The record's group (None: not read here) and kind: "p2p" (a send or receive), "p2p end"
     (``<backend>:coalesced``: ends a p2p block, or a collective one in older torch), "end" (any
     other ``..._coalesced``) or "" (any other op)."""
@@ -140,7 +87,7 @@ def _classify(record: dict[str, Any]) -> tuple[Any, str]:
     return group, "p2p" if _is_p2p(record, op) else ""
 
 
-def _walk(rows: Iterable[tuple[int, Any, str, Any, Any, Any]]) -> tuple[dict[int, int],
+def walk(rows: Iterable[tuple[int, Any, str, Any, Any, Any]]) -> tuple[dict[int, int],
                                                                          list[int]]:
     """Over (index, group, kind, state, p2p seq, collective seq), in record order: which record
     takes its state from which end, and which ends are left out. A block is the run of records
@@ -172,32 +119,7 @@ def _walk(rows: Iterable[tuple[int, Any, str, Any, Any, Any]]) -> tuple[dict[int
     return takes, ends
 
 
-class _Resolved(Sequence[Any]):
-    """The C reader's records with the blocks resolved: the ends left out, a block's send or
-    receive made (a copy) with its end's state when indexed."""
-
-    __slots__ = ("end_of", "entries", "kept")
-
-    def __init__(self, entries: Sequence[Any], kept: list[int], end_of: dict[int, int]) -> None:
-        self.entries, self.kept, self.end_of = entries, kept, end_of
-
-    def __len__(self) -> int:
-        return len(self.kept)
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self.kept)))]
-        old = self.kept[index]
-        record = self.entries[old]
-        end = self.end_of.get(old)
-        if end is None:
-            return record
-        record = dict(record)
-        _take(record, self.entries[end])
-        return record
-
-
-def _take(inner: dict[str, Any], end: dict[str, Any]) -> None:
+def take(inner: dict[str, Any], end: dict[str, Any]) -> None:
     """The block's state onto one of its sends or receives, where that has none of its own."""
     if inner.get("state") != "scheduled":
         return

@@ -16,7 +16,14 @@ from typing import Any
 from hangscope import timing
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrEntry
-from hangscope.sources import flight_recorder, fr_blocks, fr_columns, fr_corrections, fr_native
+from hangscope.sources import (
+    flight_recorder,
+    fr_blocks,
+    fr_blocks_native,
+    fr_columns,
+    fr_corrections,
+    fr_native,
+)
 from hangscope.sources.fr_digest import (
     MAX_PROBLEMS,
     TAIL,
@@ -51,7 +58,7 @@ def reduce_dump(path: str, rank: int) -> DumpDigest:
     entries_raw: Sequence[Any]
     if native is not None and fr_blocks.may_hold(data):  # a pipeline-parallel job's p2p
         with timing.phase("reduce"):
-            native = fr_blocks.resolve_native(*native)
+            native = fr_blocks_native.resolve(*native)
     if native is not None and fr_corrections.misread(native[0], native[1]):
         native = None  # rare (a rank inside a call): its records are read as dicts, and fixed
     notes: list[str] = []
