@@ -120,7 +120,8 @@ def walk(rows: Iterable[tuple[int, Any, str, Any, Any, Any]]) -> tuple[dict[int,
 
 
 def take(inner: dict[str, Any], end: dict[str, Any]) -> None:
-    """The block's state onto one of its sends or receives, where that has none of its own."""
+    """The block's state onto one of its ops, where that has none of its own (``scheduled``: no
+    events); its own creation time, sizes and seqs stay."""
     if inner.get("state") != "scheduled":
         return
     for field in _TAKEN:
