@@ -145,14 +145,6 @@ DIFFERS: dict[tuple[str, str], str] = {
     ("za_ssd.pytorch_91_worker_emfile", "wrap120"):
         "rank_died instead of dataloader_stall: as at 80, the screen-row padding split by a second "
         "wrap leaves '_worker_loop' cut",
-    ("u_awsome_distributed_ai_192_socket_lo_ifname", "wrap80"):
-        "rank_died [0] instead of network_fault []: the paste is one line of srun-labelled records "
-        "run together ('... opts) 10: torch.distributed.DistBackendError ...'); wrapped at 80 a "
-        "break falls inside the label '10:', so '0: ncclSystemError ...' starts a line and reads "
-        "as task 0's own NCCL error",
-    ("u_awsome_distributed_ai_192_socket_lo_ifname", "wrap200"):
-        "rank_died instead of network_fault: as at 80, a break at 200 starts a line with an srun "
-        "label cut out of the run-together records, which reads as that task's own error",
     ("h_deepep_106_ib_error12_multinode_wrapped", "wrap200"):
         "network_fault [5] instead of network_fault []: the paste is two screen rows of 1000 and "
         "359 columns (records padded with blanks and run together); re-wrapped at 200, the padding "

@@ -273,3 +273,22 @@ def test_a_traceback_frame_line_as_long_as_a_common_width_is_whole() -> None:
     fixed = normalize(text.encode())
     lines = (fixed.data.decode() if fixed is not None else text).split("\n")
     assert frame in lines and "    w.join()" in lines
+
+
+def test_a_wrapped_piece_that_starts_with_a_number_and_a_colon_continues_its_line() -> None:
+    # GIVEN an mpirun paste whose what() line was hard-wrapped at 132 right before "2: out of
+    # memory" (the piece looks like srun -l's task label; no other line carries one)
+    line = ("[1,1]<stderr>:  what():  tensorflow_recommenders_addons/dynamic_embedding/core/"
+            "kernels/cuckoo_hashtable_op_gpu.cu.cc:413: CUDA error 2: out of memory")
+    paste = "\n".join(["[1,1]<stderr>:terminate called after throwing an instance of 'x'",
+                       *_cut(line, 132), "[1,1]<stderr>:[host:87519] *** Process received "
+                       "signal ***"]) + "\n"
+    fixed = normalize(paste.encode())
+    # THEN the what() line is whole again, and reads as no task 2's line
+    assert fixed is not None and line in fixed.data.decode().splitlines()
+    # AND in an srun -l paste, where other lines carry a label, a labelled piece still starts
+    # a record of its own
+    srun = "\n".join(["0: " + "x" * 129, "1: starting", "2: out of memory"]) + "\n"
+    out = normalize(srun.encode())
+    lines = (out.data if out is not None else srun.encode()).decode().splitlines()
+    assert len(lines) == 3

@@ -101,10 +101,14 @@ _RECORD_START = re.compile(
     r"|Traceback \(most"
     r"|\[?(?:\.\.\.|\u2026)"  # a paster's elision ("[... similar lines ...]"): never a wrap's tail
     r"|[\w.\-]+:\d+:\d+ \[\d+\] NCCL "
-    rf"|{SRUN_PATTERN}"
     r"|E {3}"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[:\] ]"
     r"|[\w.\-]+ +\| ")
+
+# ``srun -l``'s task label ("12: ") starts a record only in a paste where other lines carry one
+# too: a wrapped piece may start with a number and a colon ("...CUDA error" / "2: out of memory")
+_SRUN_START = re.compile(SRUN_PATTERN)
+MIN_SRUN_LINES = 2
 
 # Ray's log relay heads every worker line with ``(Name pid=N, ip=X) ``; a paste that lost its line
 # breaks (a tracker's one-line quote) has them mid-line, each opening a record of its own
@@ -251,6 +255,7 @@ def normalize(raw: bytes) -> Normalized | None:
             content_lengths = [len(content) for content in text]
             if (content_width := wrap_width(content_lengths, text)) is not None:
                 width, lengths = content_width, content_lengths
+    srun = sum(1 for line in text if _SRUN_START.match(line)) >= MIN_SRUN_LINES
     open_cut = _open_cut_width(text, lengths) if has_open else None
     # a narrow window cuts a long record into more pieces: as many as MAX_JOINED characters make
     most = max(MAX_JOIN, MAX_JOINED // (width or open_cut or MAX_JOINED))
@@ -276,7 +281,7 @@ def normalize(raw: bytes) -> Normalized | None:
                 i += 1
                 padded = True
                 continue
-            elif padded or not _continues(text[i - 1], text[i]):
+            elif padded or not _continues(text[i - 1], text[i], srun):
                 break
             line += text[i]
             piece = lengths[i]
@@ -284,7 +289,7 @@ def normalize(raw: bytes) -> Normalized | None:
             joined += 1
         if has_open:
             while _is_open(line) and i < n and joined < most \
-                    and _continues(text[i - 1], text[i]):
+                    and _continues(text[i - 1], text[i], srun):
                 # a cut at the wrap width (a common one, or the one most open records were cut
                 # at) ate nothing; else a word wrap ate a space
                 cut = lengths[i - 1] in COMMON_WIDTHS or lengths[i - 1] == open_cut
@@ -349,11 +354,13 @@ _OPEN_BAR = re.compile(r"\d%\|[^|]*$")
 _FRAME_DONE = re.compile(r'File "[^"]*", line \d+, in [\w<>.]+\s*$')
 
 
-def _continues(before: str, after: str) -> bool:
+def _continues(before: str, after: str, srun: bool = True) -> bool:
     """Whether ``after`` may continue ``before``: it starts no record of its own, and does not open
     the way ``before`` opens (two lines of one stream share their head; a line and its wrapped
-    tail do not)."""
+    tail do not). ``srun``: the paste has ``srun -l`` task labels, so one starts a record."""
     if _RECORD_START.match(after) and not (_NCCL_LEVEL.match(after) and _NCCL_CUT.search(before)):
+        return False
+    if srun and _SRUN_START.match(after):
         return False
     if _FRAME_DONE.search(before) and after[:1].isspace():
         return False  # a whole traceback frame line, then its indented source line
