@@ -94,7 +94,9 @@ def _interleave(text: str) -> str:
 
 VARIANTS: dict[str, Callable[[str], str]] = {
     "wrap80": _wrap(80),
+    "wrap100": _wrap(100),
     "wrap120": _wrap(120),
+    "wrap132": _wrap(132),
     "wrap200": _wrap(200),
     "crlf-ansi": _crlf_ansi,
     "srun-l": _rank_prefix(lambda r: f"{r}: "),
@@ -116,6 +118,10 @@ DIFFERS: dict[tuple[str, str], str] = {
         "frame lines each carry pdsh's 'trainer-2: ' head; wrapped, a frame's file path is cut "
         "and its second half has no head, so no frame is rebuilt (a whole traceback under the "
         "same head, wrapped, is not read either)",
+    ("q_accelerate_2468_pdsh_tcpstore_no_route", "wrap100"):
+        "network_fault (cue) instead of init_hang: as at 80",
+    ("q_accelerate_2468_pdsh_tcpstore_no_route", "wrap132"):
+        "network_fault (cue) instead of init_hang: as at 80",
     ("q_accelerate_2468_pdsh_tcpstore_no_route", "wrap120"):
         "network_fault (cue) instead of init_hang: the paste begins inside a traceback whose "
         "frame lines each carry pdsh's 'trainer-2: ' head; wrapped, a frame's file path is cut "
@@ -145,6 +151,14 @@ DIFFERS: dict[tuple[str, str], str] = {
     ("za_ssd.pytorch_91_worker_emfile", "wrap120"):
         "rank_died instead of dataloader_stall: as at 80, the screen-row padding split by a second "
         "wrap leaves '_worker_loop' cut",
+    ("za_ssd.pytorch_91_worker_emfile", "wrap100"):
+        "rank_died instead of dataloader_stall: as at 80, the screen-row padding split by a second "
+        "wrap leaves '_worker_loop' cut",
+    ("za_ssd.pytorch_91_worker_emfile", "wrap132"):
+        "rank_died instead of dataloader_stall: as at 80",
+    ("h_deepep_106_ib_error12_multinode_wrapped", "wrap100"):
+        "network_fault [5] instead of network_fault []: as at 200, the screen rows' padding split "
+        "by a second wrap starts one IB error's line on its own, read with rank 5's prefix",
     ("h_deepep_106_ib_error12_multinode_wrapped", "wrap200"):
         "network_fault [5] instead of network_fault []: the paste is two screen rows of 1000 and "
         "359 columns (records padded with blanks and run together); re-wrapped at 200, the padding "

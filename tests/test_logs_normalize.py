@@ -292,3 +292,60 @@ def test_a_wrapped_piece_that_starts_with_a_number_and_a_colon_continues_its_lin
     out = normalize(srun.encode())
     lines = (out.data if out is not None else srun.encode()).decode().splitlines()
     assert len(lines) == 3
+
+
+def _pieces(lines: list[str], width: int) -> bytes:
+    return ("\n".join(piece for line in lines for piece in _cut(line, width)) + "\n").encode()
+
+
+REAL = os.path.join(os.path.dirname(__file__), "..", "fixtures", "logs", "real")
+
+
+@pytest.mark.parametrize(("name", "width"), [
+    # Horovod's stall report: tensor names that repeat, so two pieces from inside one line open
+    # with the same eight characters
+    ("g_horovod_3950_missing_ranks_0_1_broadcast", 132),
+    # the same report whose last piece is the list's tail "...]" (no paster's elision)
+    ("g_automl_563_horovod_stalled_ranks_broadcast_vs_allreduce", 100),
+])
+def test_real_lines_wrapped_at_a_common_width_are_whole_again(name: str, width: int) -> None:
+    # GIVEN a real log hard-wrapped at a common width
+    with open(os.path.join(REAL, name + ".log"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    fixed = normalize(_pieces(lines, width))
+    # THEN every line is whole again
+    assert fixed is not None
+    assert fixed.data.decode().splitlines() == [line.rstrip("\n") for line in lines]
+
+
+def test_two_padded_rows_of_one_print_stay_two_lines_after_a_joined_bar() -> None:
+    # GIVEN rows padded to the width (120) after a progress bar that is exactly as wide
+    rows = [f"{{'loss': 0.{n}, 'epoch': {n}.0}}".ljust(120) for n in (1, 2, 3)]
+    data = ("\n".join(["100%|" + "#" * 115, *rows, "done"]) + "\n").encode()
+    fixed = normalize(data)
+    lines = (fixed.data if fixed is not None else data).decode().splitlines()
+    # THEN each row is a line of its own
+    assert sum(line.startswith("{'loss'") for line in lines) == 2
+
+
+def test_a_relay_head_cut_by_the_wrap_still_opens_its_record() -> None:
+    # GIVEN a progress bar with a rank's C++ log line glued to it, wrapped at 100 inside the head
+    glued = ("Tokenizing Prompts (num_proc=64):  92%|#########| 328986/359152 [29:58<12:05, 41.59 "
+             "examples/s][rank1]:[W516 14:34:56.853490829 socket.cpp:464] [c10d] waitForInput: "
+             "poll for socket SocketImpl(fd=79) returned 0, likely a timeout")
+    assert glued.index("[rank1]") < 100 < glued.index("[rank1]") + 8
+    fixed = normalize(_pieces([glued, "[rank1]: Traceback (most recent call last):"], 100))
+    # THEN the glued line is split where the head begins
+    assert fixed is not None
+    assert any(line.startswith("[rank1]:[W516") for line in fixed.data.decode().splitlines())
+
+
+def test_a_line_flattened_by_a_tracker_is_rebuilt_whole() -> None:
+    # GIVEN a line of 900 characters and more (a paste a tracker ran together) wrapped at 100
+    line = (" ".join(f"step{n}:ok" for n in range(80)) + " subprocess.CalledProcessError: "
+            "Command '['python', '-u', "
+            "'tools/train_net.py', '--local_rank=0']' died with <Signals.SIGSEGV: 11>.")
+    assert len(line) > 8 * 100  # more pieces than a record still open is joined from
+    fixed = normalize(_pieces([line, "done"], 100))
+    # THEN it is one line again
+    assert fixed is not None and line in fixed.data.decode().splitlines()

@@ -10,7 +10,9 @@ wrapped record is invisible to all of them. This pass undoes the damage once, fo
   terminals and trackers use (``COMMON_WIDTHS``: a table of equal rows at some other width is not a
   wrap). Such a line is joined with the next, unless the next one starts a record of its own (a rank
   or launcher prefix, a timestamp, a glog/c10 head, ``Traceback``) or opens with the same characters
-  (two lines of one stream): two identical longest lines of a healthy log stay two lines.
+  as the line (two lines of one stream): two identical longest lines of a healthy log stay two
+  lines. A line is rebuilt from as many pieces as it was cut into, up to ``MAX_JOINED_AT_WIDTH``
+  characters (a paste a tracker flattened into one line runs to thousands).
 * **Records still open.** A line holding the start of a record whose end is known (a watchdog's
   ``WorkNCCL(`` ... ``before timing out``, a DETAIL ``CollectiveFingerPrint(`` ... ``)``) is joined
   with the lines that complete it (at most ``MAX_JOIN``, more at a narrow width), as long as they
@@ -52,6 +54,9 @@ from hangscope.sources.logs.common import ANSI_PATTERN, CRI_PATTERN, PDSH_PATTER
 NORMALIZE_MAX = 16 << 20
 MAX_JOIN = 8  # physical lines one logical line may be rebuilt from (at a wide wrap)
 MAX_JOINED = 640  # characters of wrapped pieces one logical line may be rebuilt from, at least
+# pieces each exactly the wrap width are a wrap's and nothing else's: a paste flattened into one
+# line (a tracker's one-line quote) is rebuilt whole up to this many characters
+MAX_JOINED_AT_WIDTH = 16384
 MIN_OPEN_CUTS = 3  # open records cut at one uncommon width that make it the paste's wrap width
 MIN_WRAP_CUTS = 3  # lines cut inside a word at one uncommon width that make it the wrap width
 MIN_UNCOMMON_WIDTH = 40  # narrower than this, equal lengths are more likely chance than a wrap
@@ -99,7 +104,9 @@ _RECORD_START = re.compile(
     r"|\[\s*\d+\.\d+\] "
     r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d+ \d\d:\d\d:\d\d "
     r"|Traceback \(most"
-    r"|\[?(?:\.\.\.|\u2026)"  # a paster's elision ("[... similar lines ...]"): never a wrap's tail
+    # a paster's elision ("[... similar lines ...]", "... 20 more"): never a wrap's tail, but a
+    # list cut before its closing dots is ("...]", "...)")
+    r"|\[(?:\.\.\.|\u2026)|(?:\.\.\.|\u2026)(?![\])])"
     r"|[\w.\-]+:\d+:\d+ \[\d+\] NCCL "
     r"|E {3}"
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[:\] ]"
@@ -259,6 +266,7 @@ def normalize(raw: bytes) -> Normalized | None:
     open_cut = _open_cut_width(text, lengths) if has_open else None
     # a narrow window cuts a long record into more pieces: as many as MAX_JOINED characters make
     most = max(MAX_JOIN, MAX_JOINED // (width or open_cut or MAX_JOINED))
+    most_at_width = max(most, MAX_JOINED_AT_WIDTH // width) if width else most
     out: list[str] = []
     line_map: list[int] = []
     i, n = 0, len(text)
@@ -269,7 +277,7 @@ def normalize(raw: bytes) -> Normalized | None:
         i += 1
         joined = 1
         padded = False
-        while width is not None and piece == width and i < n and joined < most \
+        while width is not None and piece == width and i < n and joined < most_at_width \
                 and not (headed is not None and headed[i]):
             after_blank = text[i - 1].endswith(" ")
             if after_blank and not padded and text[i][:1] == " " and _OPEN_BAR.search(line):
@@ -281,7 +289,7 @@ def normalize(raw: bytes) -> Normalized | None:
                 i += 1
                 padded = True
                 continue
-            elif padded or not _continues(text[i - 1], text[i], srun):
+            elif padded or not _continues(text[i - 1], text[i], srun, _opening(text, start, i)):
                 break
             line += text[i]
             piece = lengths[i]
@@ -289,7 +297,7 @@ def normalize(raw: bytes) -> Normalized | None:
             joined += 1
         if has_open:
             while _is_open(line) and i < n and joined < most \
-                    and _continues(text[i - 1], text[i], srun):
+                    and _continues(text[i - 1], text[i], srun, _opening(text, start, i)):
                 # a cut at the wrap width (a common one, or the one most open records were cut
                 # at) ate nothing; else a word wrap ate a space
                 cut = lengths[i - 1] in COMMON_WIDTHS or lengths[i - 1] == open_cut
@@ -297,7 +305,8 @@ def normalize(raw: bytes) -> Normalized | None:
                 i += 1
                 joined += 1
         line = heads[start] + line if heads is not None else line
-        for record in _RELAY_MIDLINE.split(line) if relayed else (line,):
+        # (a head glued mid-line may itself have been cut by the wrap: look again once joined)
+        for record in _RELAY_MIDLINE.split(line) if relayed or joined > 1 else (line,):
             out.append(record)
             line_map.append(start + 1)
     return Normalized(("\n".join(out) + "\n").encode("utf-8"), line_map)
@@ -354,18 +363,31 @@ _OPEN_BAR = re.compile(r"\d%\|[^|]*$")
 _FRAME_DONE = re.compile(r'File "[^"]*", line \d+, in [\w<>.]+\s*$')
 
 
-def _continues(before: str, after: str, srun: bool = True) -> bool:
+def _opening(text: list[str], start: int, i: int) -> str:
+    """What ``text[i]`` is compared with to tell a new line of the same stream: the piece before
+    it, unless that piece starts inside a word the piece before it cut (a piece from inside one
+    line, whose first characters are no head: pieces of a list of repeating names open alike by
+    chance); then the line's first piece."""
+    if i - 2 >= start and _WORD_END.search(text[i - 2]) and _WORD_START.match(text[i - 1]):
+        return text[start]
+    return text[i - 1]
+
+
+def _continues(before: str, after: str, srun: bool = True, opening: str | None = None) -> bool:
     """Whether ``after`` may continue ``before``: it starts no record of its own, and does not open
-    the way ``before`` opens (two lines of one stream share their head; a line and its wrapped
-    tail do not). ``srun``: the paste has ``srun -l`` task labels, so one starts a record."""
+    the way ``opening`` (default ``before``) opens: two lines of one stream share their head, a
+    line and its wrapped tail do not. ``srun``: the paste has ``srun -l`` task labels, so one
+    starts a record."""
     if _RECORD_START.match(after) and not (_NCCL_LEVEL.match(after) and _NCCL_CUT.search(before)):
         return False
     if srun and _SRUN_START.match(after):
         return False
     if _FRAME_DONE.search(before) and after[:1].isspace():
         return False  # a whole traceback frame line, then its indented source line
-    head = min(HEAD, len(before))
-    return head < 4 or before[:head] != after[:head]
+    if opening is None:
+        opening = before
+    head = min(HEAD, len(opening))
+    return head < 4 or opening[:head] != after[:head]
 
 
 def _unpad(physical: list[bytes], data: bytes,
