@@ -63,8 +63,8 @@ def resolve(top: dict[str, Any], entries: Sequence[Any], cols: Columns) -> tuple
 
 
 class _Resolved(Sequence[Any]):
-    """The C reader's records with the blocks resolved: the ends left out, a block's send or
-    receive made (a copy) with its end's state when indexed."""
+    """The C reader's records with the blocks resolved: p2p blocks' ends left out, a block's op
+    made (a copy, each time) with its end's state when indexed."""
 
     __slots__ = ("end_of", "entries", "kept")
 

@@ -56,7 +56,7 @@ def reduce_dump(path: str, rank: int) -> DumpDigest:
         native = fr_native.read(data)
     cols: fr_columns.Columns | None = None
     entries_raw: Sequence[Any]
-    if native is not None and fr_blocks.may_hold(data):  # a pipeline-parallel job's p2p
+    if native is not None and fr_blocks.may_hold(data):  # coalesced blocks (pipeline p2p)
         with timing.phase("reduce"):
             native = fr_blocks_native.resolve(*native)
     if native is not None and fr_corrections.misread(native[0], native[1]):
