@@ -281,6 +281,7 @@ def test_the_c_readers_records_resolve_as_the_unpickled_ones(tmp_path: Path,
         _raw, resolved = flight_recorder.read_raw(str(path), data)
         # THEN the same records, in the same order, with the columns scan gives them
         assert list(view) == resolved and top["entries"] is view
+        assert all(view[i] is view[i] for i in range(len(view)))  # one object per record
         scanned = fr_columns.scan(resolved)
         assert scanned is not None
         assert (cols.record_ids, cols.seqs, cols.p2p_seqs, cols.created, cols.timed) == (

@@ -64,12 +64,14 @@ def resolve(top: dict[str, Any], entries: Sequence[Any], cols: Columns) -> tuple
 
 class _Resolved(Sequence[Any]):
     """The C reader's records with the blocks resolved: p2p blocks' ends left out, a block's op
-    made (a copy, each time) with its end's state when indexed."""
+    made (a copy, once) with its end's state when first indexed, then the same object, as the
+    reader hands out one object per record."""
 
-    __slots__ = ("end_of", "entries", "kept")
+    __slots__ = ("end_of", "entries", "kept", "made")
 
     def __init__(self, entries: Sequence[Any], kept: list[int], end_of: dict[int, int]) -> None:
         self.entries, self.kept, self.end_of = entries, kept, end_of
+        self.made: dict[int, dict[str, Any]] = {}
 
     def __len__(self) -> int:
         return len(self.kept)
@@ -78,10 +80,11 @@ class _Resolved(Sequence[Any]):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self.kept)))]
         old = self.kept[index]
-        record = self.entries[old]
         end = self.end_of.get(old)
         if end is None:
-            return record
-        record = dict(record)
-        fr_blocks.take(record, self.entries[end])
-        return record
+            return self.entries[old]
+        made = self.made.get(old)
+        if made is None:
+            made = self.made[old] = dict(self.entries[old])
+            fr_blocks.take(made, self.entries[end])
+        return made
