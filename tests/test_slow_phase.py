@@ -82,6 +82,20 @@ def test_the_bundle_of_a_live_look_at_a_checkpoint_reads_slow_with_no_missing_ra
     assert [(f.kind.value, f.culprit_ranks) for f in verdict.findings] == [("straggler", [0])]
 
 
+ARRIVING = BUNDLE.parent / "straggler_caught_arriving"
+
+
+def test_the_bundle_of_a_straggler_caught_joining_its_peers_reads_slow() -> None:
+    # GIVEN the bundle of the live test below when it failed under a CPU load: rank 2 in its
+    # features loop at 96% of a core in 7 of 8 samples, in the all_reduce in the last one;
+    # ranks 0 and 1 in that all_reduce in all 8, at 1% (never caught between two steps)
+    evidence, _ = load_paths([str(ARRIVING)], LoadOptions())
+    verdict = analyze(evidence)[0]
+    # THEN slow, rank 2 the straggler (it was read inconclusive: every rank "in all_reduce")
+    assert verdict.status.value == "slow", verdict.findings
+    assert [(f.kind.value, f.culprit_ranks) for f in verdict.findings] == [("straggler", [2])]
+
+
 def test_a_probe_round_without_a_sampled_rank_in_a_moving_job_names_nobody_missing(
         tmp_path) -> None:
     # GIVEN the same bundle with a round of probe prints that lacks rank 2 (collected a moment

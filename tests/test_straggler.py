@@ -102,6 +102,36 @@ def test_a_rank_spinning_while_the_others_sit_is_not_a_straggler() -> None:
     assert not any(f.kind is Kind.STRAGGLER for f in verdict.findings)
 
 
+def test_a_straggler_caught_joining_the_collective_its_peers_sit_in_is_named() -> None:
+    # GIVEN ranks 0 and 1 in one all_reduce in every sample at 1% CPU (each step they wait
+    # seconds and pass it in milliseconds), rank 2 computing at a full core and, in the last
+    # sample, entering that same all_reduce from the same line (another line of the library)
+    in_all_reduce = _main(Frame("all_reduce", C10D, 3252), Frame("train", TRAIN, 43))
+    entering = _main(Frame("all_reduce", C10D, 3245), Frame("train", TRAIN, 43))
+    samples = 8
+    waiting = [in_all_reduce] * samples
+    slow = [forward(26 + i % 2) for i in range(samples - 1)] + [entering]
+    verdict, _ = analyze(job({0: waiting, 1: waiting, 2: slow},
+                             cpu={0: 0.01, 1: 0.01, 2: 0.96}))
+    # THEN slow, rank 2 the straggler; and rank 2 is not shown in the waiters' (stuck) state
+    assert verdict.status is Status.SLOW
+    assert [(f.kind, f.culprit_ranks) for f in verdict.findings] == [(Kind.STRAGGLER, [2])]
+    rows = {tuple(c.ranks): c.state for c in verdict.rank_classes}
+    assert "[stuck" in rows[(0, 1)] and "[moving, 96% CPU]" in rows[(2,)], rows
+
+
+def test_a_busy_rank_that_enters_another_collective_than_its_peers_is_no_straggler() -> None:
+    # GIVEN the same, but rank 2 enters an all_reduce from another line than the one where
+    # ranks 0 and 1 sit: nothing shows their collective being joined
+    in_all_reduce = _main(Frame("all_reduce", C10D, 3252), Frame("train", TRAIN, 43))
+    elsewhere = _main(Frame("all_reduce", C10D, 3245), Frame("train", TRAIN, 71))
+    samples = 8
+    slow = [forward(26 + i % 2) for i in range(samples - 1)] + [elsewhere]
+    verdict, _ = analyze(job({0: [in_all_reduce] * samples, 1: [in_all_reduce] * samples,
+                              2: slow}, cpu={0: 0.01, 1: 0.01, 2: 0.96}))
+    assert not any(f.kind is Kind.STRAGGLER for f in verdict.findings), verdict.findings
+
+
 def test_ranks_that_compute_alike_are_healthy() -> None:
     samples = 8
     a = [forward(40 + i % 3) if i % 2 else in_backward() for i in range(samples)]

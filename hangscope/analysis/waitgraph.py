@@ -186,8 +186,11 @@ def _rank_key(picture: Picture, stacks: dict[int, RankStackState], rank: int,
             return ("log", log_state(seen)) if seen else ("no-evidence",)
         main = state.main
         peer = (state.p2p.op, state.p2p.peer) if state.p2p is not None else None
+        # progress too: a rank caught entering the collective its peers sit in, after seconds
+        # on the CPU, is not in their state
         return ("stack", state.gone, state.main_finished, main.kind if main else None,
-                main.op if main else None, main.user_frame if main else None, peer)
+                main.op if main else None, main.user_frame if main else None, peer,
+                state.progress)
     parts: list[tuple[object, ...]] = []
     for name, group in picture.groups.items():
         if rank not in group.members:

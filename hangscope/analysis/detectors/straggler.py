@@ -12,7 +12,10 @@ Two signals, either suffices:
   mostly inside collectives.
 
 Either way every rank must show progress (stacks that change, or CPU gained), else a rank that
-spins while the others sit in a collective is a hang, not a straggler. Needs at least 3 samples
+spins while the others sit in a collective is a hang, not a straggler. Ranks that wait seconds
+per step and pass their collective in milliseconds may sit in it in every sample: they count as
+moving when a peer is seen going in and out of it, or when the straggler is seen joining them
+there after computing. Needs at least 3 samples
 per rank (attach takes more by itself when ranks differ: see ``collect.sampling``). Cites the
 straggler's stack and its hot frame, and the CPU shares. False positives: rank 0 doing legitimate
 extra work (logging, checkpointing) that the others wait for each step.
@@ -27,6 +30,7 @@ from hangscope.analysis.context import Context
 from hangscope.analysis.rank_state import IDLE_CPU_SHARE, RankStackState
 from hangscope.analysis.stacks import short_where
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
+from hangscope.model import Frame
 from hangscope.ranges import format_ranks, ranks_do, ranks_phrase
 
 MIN_SAMPLES = 3
@@ -52,7 +56,7 @@ def detect(ctx: Context) -> list[Finding]:
     if not slow or not others or len(slow) > max(1, len(states) // 4):
         return []
     still = [r for r in states if not _moves(states[r])]
-    if still and not _collectives_complete(states, others, still):
+    if still and not _collectives_complete(states, others, still, slow):
         return []  # someone sits still: a hang (another detector), not a slow job
     return [_finding(ctx, states, slow, others, busy, waiting)]
 
@@ -69,25 +73,43 @@ def _moves(state: RankStackState) -> bool:
 
 
 def _collectives_complete(states: dict[int, RankStackState], others: list[int],
-                          still: list[int]) -> bool:
+                          still: list[int], slow: list[int]) -> bool:
     """Ranks that sit in one collective in every sample, on a crowded machine where they gain
     almost no CPU, still move if another waiting rank is seen going in and out of that same
-    collective: it cannot complete for one rank and not for its peers."""
+    collective (it cannot complete for one rank and not for its peers), or if the slow rank,
+    after computing, is seen joining them there: they sat waiting for it, and it arrived."""
     sitting = set()
     for rank in still:
-        frames = set(states[rank].frames_seen)
-        if len(frames) != 1 or not set(states[rank].kinds) <= set(WAIT_KINDS):
+        sites = {_site(seen) for seen in states[rank].frames_seen}
+        if len(sites) != 1 or not set(states[rank].kinds) <= set(WAIT_KINDS):
             return False
-        sitting |= frames
+        sitting |= sites
     for rank in others:
         if rank in still:
             continue
         state = states[rank]
         kinds = set(state.kinds)
         if kinds & set(WAIT_KINDS) and kinds - set(WAIT_KINDS) and \
-                sitting <= set(state.frames_seen):
+                sitting <= {_site(seen) for seen in state.frames_seen}:
             return True
-    return False
+    return any(sitting <= _joined_after_compute(states[rank]) for rank in slow)
+
+
+def _site(seen: tuple[Frame | None, Frame | None]) -> tuple[str | None, Frame | None]:
+    """Where a rank waits: the collective's function and the job's line that called it (the
+    library's own line differs between a rank just entering the call and one deep in it)."""
+    frame, user = seen
+    return (frame.name if frame is not None else None, user)
+
+
+def _joined_after_compute(state: RankStackState) -> set[tuple[str | None, Frame | None]]:
+    """The waits a rank was seen in after it was first seen computing."""
+    start = next((i for i, kind in enumerate(state.kinds) if kind in COMPUTE_KINDS), None)
+    if start is None:
+        return set()
+    return {_site(seen) for kind, seen in zip(state.kinds[start + 1:],
+                                              state.frames_seen[start + 1:])
+            if kind in WAIT_KINDS}
 
 
 def _slow_by_cpu(states: dict[int, RankStackState]) -> list[int]:
