@@ -60,8 +60,10 @@ install: $(STAMP)
 demo: $(CORE)
 	$(RUN) -m fixtures.demo
 
+# -u: piped into a CI log, pytest's progress would otherwise arrive 8 KiB at a time, and a
+# run cut short would not show how far it got.
 test: $(STAMP)
-	$(RUN) -m pytest -q -p no:cacheprovider
+	$(RUN) -u -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
 	$(RUN) -m ruff check hangscope tests

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from leftovers import outlives_the_test
 
 DAEMONS = ("slurmctld", "slurmd", "sinfo", "squeue", "sbatch", "srun", "scancel", "scontrol")
 
@@ -103,9 +104,11 @@ class Cluster:
         kill_and_wait(left)
 
     def restart_node(self, node: str) -> None:
-        """Start the node's slurmd again (after ``stop_node``)."""
-        self.procs[f"slurmd-{node}"] = _daemon(["slurmd", "-D", "-N", node],
-                                               self.root / f"slurmd-{node}.out", self.env)
+        """Start the node's slurmd again (after ``stop_node``). The cluster, not the test that
+        called this, stops it: it outlives the test."""
+        proc = _daemon(["slurmd", "-D", "-N", node], self.root / f"slurmd-{node}.out", self.env)
+        self.procs[f"slurmd-{node}"] = proc
+        outlives_the_test(proc.pid)
 
     def stop_node(self, node: str) -> None:
         """Kill the node's slurmd (SIGKILL: a crashed node); its job processes keep running."""

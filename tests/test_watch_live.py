@@ -85,10 +85,14 @@ def job_and_watch(scenario: str, env: dict[str, str], args: list[str], out: Path
         job.stop()
 
 
-def hang_time(job: Job) -> float:
+def hang_time(job: Job, timeout: float = 120) -> float:
     """When the last rank printed its hang point (the job's output file's mtime at that line
-    is not kept: we poll for it while the watch runs)."""
+    is not kept: we poll for it while the watch runs). Fails, never waits forever, if the job
+    ends or does not get there."""
+    deadline = time.monotonic() + timeout
     while b"hang point: next_batch" not in job.output_path.read_bytes():
+        assert job.poll() is None, f"the job ended before its hang point:\n{job.output_tail()}"
+        assert time.monotonic() < deadline, f"no hang point in {timeout:g}s:\n{job.output_tail()}"
         time.sleep(0.05)
     return time.monotonic()
 
