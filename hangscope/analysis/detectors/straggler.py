@@ -15,10 +15,10 @@ Either way every rank must show progress (stacks that change, or CPU gained), el
 spins while the others sit in a collective is a hang, not a straggler. Ranks that wait seconds
 per step and pass their collective in milliseconds may sit in it in every sample: they count as
 moving when a peer is seen going in and out of it, or when the straggler is seen joining them
-there after computing. Needs at least 3 samples
-per rank (attach takes more by itself when ranks differ: see ``collect.sampling``). Cites the
-straggler's stack and its hot frame, and the CPU shares. False positives: rank 0 doing legitimate
-extra work (logging, checkpointing) that the others wait for each step.
+there after computing. Needs at least 3 samples per rank (attach takes more by itself when ranks
+differ: see ``collect.sampling``). Cites the straggler's stack and its hot frame, and the CPU
+shares. False positives: rank 0 doing legitimate extra work (logging, checkpointing) that the
+others wait for each step.
 """
 
 from __future__ import annotations
