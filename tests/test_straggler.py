@@ -120,6 +120,19 @@ def test_a_straggler_caught_joining_the_collective_its_peers_sit_in_is_named() -
     assert "[stuck" in rows[(0, 1)] and "[moving, 96% CPU]" in rows[(2,)], rows
 
 
+def test_a_straggler_caught_joining_its_peers_is_named_from_stacks_alone() -> None:
+    # GIVEN the same over a window too short for CPU shares (8 samples 0.1 s apart): only the
+    # stacks tell, and the waiters never move in them
+    in_all_reduce = _main(Frame("all_reduce", C10D, 3252), Frame("train", TRAIN, 43))
+    entering = _main(Frame("all_reduce", C10D, 3245), Frame("train", TRAIN, 43))
+    samples = 8
+    slow = [forward(26 + i % 2) for i in range(samples - 1)] + [entering]
+    verdict, _ = analyze(job({0: [in_all_reduce] * samples, 1: [in_all_reduce] * samples,
+                              2: slow}, cpu={0: 0.01, 1: 0.01, 2: 0.96}, interval=0.1))
+    # THEN rank 2 is the straggler all the same
+    assert [(f.kind, f.culprit_ranks) for f in verdict.findings] == [(Kind.STRAGGLER, [2])]
+
+
 def test_a_busy_rank_that_enters_another_collective_than_its_peers_is_no_straggler() -> None:
     # GIVEN the same, but rank 2 enters an all_reduce from another line than the one where
     # ranks 0 and 1 sit: nothing shows their collective being joined

@@ -78,12 +78,9 @@ def _collectives_complete(states: dict[int, RankStackState], others: list[int],
     almost no CPU, still move if another waiting rank is seen going in and out of that same
     collective (it cannot complete for one rank and not for its peers), or if the slow rank,
     after computing, is seen joining them there: they sat waiting for it, and it arrived."""
-    sitting = set()
-    for rank in still:
-        sites = {_site(seen) for seen in states[rank].frames_seen}
-        if len(sites) != 1 or not set(states[rank].kinds) <= set(WAIT_KINDS):
-            return False
-        sitting |= sites
+    sitting = _sitting(states, still)
+    if not sitting:
+        return False
     for rank in others:
         if rank in still:
             continue
@@ -93,6 +90,18 @@ def _collectives_complete(states: dict[int, RankStackState], others: list[int],
                 sitting <= {_site(seen) for seen in state.frames_seen}:
             return True
     return any(sitting <= _joined_after_compute(states[rank]) for rank in slow)
+
+
+def _sitting(states: dict[int, RankStackState], ranks: list[int]
+             ) -> set[tuple[str | None, Frame | None]]:
+    """Where the ranks sit, each in one wait in every sample; empty if one of them does not."""
+    sitting = set()
+    for rank in ranks:
+        sites = {_site(seen) for seen in states[rank].frames_seen}
+        if len(sites) != 1 or not set(states[rank].kinds) <= set(WAIT_KINDS):
+            return set()
+        sitting |= sites
+    return sitting
 
 
 def _site(seen: tuple[Frame | None, Frame | None]) -> tuple[str | None, Frame | None]:
@@ -133,9 +142,12 @@ def _slow_by_stacks(states: dict[int, RankStackState], busy: dict[int, float],
     if not others or median(waiting[r] for r in others) < 0.5:
         return []
     # Waiting ranks that never move could be waiting forever on a rank stuck in a compute loop;
-    # one of them getting past its collective between samples shows the job still moves.
+    # one of them getting past its collective between samples shows the job still moves, and
+    # so does the slow rank seen joining them there after computing.
     if not any(states[r].progress == "moving" for r in others):
-        return []
+        sitting = _sitting(states, others)
+        if not sitting or not any(sitting <= _joined_after_compute(states[r]) for r in slow):
+            return []
     return slow
 
 
