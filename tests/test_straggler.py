@@ -102,17 +102,21 @@ def test_a_rank_spinning_while_the_others_sit_is_not_a_straggler() -> None:
     assert not any(f.kind is Kind.STRAGGLER for f in verdict.findings)
 
 
-def test_a_straggler_caught_joining_the_collective_its_peers_sit_in_is_named() -> None:
-    # GIVEN ranks 0 and 1 in one all_reduce in every sample at 1% CPU (each step they wait
-    # seconds and pass it in milliseconds), rank 2 computing at a full core and, in the last
-    # sample, entering that same all_reduce from the same line (another line of the library)
+def _caught_arriving(enters_from: int, interval: float = 1.0) -> JobEvidence:
+    """Ranks 0 and 1 in one all_reduce (called from train:43) in all 8 samples at 1% CPU (each
+    step they wait seconds and pass it in milliseconds); rank 2 computing at 96% and, in the last
+    sample, entering an all_reduce called from train:``enters_from`` (another library line)."""
     in_all_reduce = _main(Frame("all_reduce", C10D, 3252), Frame("train", TRAIN, 43))
-    entering = _main(Frame("all_reduce", C10D, 3245), Frame("train", TRAIN, 43))
+    entering = _main(Frame("all_reduce", C10D, 3245), Frame("train", TRAIN, enters_from))
     samples = 8
-    waiting = [in_all_reduce] * samples
     slow = [forward(26 + i % 2) for i in range(samples - 1)] + [entering]
-    verdict, _ = analyze(job({0: waiting, 1: waiting, 2: slow},
-                             cpu={0: 0.01, 1: 0.01, 2: 0.96}))
+    return job({0: [in_all_reduce] * samples, 1: [in_all_reduce] * samples, 2: slow},
+               cpu={0: 0.01, 1: 0.01, 2: 0.96}, interval=interval)
+
+
+def test_a_straggler_caught_joining_the_collective_its_peers_sit_in_is_named() -> None:
+    # GIVEN rank 2 seen entering the very all_reduce ranks 0 and 1 sit in
+    verdict, _ = analyze(_caught_arriving(enters_from=43))
     # THEN slow, rank 2 the straggler; and rank 2 is not shown in the waiters' (stuck) state
     assert verdict.status is Status.SLOW
     assert [(f.kind, f.culprit_ranks) for f in verdict.findings] == [(Kind.STRAGGLER, [2])]
@@ -123,12 +127,7 @@ def test_a_straggler_caught_joining_the_collective_its_peers_sit_in_is_named() -
 def test_a_straggler_caught_joining_its_peers_is_named_from_stacks_alone() -> None:
     # GIVEN the same over a window too short for CPU shares (8 samples 0.1 s apart): only the
     # stacks tell, and the waiters never move in them
-    in_all_reduce = _main(Frame("all_reduce", C10D, 3252), Frame("train", TRAIN, 43))
-    entering = _main(Frame("all_reduce", C10D, 3245), Frame("train", TRAIN, 43))
-    samples = 8
-    slow = [forward(26 + i % 2) for i in range(samples - 1)] + [entering]
-    verdict, _ = analyze(job({0: [in_all_reduce] * samples, 1: [in_all_reduce] * samples,
-                              2: slow}, cpu={0: 0.01, 1: 0.01, 2: 0.96}, interval=0.1))
+    verdict, _ = analyze(_caught_arriving(enters_from=43, interval=0.1))
     # THEN rank 2 is the straggler all the same
     assert [(f.kind, f.culprit_ranks) for f in verdict.findings] == [(Kind.STRAGGLER, [2])]
 
@@ -136,12 +135,7 @@ def test_a_straggler_caught_joining_its_peers_is_named_from_stacks_alone() -> No
 def test_a_busy_rank_that_enters_another_collective_than_its_peers_is_no_straggler() -> None:
     # GIVEN the same, but rank 2 enters an all_reduce from another line than the one where
     # ranks 0 and 1 sit: nothing shows their collective being joined
-    in_all_reduce = _main(Frame("all_reduce", C10D, 3252), Frame("train", TRAIN, 43))
-    elsewhere = _main(Frame("all_reduce", C10D, 3245), Frame("train", TRAIN, 71))
-    samples = 8
-    slow = [forward(26 + i % 2) for i in range(samples - 1)] + [elsewhere]
-    verdict, _ = analyze(job({0: [in_all_reduce] * samples, 1: [in_all_reduce] * samples,
-                              2: slow}, cpu={0: 0.01, 1: 0.01, 2: 0.96}))
+    verdict, _ = analyze(_caught_arriving(enters_from=71))
     assert not any(f.kind is Kind.STRAGGLER for f in verdict.findings), verdict.findings
 
 

@@ -89,7 +89,13 @@ def _collectives_complete(states: dict[int, RankStackState], others: list[int],
         if kinds & set(WAIT_KINDS) and kinds - set(WAIT_KINDS) and \
                 sitting <= {_site(seen) for seen in state.frames_seen}:
             return True
-    return any(sitting <= _joined_after_compute(states[rank]) for rank in slow)
+    return _joined(sitting, states, slow)
+
+
+def _joined(sitting: set[tuple[str | None, Frame | None]], states: dict[int, RankStackState],
+            slow: list[int]) -> bool:
+    """A slow rank, after it was seen computing, was seen in the waits where the others sit."""
+    return bool(sitting) and any(sitting <= _joined_after_compute(states[r]) for r in slow)
 
 
 def _sitting(states: dict[int, RankStackState], ranks: list[int]
@@ -145,8 +151,7 @@ def _slow_by_stacks(states: dict[int, RankStackState], busy: dict[int, float],
     # one of them getting past its collective between samples shows the job still moves, and
     # so does the slow rank seen joining them there after computing.
     if not any(states[r].progress == "moving" for r in others):
-        sitting = _sitting(states, others)
-        if not sitting or not any(sitting <= _joined_after_compute(states[r]) for r in slow):
+        if not _joined(_sitting(states, others), states, slow):
             return []
     return slow
 
