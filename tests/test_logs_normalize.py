@@ -112,6 +112,31 @@ def test_equal_rows_and_equal_records_are_no_uncommon_wrap() -> None:
     assert wrap_width([len(line) for line in two], two) is None
 
 
+
+def test_a_narrow_wrap_is_found_from_indented_rows_tables_and_lines_cut_twice() -> None:
+    # GIVEN pastes hard-wrapped by a 60-column window (not a common width)
+    # a user's indented prints, each cut once inside a number: indentation is no table padding
+    prints = "".join(f"        # Rank {r} tensor before allreduce: torch.Size([32768000]) 1.0\n"
+                     for r in (7, 6, 0))
+    # a table whose padded rows are longer than the window: each row goes on in a shorter piece
+    table = "".join(f"  {n:>10}  {n // 4:>10}     float     sum      -1    {n / 7:11.3f}    "
+                    f"{n / 9:6.2f}    0\n" for n in (1024, 2048, 4096))
+    # one error line cut twice: the second piece is as long as the first
+    twice = ("RuntimeError: DDP expects same model across all ranks, but Rank 1 has 212 params, "
+             "while rank 0 has inconsistent 0 params.\n")
+    # one cut inside a word and one right after a blank
+    blank = ("RuntimeError: [Rank 1] Caught collective operation timeout: WorkNCCL(SeqNum=143, "
+             "OpType=BROADCAST, TensorShape=[1], Timeout(ms)=3600000) ran for 3600089 "
+             "milliseconds before timing out.\n")
+    for text in (prints, table, twice, blank):
+        wrapped = _wrap(text.encode(), 60)
+        lines = _lines(wrapped.decode())
+        # THEN the width is found, and every line is whole again
+        assert wrap_width([len(line) for line in lines], lines) == 60, text
+        fixed = normalize(wrapped)
+        assert fixed is not None
+        assert fixed.data.decode() == text
+
 def test_srun_task_heads_become_ranks(tmp_path) -> None:  # type: ignore[no-untyped-def]
     # GIVEN an srun -l paste: every line behind its task number
     watchdog = ("[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation "

@@ -164,8 +164,11 @@ def wrap_width(lengths: list[int], lines: Sequence[bytes | str] | None = None) -
     word (a letter or digit on either side) and continued by a line that starts no record of its
     own and opens otherwise than the one before it, or followed by nothing but the rest of a row's
     blank padding. ``MIN_WRAP_CUTS`` such cuts outweighing the longest lines a new record
-    follows, or two with none against them (one long line wrapped), make it the width; a table of
-    equal rows, or a few long lines of one length, do not."""
+    follows, or two with none against them (one long line wrapped), make it the width; so does
+    one with none against it beside a cut right after a blank (a line rarely ends in one) or a
+    longest piece that goes on from another (one line cut twice). A table of equal rows, or a
+    few long lines of one length, do not; a row longer than the width goes on in a shorter
+    piece, its rest, and is cut like any line."""
     width = max(lengths, default=0)
     if width in COMMON_WIDTHS:
         return width
@@ -173,7 +176,7 @@ def wrap_width(lengths: list[int], lines: Sequence[bytes | str] | None = None) -
         return None
     if lengths.count(width) < 2:
         return None  # (a wrap leaves a longest piece and its rest at the least)
-    cuts = against = 0
+    cuts = against = blank_cuts = chained = 0
     index = -1
     while (index := _index(lengths, width, index + 1)) >= 0 and index + 1 < len(lengths):
         if not lengths[index + 1]:
@@ -182,13 +185,21 @@ def wrap_width(lengths: list[int], lines: Sequence[bytes | str] | None = None) -
         if not after.strip():
             cuts += lengths[index + 1] == width  # a padded row's blank rest, cut at the width
         elif not _continues(before, after) or (before.endswith("|") and after.startswith("|")) \
-                or _shape(before) == _shape(after) or PAD_RUN_TEXT in before:
-            # a new record, or rows of one shape (a table's, with padded columns; a print per
-            # rank that differs in its numbers only) after a longest line
+                or _shape(before) == _shape(after) and lengths[index + 1] >= width * 3 // 4 \
+                or lengths[index + 1] == width and _PADDING.search(before):
+            # a new record, or rows of one shape after a longest line: a print per rank that
+            # differs in its numbers only, or a table whose columns are padded with blanks (its
+            # next row as long; a row cut at the width goes on with a shorter piece, its rest)
             against += 1
-        elif _WORD_END.search(before) and _WORD_START.match(after):
-            cuts += 1  # a word cut in two; a cut at a blank or a stop proves nothing either way
-    if cuts >= MIN_WRAP_CUTS and cuts > against or cuts >= 2 and not against:
+        else:
+            if _WORD_END.search(before) and _WORD_START.match(after):
+                cuts += 1  # a word cut in two
+            elif before[-1:] == " " and before.strip():
+                blank_cuts += 1  # a cut after a blank: a line rarely ends in one of its own
+            # a longest line that itself goes on from a longest line: one line cut twice
+            chained += index > 0 and lengths[index - 1] == width
+    if cuts >= MIN_WRAP_CUTS and cuts > against or cuts >= 2 and not against \
+            or cuts and (blank_cuts or chained) and not against:
         return width
     return None
 
