@@ -109,3 +109,42 @@ def test_exit_warnings_beside_a_timeout_are_no_health(tmp_path: Path) -> None:
                "NumelIn=4096, NumelOut=4096, Timeout(ms)=20000) ran for 20039 milliseconds before "
                "timing out.")
     assert _verdict(tmp_path, [timeout, EXIT_AND_NOTICES[1]]).status is not Status.HEALTHY
+
+
+# torch.distributed.launch's deprecation notice as torch >= 1.10 prints it (launch.py), the
+# job's start-up chatter around it, and torch 1.9's barrier notice (ProcessGroupNCCL.cpp)
+LAUNCH_NOTICE = [
+    "/opt/conda/lib/python3.10/site-packages/torch/distributed/launch.py:181: FutureWarning: The "
+    "module torch.distributed.launch is deprecated",
+    "and will be removed in future. Use torchrun.",
+    "Note that --use-env is set by default in torchrun.",
+    "If your script expects `--local-rank` argument to be set, please",
+    "change it to read from `os.environ['LOCAL_RANK']` instead. See ",
+    "https://pytorch.org/docs/stable/distributed.html#launch-utility for ",
+    "further instructions",
+    "",
+    "  warnings.warn(",
+    "INFO:torch.distributed.launcher.api:Starting elastic_operator with launch configs:",
+    "  nproc_per_node   : 4",
+    "  rdzv_configs     : {'rank': 0, 'timeout': 900}",
+]
+BEST_GUESS = [
+    "user@gpu-node-3:~/proj$ CUDA_VISIBLE_DEVICES=2,3 torchrun --nproc_per_node 2 train.py",
+    "[W ProcessGroupNCCL.cpp:1569] Rank 1 using best-guess GPU 1 to perform barrier as devices "
+    "used by this process are currently unknown. This can potentially cause a hang if this rank "
+    "to GPU mapping is incorrect.Specify device_ids in barrier() to force use of a particular "
+    "device.",
+    "Epoch 1:   0%|          | 0/625 [00:00<?, ?it/s]",
+]
+
+
+@pytest.mark.parametrize("lines", [LAUNCH_NOTICE, BEST_GUESS], ids=["launch", "best-guess"])
+def test_launch_notices_prompts_and_an_unmoved_bar_beside_harmless_warnings_are_healthy(
+        tmp_path: Path, lines: list[str]) -> None:
+    assert _verdict(tmp_path, lines).status is Status.HEALTHY
+
+
+def test_a_prompt_and_an_unmoved_bar_alone_are_no_health(tmp_path: Path) -> None:
+    # no warning the list knows: a bar that never moved may be a job stuck in its first step
+    lines = [BEST_GUESS[0], BEST_GUESS[2]]
+    assert _verdict(tmp_path, lines).status is not Status.HEALTHY

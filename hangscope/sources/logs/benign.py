@@ -29,11 +29,15 @@ harmless, in the software's own terms:
     UserWarning: PyTorch is not compiled with NCCL support
         (torch.cuda.nccl's import-time warning on builds without NCCL, Windows': a job on gloo
         never uses it)
+    The module torch.distributed.launch is deprecated and will be removed in future. Use torchrun.
+    --use_env is deprecated and will be removed in future releases.
+        (torch.distributed.launch's notice on every start since torch 1.9: it runs as before)
 
 ``benign_only`` event, one per file whose every non-blank line (the whole file: its tail is all
 of it) is one of these warnings, its continuation (indented, or the warning's own follow-up
-lines), launcher boilerplate or a logger's routine INFO or DEBUG records (no word of a fault, a
-wait or a retry in them), and which holds at least one of them. fields: ``warnings`` (the
+lines), launcher boilerplate, the user's shell prompt, a progress bar at 0%, or a logger's routine
+INFO or DEBUG records (no word of a fault, a wait or a retry in them), and which holds at least
+one of them. fields: ``warnings`` (the
 names, comma-joined), ``count``. ``analysis/log_health.py`` (rule ``known-benign``) reads a job
 whose every log is such a file as showing no fault.
 """
@@ -52,7 +56,7 @@ WARNINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("tokenizers-fork", re.compile(
         r"huggingface/tokenizers: The current process just got forked, after parallelism has already been used")),
     ("device-unknown", re.compile(
-        r"(?i)using GPU \d+ (?:as device|to perform barrier as devices) used by this process|"
+        r"(?i)using (?:best-guess )?GPU \d+ (?:as device|to perform barrier as devices) used by this process|"
         r"Guessing device ID based on global rank|No device id is provided via `init_process_group` or `barrier ?`")),
     ("ddp-grad-strides", re.compile(r"Grad strides do not match bucket view strides")),
     ("ddp-unused-parameters", re.compile(
@@ -64,6 +68,9 @@ WARNINGS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"process group has NOT been destroyed before we destruct ProcessGroupNCCL")),
     ("deepspeed-nccl-backend", re.compile(r"NCCL backend in DeepSpeed not yet implemented")),
     ("no-nccl-build", re.compile(r"PyTorch is not compiled with NCCL support")),
+    ("launch-deprecated", re.compile(
+        r"The module torch\.distributed\.launch is deprecated|"
+        r"--use[_-]env is deprecated and will be removed in future releases")),
 )
 # Lines around the warnings that say nothing: their own follow-up lines, torchrun's banner,
 # Python's warnings.warn echo
@@ -73,7 +80,18 @@ _FOLLOW = re.compile(
     r"\*{5,}\s*$|Setting OMP_NUM_THREADS environment variable for each process to be 1 in default|"
     r"warnings\.warn\(|This can (?:potentially )?cause a hang if|You can (?:s?pecify|specify) device_id|"
     r"Specify device_ids? in barrier\(\)|or call init_process_group\(\) with a device_id|"
-    r"\[INFO\] \[comm\.py:\d+:\w+\])")
+    r"\[INFO\] \[comm\.py:\d+:\w+\]|"
+    # torch.distributed.launch's deprecation notice goes on over several lines
+    r"and will be removed in future\. Use torchrun|Note that --use[_-]env is set by default in torchrun|"
+    r"If your script expects `--local[_-]rank` argument to be set|"
+    r"change it to read from `os\.environ\[.LOCAL_RANK.\]` instead|"
+    r"https://pytorch\.org/docs/stable/distributed\.html#launch-utility|further instructions\s*$)")
+# Lines that say nothing of the job's health: the user's own shell prompt and command
+# (``root@host:~/dir# python train.py``, ``$ torchrun ...``), a progress bar that has not moved
+# (``  0%|          | 0/100 [00:00<?, ?it/s]``)
+_NEUTRAL = re.compile(
+    r"^(?:\(\S+\) )?(?:[\w.\-]+@[\w.\-]+(?::\S*)?\s?[#$%]|\$) \S|"
+    r"^[^|]{0,60}\b0%\|[\s\u2591\u2588\u258f\u258e\u258d\u258c\u258b\u258a\u2589#]*\|?[^|]*$")
 # a warning's sentence carried over to the next line by a paste wrapped at a width (the break
 # mid-word or between words: the line before is as long as the paste's longest, or this one goes
 # on in lower case or with the warning's "(function operator())" trailer), unless the carried
@@ -85,7 +103,9 @@ _FAULT = re.compile(r"(?i)error|fail|time[ds]? ?out|exception|traceback|killed|a
                     r"waiting|retry|retrying")
 # detectron2's logger head ("[03/07 20:19:02 detectron2]: Starting training from iteration 0"),
 # which carries no level: its records are INFO unless they say otherwise ("WRN", "ERROR")
-_INFO_HEAD = re.compile(r"^\[\d{2}/\d{2} \d{2}:\d{2}:\d{2} [\w.]+\]: ")
+_INFO_HEAD = re.compile(r"^\[\d{2}/\d{2} \d{2}:\d{2}:\d{2} [\w.]+\]: "
+                        # Python logging's default format (``INFO:torch.distributed.run:...``)
+                        r"|^(?:INFO|DEBUG):[\w.]+:")
 # a glog head a terminal cut from its message (``[W1003 20:49:10.123654124``)
 _HEAD_ONLY = re.compile(r"^\[?[IWEF]\d{4} \d{2}:\d{2}:\d{2}(?:\.\d+)?(?: +\d+)?\]?$")
 
@@ -111,7 +131,7 @@ def scan_benign(path: str, tail: LogicalTail | None) -> list[LogEvent]:
         if name is not None:
             names.append(name)
             after_warning, last = True, line
-        elif _FOLLOW.search(body) or (after_warning and (text[:1].isspace() or (
+        elif _FOLLOW.search(body) or _NEUTRAL.match(body) or (after_warning and (text[:1].isspace() or (
                 cut or _CARRIED.match(body)) and not _FAULT.search(body))):
             continue  # the warning's own continuation (indented, or carried over), or a banner
         elif (line.severity in ("info", "debug") or _INFO_HEAD.match(body)) \
