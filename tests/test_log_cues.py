@@ -100,6 +100,8 @@ def test_a_wording_points_at_its_kind(line: str, kind: str) -> None:
     "init_process_group(backend='nccl', timeout=timedelta(seconds=1800))",
     "epoch 3 step 120/500 loss 0.412 lr 3e-4",
     "NCCL_IB_TIMEOUT set by environment to 22.",
+    # the head of Ascend CANN's own error-detail block (not Python's traceback: no exit in it)
+    "        TraceBack (most recent call last):",
 ])
 def test_lines_every_healthy_job_prints_are_no_cue(line: str) -> None:
     assert classify(line) is None
@@ -305,6 +307,9 @@ def test_frameworks_setup_lines_at_the_end_are_setup_stops(tmp_path: Path, tail:
      "address. Using the loopback address as fallback.", "init_hang"),
     # a traceback's last line with its head cut off
     ("[rank5]: IndexError: The shape of the mask [198] at index 0 does not match", "rank_died"),
+    # Ascend CANN's EJ0001, as torch_npu's HCCL set-up raises it
+    ("EJ0001: 2024-06-01-08:00:00.000.000 Failed to initialize the HCCP process. Reason: Maybe "
+     "the last training process is running.", "init_hang"),
 ])
 def test_more_wordings_point_at_their_kind(line: str, kind: str) -> None:
     cue = classify(line.split("]: ", 1)[-1] if line.startswith("[rank5]") else line)
@@ -414,3 +419,40 @@ def test_a_gloo_mesh_whose_own_end_is_loopback_is_set_up_on_the_wrong_interface(
     verdict = _verdict(tmp_path / "real", "RuntimeError: Gloo connectFullMesh failed ... "
                        "(rank=8, size=16, local=[10.0.3.7])\n")
     assert verdict.root is None or "loopback" not in verdict.root.summary
+
+
+# torch_npu on Ascend (CANN): the exception's one line, then its detail, which says an HCCL task
+# ran out of time in a collective; and the same traceback with a device fault as its detail
+_NPU_TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "train.py", line 88, in <module>',
+    "    dist.all_reduce(loss)",
+    '  File "/usr/local/lib/python3.9/site-packages/torch/distributed/distributed_c10d.py", line '
+    "1536, in all_reduce",
+    "    work.wait()",
+    "RuntimeError: ACL stream synchronize failed.",
+    "EI9999: Inner Error!",
+]
+_HCCL_TIMEOUT = (
+    "EI9999: 2025-01-07-03:11:45.120.377  The error from device(chipId:5, dieId:0), serial number "
+    "is 12, hccl fftsplus task timeout occurred during task execution, stream_id:3, sq_id:3, "
+    "task_id:1021, stuck notify num:1, timeout:30min(default).[FUNC:ProcessStarsHcclFftsPlusTime"
+    "outErrorInfo][FILE:device_error_proc.cc][LINE:1323]")
+_CANN_TRACE = ["        TraceBack (most recent call last):",
+               "        rtStreamSynchronize execute failed, reason=[task timeout][FUNC:FuncErrorReas"
+               "on][FILE:error_message_manage.cc][LINE:53]"]
+
+
+def test_an_exception_whose_detail_is_a_collective_timeout_is_the_wait(tmp_path: Path) -> None:
+    verdict = _verdict(tmp_path, "\n".join([*_NPU_TRACEBACK, _HCCL_TIMEOUT, *_CANN_TRACE, ""]))
+    root = verdict.root
+    assert root is not None and root.kind.value == "missing_rank", root
+    assert "hccl fftsplus task timeout" in root.summary
+
+
+def test_an_exception_whose_detail_is_no_wait_stays_a_failure(tmp_path: Path) -> None:
+    fault = ("EI9999: 2025-01-07-03:11:45.120.377  The error from device(chipId:5, dieId:0), "
+             "serial number is 12, there is an aicore error exception, core id is 3.")
+    verdict = _verdict(tmp_path, "\n".join([*_NPU_TRACEBACK, fault, ""]))
+    root = verdict.root
+    assert root is not None and root.kind.value == "rank_died", root

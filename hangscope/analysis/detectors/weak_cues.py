@@ -140,6 +140,7 @@ def detect(ctx: Context) -> list[Finding]:
                and str(e.fields.get("exc_type", "")).endswith("SignalException")
                or e.kind in ("traceback", "collective_wait") and e.fields.get("main_first")}
     stopped |= {(e.path, e.line_no) for e in timed_out}
+    stopped |= _wait_in_detail(events, waits)
     # a line that is itself a wait running out (gloo's "Timed out waiting 1800000ms for recv",
     # the watchdog's), whatever else it says ("Exception in worker ... while processing"): its
     # words of a death are the wait's, filed as the wait
@@ -249,6 +250,28 @@ def _after_own_wait(cue: LogEvent, waits: list[LogEvent]) -> bool:
     return bool(_TERMINATE.search(cue.message)) and any(
         w.path == cue.path and cue.line_no < w.line_no <= cue.line_no + _WHAT_REACH
         and "what()" in w.message for w in waits)
+
+
+def _wait_in_detail(events: list[LogEvent], waits: list[LogEvent]) -> set[tuple[str, int]]:
+    """Exceptions whose message goes on to say a wait ran out, and the tracebacks they end: the
+    wait's, not a failure of their own. Ascend's CANN prints the exception's one line
+    ("RuntimeError: ACL stream synchronize failed.") and its detail after it ("EI9999: ... hccl
+    ... task timeout occurred ..."), as C++'s terminate does its what() line."""
+    out: set[tuple[str, int]] = set()
+    for cue in events:
+        if cue.kind != "cue" or cue.fields.get("cue") != "exception":
+            continue
+        if not any(w.path == cue.path and w.rank == cue.rank
+                   and cue.line_no < w.line_no <= cue.line_no + _WHAT_REACH for w in waits):
+            continue
+        out.add((cue.path, cue.line_no))
+        # the traceback this exception ends: the nearest one above it that names it
+        above = [t for t in events if t.kind == "traceback" and t.path == cue.path
+                 and t.rank == cue.rank and t.line_no < cue.line_no
+                 and str(t.fields.get("exc_message", "\0")) in cue.message]
+        if above:
+            out.add((cue.path, max(t.line_no for t in above)))
+    return out
 
 
 _TERMINATE = re.compile(r"terminate called after throwing")

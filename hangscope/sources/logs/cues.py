@@ -170,7 +170,9 @@ CUES: tuple[Cue, ...] = (
     Cue("exit-nonzero", "rank_died", "cause", re.compile(
         r"(?i)exited with (?:exit )?(?:code|status)\s*[:=]?\s*[1-9]\d*|(?:exit|return) (?:code|status)\s*[:=]?\s*[1-9]\d*\b|"
         r"exitcode\s*:\s*[1-9]\d*|ChildFailedError|Killing subprocess|exited unexpectedly|"
-        r"Unhandled exception|Traceback \(most recent call last\)")),
+        # (Python's header, in its case: Ascend CANN's error reports carry a "TraceBack (most
+        # recent call last):" block of their own, the detail of an error already printed)
+        r"Unhandled exception|(?-i:Traceback) \(most recent call last\)")),
     # c10d's store client timing out while it waits for a key (socket.cpp's waitForInput,
     # TCPStore::doWait "Socket Timeout", DistStoreError): set-up when it comes first, a rank that
     # is elsewhere when training or a phase of one rank's own came before it (weak_cues decides)
@@ -206,6 +208,9 @@ CUES: tuple[Cue, ...] = (
         r"^waiting for (?:the )?master\b|^nslookup: can't resolve '[^'(]+'|"
         # torch's ncclUniqueId exchange through the store (ProcessGroupNCCL::broadcastUniqueNCCLID)
         r"broadcastUniqueNCCLID|ncclUniqueId|"
+        # Ascend CANN's EJ0001 as torch_npu's HCCL set-up raises it ("Failed to initialize the
+        # HCCP process. Reason: Maybe the last training process is running.")
+        r"Failed to initialize the HCCP process|"
         # torch_xla's mesh service, its rendezvous (xla_client/mesh_service.cc): a worker waiting
         # for the mesh master, or its check that the channel connected failing
         r"Waiting to connect to client mesh master|mesh_service\.cc.{0,80}WaitForConnected|"
@@ -293,6 +298,8 @@ _PREFILTER = re.compile(
 # index, the rank of a one-node job; Ray's memory monitor the task it killed: "where the task
 # (task ID: ..., name=head, rank=0, pid=4503, ...)")
 _MSG_RANK = re.compile(r"(?i)where the (?:task|worker|actor) \([^)]{0,300}?\brank=(?P<r3>\d+)|"
+                       # torch_npu's error heads: "(PID:927000, Device:3, RankID:3)"
+                       r"\bRankID\s*[:=]\s*(?P<r4>\d+)|"
                        r"\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\]?|"
                        r"\bprocess (?P<r2>\d+) terminated with\b")
 # torch.multiprocessing.spawn's header over the traceback of the process that raised
@@ -311,6 +318,8 @@ def _msg_rank(body: str) -> tuple[int, str] | None:
         return None
     if m.group("r") is not None:
         return int(m.group("r")), "content"
+    if m.group("r4") is not None:
+        return int(m.group("r4")), "content"
     return int(m.group("r2") or m.group("r3")), "launcher"
 
 
