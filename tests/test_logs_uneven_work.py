@@ -43,9 +43,36 @@ def test_even_counts_are_nothing(tmp_path: Path) -> None:
     ("rank 3 len(train_loader)=980", "len(train_loader)", 980),
     ("steps per epoch: 311", "steps", 311),
     ("Number of iterations is 42", "iterations", 42),
+    ("and the number of batches are: 64", "batches", 64),
 ])
 def test_wordings_of_a_count(tmp_path: Path, text: str, what: str, value: int) -> None:
     log = tmp_path / "a.log"
     log.write_text(text + "\n")
     (event,) = scan_work_counts(str(log))
     assert (event.fields["what"], event.fields["value"]) == (what, value)
+
+
+def test_one_print_per_process_with_no_rank_and_an_odd_count_is_uneven(tmp_path: Path) -> None:
+    # GIVEN one line per process, no rank in them: six processes on one data set, one on another
+    lines = [f"loader {kind} (id {100 + i}) number of batches: {n}" for i, (kind, n) in
+             enumerate([("webtext", 310)] * 3 + [("code", 1204)] + [("webtext", 310)] * 3)]
+    verdict = _verdict(tmp_path, ["epoch 0 starting", *lines, "epoch 0 step 0"])
+    first = verdict.findings[0]
+    # THEN the counts disagree: a mismatch, no rank named
+    assert (first.kind.value, first.culprit_ranks) == ("collective_mismatch", [])
+    assert first.measures.get("form") == "unnamed" and "1204" in first.summary
+
+
+@pytest.mark.parametrize("lines", [
+    # one process's loaders one after another: no majority
+    ["num_batches: 1000", "num_batches: 120", "num_batches: 80", "num_batches: 40"],
+    # too few lines in a row to be one per process
+    ["num_batches: 310", "num_batches: 310", "num_batches: 1204"],
+    # the same count printed apart, between other lines
+    ["num_batches: 310", "step 1", "step 2", "num_batches: 310", "step 3", "step 4",
+     "num_batches: 1204", "step 5", "step 6", "num_batches: 310"],
+])
+def test_rank_less_counts_not_one_print_per_process_are_nothing(tmp_path: Path,
+                                                                  lines: list[str]) -> None:
+    verdict = _verdict(tmp_path, lines)
+    assert all(f.measures.get("rule") != "uneven-work" for f in verdict.findings)

@@ -12,7 +12,9 @@ they chase such a hang::
     steps per epoch: 311
 
 ``work_count`` event per line that names a count of work (fields: ``what``, the counted thing;
-``value``), with the line's rank from its prefix or from its text. ``analysis/detectors/
+``value``), with the line's rank from its prefix or from its text, where it has one (a print of
+one line per rank that names none, ``... and the number of steps are: 72``, is read by its run of
+lines). ``analysis/detectors/
 uneven_work.py`` compares them across ranks.
 """
 
@@ -31,7 +33,7 @@ _COUNT = re.compile(
     r"(?i)(?:\bnumber of " + _WHAT + r"|\bnum_" + _WHAT.replace("?P<what>", "?P<what2>")
     + r"|\b" + _WHAT.replace("?P<what>", "?P<what3>") + r" per (?:epoch|rank|process|gpu)"
     r"|\blen\((?P<what4>\w*(?:loader|dataset|sampler))\))"
-    r"\s*(?:is|=|:)?\s*(?P<value>\d+)\b")
+    r"\s*(?:(?:is|are|was|were)\b\s*)?[=:]?\s*(?P<value>\d+)\b")
 
 
 def scan_work_counts(path: str, rank_hint: int | None = None,
