@@ -374,3 +374,16 @@ def test_a_line_flattened_by_a_tracker_is_rebuilt_whole() -> None:
     fixed = normalize(_pieces([line, "done"], 100))
     # THEN it is one line again
     assert fixed is not None and line in fixed.data.decode().splitlines()
+
+
+def test_a_rule_as_long_as_a_narrow_width_stays_its_own_line() -> None:
+    # GIVEN torchelastic's failure table (its rules are 60 across) in a paste wrapped at 60,
+    # beside a long line cut twice that makes 60 the wrap width
+    table = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED "
+             "on the node, see the root cause below for the failure\n"
+             + "-" * 60 + "\nFailures:\n  <NO_OTHER_FAILURES>\n" + "-" * 60
+             + "\nRoot Cause (first observed failure):\n[0]:\n  rank      : 3 (local_rank: 3)\n"
+             + "=" * 60 + "\n")
+    fixed = normalize(_wrap(table.encode(), 60))
+    # THEN each rule is its own line again, not glued to the heading after it
+    assert fixed is not None and fixed.data.decode() == table

@@ -218,6 +218,7 @@ def _shape(line: str) -> str:
 
 
 _DIGITS = re.compile(r"\d+")
+_RULE = re.compile(r"^([-=_*#~+])\1*$")  # a line of one character repeated: a separator
 _WORD_END = re.compile(r"\w$")
 _WORD_START = re.compile(r"\w")
 
@@ -300,7 +301,10 @@ def normalize(raw: bytes) -> Normalized | None:
                 i += 1
                 padded = True
                 continue
-            elif padded or not _continues(text[i - 1], text[i], srun, _opening(text, start, i)):
+            elif padded or not _continues(text[i - 1], text[i], srun, _opening(text, start, i)) \
+                    or _RULE.match(text[i - 1]) and not _RULE.match(text[i]):
+                # (a rule of dashes as long as the width, torchelastic's 60 across, is whole:
+                # only more of the rule can go on from it)
                 break
             line += text[i]
             piece = lengths[i]
