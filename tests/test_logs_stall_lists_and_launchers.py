@@ -103,7 +103,18 @@ def test_gloos_connect_error_with_its_address_on_the_next_line(tmp_path: Path) -
      "name=head, rank=1, pid=4503, memory used=180.2GB) was running was 470.1GB / "
      "495.0GB (0.95), which exceeds the memory usage threshold of 0.95. Ray killed this "
      "worker (ID: 77ab) because it was the most recently scheduled task\n", ("rank_oom", [1])),
-], ids=["spawn", "ray-memory-monitor"])
+    # text-generation-inference's launcher names the tensor-parallel shard it started
+    ("RuntimeError: CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 23.69 GiB total "
+     "capacity; 22.80 GiB already allocated; 301.06 MiB free; 22.90 GiB reserved in total by "
+     "PyTorch)\n"
+     "2024-02-01T08:12:44.120021Z ERROR text_generation_launcher: Shard 0 failed to start\n"
+     "2024-02-01T08:12:44.120037Z  INFO text_generation_launcher: Shutting down shards\n"
+     "2024-02-01T08:12:44.180441Z  INFO shard-manager: text_generation_launcher: Shard "
+     "terminated rank=1\n", ("rank_oom", [0])),
+    ("KeyError: 'lm_head.weight'\n"
+     "2024-02-01T09:00:01.000001Z ERROR text_generation_launcher: Shard 2 crashed\n",
+     ("rank_died", [2])),
+], ids=["spawn", "ray-memory-monitor", "tgi-shard-oom", "tgi-shard-crashed"])
 def test_a_launchers_word_names_the_process_that_died(tmp_path: Path, text: str,
                                                       expected: tuple[str, list[int]]) -> None:
     assert kind_and_culprits(verdict_of(tmp_path, text)) == expected

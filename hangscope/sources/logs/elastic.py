@@ -283,6 +283,23 @@ def called_process(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
                        rank=line.rank, rank_source=line.rank_source or "")]
 
 
+_SHARD = re.compile(r"\bShard (?P<rank>\d+) (?:failed to start|crashed)\b")
+
+
+def shard_failed(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """Hugging Face text-generation-inference's launcher on a tensor-parallel shard it started:
+    ``ERROR text_generation_launcher: Shard 0 failed to start`` (or ``Shard 1 crashed``): the
+    shard's number is its rank; the error before it (an OOM, an exception) is that shard's."""
+    m = _SHARD.search(line.body)
+    if not m or "text_generation_launcher" not in line.raw and "shard-manager" not in line.raw:
+        return []
+    return [make_event("elastic_child_failed", line, ctx, "error",
+                       {"local_rank": int(m.group("rank")),
+                        "signal": "unknown (the launcher's shard failed)",
+                        "binary": "text-generation-inference"},
+                       rank=line.rank, rank_source=line.rank_source or "")]
+
+
 def caught_signal(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     """A process's own fatal-signal handler (UCX/UCS, as NCCL and MPI jobs load it):
     ``[host:5283 :0:5704] Caught signal 7 (Bus error: nonexistent physical address)``; the rank
@@ -322,6 +339,8 @@ def agent_signalled(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"death signal, shutting down", agent_signalled),
     (b"died unexpectedly", worker_died),
+    (b"failed to start", shard_failed),
+    (b" crashed", shard_failed),
     (b"worker process has died", ray_worker_died),
     (b"A worker died or was killed", ray_worker_died),
     (b"CalledProcessError: Command", called_process),

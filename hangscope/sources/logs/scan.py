@@ -90,7 +90,7 @@ _ANCHORS = re.compile(
     rb"|x(?:pectedly)|l(?:ocalRank \d)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')"
     rb"|\*(?:\*\* STEP |\*\* JOB )|(?:noticed that |srun: |The first process to do so was|RUNNING AT |comm op: |Matrix \(us\)|watchdog hang)"
     rb"|G(?:B/s|bps)|bw|BW|k(?:B, limit )"
-    rb"|S(?:endF|endB|END_F|END_B)|R(?:ecvF|ecvB|ECV_F|ECV_B)|C(?:onnected all)|: (?:\[Horovod)")
+    rb"|S(?:endF|endB|END_F|END_B|hard \d)|R(?:ecvF|ecvB|ECV_F|ECV_B)|C(?:onnected all)|: (?:\[Horovod)")
 _PREFILTER = _ANCHORS
 
 # Where ahocorasick_rs is installed (a dependency; it has wheels for every platform the project
