@@ -307,6 +307,10 @@ def test_frameworks_setup_lines_at_the_end_are_setup_stops(tmp_path: Path, tail:
      "address. Using the loopback address as fallback.", "init_hang"),
     # a traceback's last line with its head cut off
     ("[rank5]: IndexError: The shape of the mask [198] at index 0 does not match", "rank_died"),
+    # NCCL's shmutils.cc when /dev/shm (host memory) is full
+    ("node7:1201:1300 [3] misc/shmutils.cc:129 NCCL WARN Error while creating shared memory "
+     "segment /dev/shm/nccl-a9Xk2f (size 9637888), error: No space left on device (28)",
+     "rank_oom"),
     # Ascend CANN's EJ0001, as torch_npu's HCCL set-up raises it
     ("EJ0001: 2024-06-01-08:00:00.000.000 Failed to initialize the HCCP process. Reason: Maybe "
      "the last training process is running.", "init_hang"),
@@ -456,3 +460,9 @@ def test_an_exception_whose_detail_is_no_wait_stays_a_failure(tmp_path: Path) ->
     verdict = _verdict(tmp_path, "\n".join([*_NPU_TRACEBACK, fault, ""]))
     root = verdict.root
     assert root is not None and root.kind.value == "rank_died", root
+
+
+def test_a_shared_memory_segment_refused_for_another_reason_is_no_oom() -> None:
+    cue = classify("node7:1201:1300 [3] misc/shmutils.cc:129 NCCL WARN Error while creating shared "
+                   "memory segment /dev/shm/nccl-a9Xk2f (size 9637888), error: Permission denied")
+    assert cue is None or cue.suggests != "rank_oom"

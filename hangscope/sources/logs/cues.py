@@ -75,6 +75,9 @@ CUES: tuple[Cue, ...] = (
         # NCCL's alloc.h when cudaMalloc fails (torch's "Last error:" repeats it): the GPU's
         # memory is gone, even for a few KB of NCCL's own buffers
         r"Failed to CUDA (?:host )?calloc(?: async)? \d+ bytes|"
+        # NCCL's shmutils.cc when /dev/shm (host memory) is full: "Error while creating shared
+        # memory segment /dev/shm/nccl-Ewjreo (size 33030528), error: No space left on device"
+        r"shared memory segment.{0,160}No space left on device|"
         r"Memory on the node \(.{0,200}\) where the (?:task|worker|actor)\b")),
     # NCCL's init.cc (ncclInvalidUsage): two ranks were given one GPU, a launch setting (device
     # index hard-coded, CUDA_VISIBLE_DEVICES, local rank) wrong on some processes
