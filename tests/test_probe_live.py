@@ -126,9 +126,12 @@ def _train(tmp: Path, env: dict[str, str], asks: int = 0, steps: int = 400) -> t
     many times while it trains. Returns (param sha256, answers)."""
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
+    release = tmp / "asked"  # the ranks wait for it before their last step (asks only)
     full = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                 TORCH_FR_BUFFER_SIZE="2000", PYTHONUNBUFFERED="1",
                 HANGSCOPE_READY_DIR=str(tmp / "ready"), HANGSCOPE_TRAIN_STEPS=str(steps), **env)
+    if asks:
+        full["HANGSCOPE_HOLD_FILE"] = str(release)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(port),
            str(REPO / "tests" / "procs" / "probe_training.py")]
@@ -147,6 +150,7 @@ def _train(tmp: Path, env: dict[str, str], asks: int = 0, steps: int = 400) -> t
                 for pid in job.rank_pids.values():
                     header, _, fr = ask(str(tmp / "sockets" / f"{pid}.sock"), timeout_s=10)
                     answers.append((header, len(fr)))
+            release.touch()  # every ask met a rank still training: let them finish
         assert job.wait(240) == 0, job.output_tail()
     finally:
         job.stop()

@@ -1,7 +1,10 @@
 """Deterministic training for the probe's "never hurts training" test (tests/test_probe_live.py): a tiny MLP trained with
 DistributedDataParallel over gloo, batches from a DataLoader with 2 forked workers (so the probe's
 fork handling and its DataLoader answer are exercised), HANGSCOPE_TRAIN_STEPS steps (default 300).
-Every rank writes its ready file once training started. Rank 0 prints ``param sha256 <hex>``, the
+Every rank writes its ready file once training started. With HANGSCOPE_HOLD_FILE set, each rank
+waits before its last step until that file exists (at most HOLD_S): a test that asks the probes
+while the job trains releases it when it is done asking, so no ask meets a rank that has already
+finished, however slow the machine. Rank 0 prints ``param sha256 <hex>``, the
 SHA-256 of every parameter's bytes after training: equal across runs only if every step computed
 the same bits. Exits 0 after running the interpreter's exit handlers (see leave())."""
 
@@ -9,6 +12,7 @@ import atexit
 import hashlib
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fixtures",
                                 "jobs"))
@@ -22,6 +26,15 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 from torch.utils.data.distributed import DistributedSampler  # noqa: E402
 
 N, D, H, BATCH, LR = 1024, 16, 32, 32, 0.05
+HOLD_S = 180.0
+
+
+def hold() -> None:
+    """Before the last step, wait for the test's release file, if it named one."""
+    path = os.environ.get("HANGSCOPE_HOLD_FILE")
+    deadline = time.monotonic() + HOLD_S
+    while path and not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def train(rank: int, world: int) -> None:
@@ -40,6 +53,8 @@ def train(rank: int, world: int) -> None:
     while step < steps:
         sampler.set_epoch(epoch)
         for xb, yb in loader:
+            if step == steps - 1:
+                hold()
             opt.zero_grad(set_to_none=True)
             nn.functional.mse_loss(model(xb), yb).backward()
             opt.step()
