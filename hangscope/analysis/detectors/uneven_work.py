@@ -32,6 +32,9 @@ RULE = "uneven-work"
 CONFIDENCE = 0.5
 CONFIDENCE_UNNAMED = 0.4
 MIN_RUN = 4  # rank-less count lines in a row that are read as one print per process
+# what uneven counts mean and what to do, said by both forms of the rule
+_WHY = ("call collectives the others never join: uneven data per rank (pad the sampler, "
+        "drop_last, or DDP's join()).")
 _MASK = re.compile(r"0x[0-9a-fA-F]+|\d+")  # what differs between two processes' lines of one print
 
 
@@ -56,9 +59,8 @@ def detect(ctx: Context) -> list[Finding]:
             said = "; ".join(f"rank {r}: {v}" for r, v in sorted(values.items())[:6])
         summary = (f"rule `{RULE}`: the ranks' own lines give them different numbers of {what} "
                    f"({said}). Every step runs the same collectives on every rank, so "
-                   f"{ranks_phrase(culprits)} will call collectives the others never join: "
-                   "uneven data per rank (pad the sampler, drop_last, or DDP's join()). Unless "
-                   "these counts differ by design (an evaluation loader)")
+                   f"{ranks_phrase(culprits)} will {_WHY} Unless these counts differ by design "
+                   "(an evaluation loader)")
         evidence = [log_evidence(lines[r]) for r in (culprits[:3] + others[:1])]
         return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=culprits,
                         waiting_ranks=others, confidence=CONFIDENCE, summary=summary,
@@ -79,10 +81,8 @@ def _unnamed(ctx: Context) -> list[Finding]:
                    f"numbers of {what}: {len(odd.majority)} say {odd.value}, "
                    + ", ".join(str(values[i]) for i in odd.odd[:4])
                    + f" ({run[odd.odd[0]].path}:{run[odd.odd[0]].line_no}). Every step runs the "
-                   "same collectives on every rank, so the processes whose counts differ call "
-                   "collectives the others never join: uneven data per rank (pad the sampler, "
-                   "drop_last, or DDP's join()). The lines name no rank; unless these counts "
-                   "differ by design")
+                   f"same collectives on every rank, so the processes whose counts differ {_WHY} "
+                   "The lines name no rank; unless these counts differ by design")
         evidence = [log_evidence(run[i]) for i in odd.odd[:3] + odd.majority[:1]]
         return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=[], waiting_ranks=[],
                         confidence=CONFIDENCE_UNNAMED, summary=summary, evidence=evidence,

@@ -319,10 +319,8 @@ def _msg_rank(body: str) -> tuple[int, str] | None:
     m = _MSG_RANK.search(body)
     if m is None:
         return None
-    if m.group("r") is not None:
-        return int(m.group("r")), "content"
-    if m.group("r4") is not None:
-        return int(m.group("r4")), "content"
+    if (named := m.group("r") or m.group("r4")) is not None:
+        return int(named), "content"
     return int(m.group("r2") or m.group("r3")), "launcher"
 
 
