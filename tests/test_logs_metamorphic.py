@@ -92,6 +92,20 @@ def _interleave(text: str) -> str:
     return "".join(out)
 
 
+def _screen(width: int) -> Callable[[str], str]:
+    """As a terminal ``width`` columns wide shows it, copied with its rows' padding."""
+    def copy(text: str) -> str:
+        return "".join(row.ljust(width) + "\n" for row in _wrap(width)(text).splitlines())
+    return copy
+
+
+def _stamped(stamp: Callable[[int], str]) -> Callable[[str], str]:
+    """Every line behind a collector's timestamp (line ``i`` stamped ``stamp(i)``)."""
+    def collect(text: str) -> str:
+        return "".join(stamp(i) + line for i, line in enumerate(text.splitlines(keepends=True)))
+    return collect
+
+
 VARIANTS: dict[str, Callable[[str], str]] = {
     "wrap80": _wrap(80),
     "wrap100": _wrap(100),
@@ -109,10 +123,63 @@ VARIANTS: dict[str, Callable[[str], str]] = {
     "compose": lambda text: "".join(f"trainer-1  | {line}"
                                     for line in text.splitlines(keepends=True)),
     "pytest": lambda text: "".join(f"E   {line}" for line in text.splitlines(keepends=True)),
+    # pasted into Markdown: an indented code block (Stack Overflow's form), a fenced one, a quote
+    # (GitHub writes a quoted blank line as ">")
+    "md-indented": lambda text: "".join(f"    {line}" if line.strip() else line
+                                        for line in text.splitlines(keepends=True)),
+    "md-fenced": lambda text: f"```text\n{text}```\n",
+    "md-quoted": lambda text: "".join(f"> {line}" if line.strip() else ">\n"
+                                      for line in text.splitlines(keepends=True)),
+    # a collector's timestamp on every line: ``kubectl logs --timestamps``, journald
+    "kubectl-ts": _stamped(lambda i: f"2024-05-01T12:{i // 60 % 60:02d}:{i % 60:02d}.123456789Z "),
+    "journald": _stamped(lambda i: f"May 01 12:00:{i % 60:02d} node-3 python[4242]: "),
+    # a terminal's screen copied as it shows, every row padded to its width
+    "screen120": _screen(120),
 }
+
+_PDSH_TWO_HEADS = (
+    "network_fault (cue) instead of init_hang: a second head over pdsh's 'trainer-2: ' is "
+    "peeled, pdsh's is not, so the frame lines are not frames (a whole traceback under two "
+    "heads is not read either)")
+_SCREEN_OF_SCREEN = (
+    "the paste is itself a screen copy (rows padded to about 190 columns); wrapped again at 120 "
+    "and padded, each row's padding goes on over rows of blanks, which are then kept as blank "
+    "lines between its rows")
 
 # (log stem, variant): what the variant gives today instead of the original's verdict.
 DIFFERS: dict[tuple[str, str], str] = {
+    ("q_accelerate_2468_pdsh_tcpstore_no_route", "md-quoted"): _PDSH_TWO_HEADS,
+    ("q_accelerate_2468_pdsh_tcpstore_no_route", "kubectl-ts"): _PDSH_TWO_HEADS,
+    ("q_accelerate_2468_pdsh_tcpstore_no_route", "journald"): _PDSH_TWO_HEADS,
+    ("q_accelerate_2468_pdsh_tcpstore_no_route", "screen120"):
+        "network_fault (cue) instead of init_hang: as at 120 without the padding",
+    ("e_torchtune_2651_rank0_ckpt_save_timeout", "kubectl-ts"):
+        "missing_rank [] instead of [0]: the paste is hard-wrapped, and the variant stamps the "
+        "wrapped piece of the watchdog's line too (a collector stamps lines before a terminal "
+        "cuts them), so the piece reads as a line of its own",
+    ("e_torchtune_2651_rank0_ckpt_save_timeout", "journald"):
+        "missing_rank [] instead of [0]: as with kubectl-ts, the wrapped piece stamped",
+    ("e_megatron_lm_1880_rank0_sigsegv_elastic", "screen120"):
+        "rank_died [] instead of [0]: " + _SCREEN_OF_SCREEN,
+    ("ze_speechbrain_701_find_unused_params_warning", "screen120"):
+        "inconclusive instead of healthy: a tqdm bar's unfilled part of 240 blanks, cut at 120 and "
+        "padded, is a row of blanks that ends the bar's row as a screen's padding would",
+    ("h_accelerate_3413_resume_multinode_wrapped", "md-indented"):
+        "network_fault [] instead of [22]: the paste is a screen copy (rows padded to 164 "
+        "columns, pdsh's head on each); indented afterwards, the indentation on a screen's rows "
+        "is taken for the log's own (a table's), so pdsh's head behind it is not peeled",
+    ("zg_ms_swift_4340_packing_rank0_broadcast_timeout", "srun-l"):
+        "missing_rank [6] instead of [0]: the paste starts inside rank 6's traceback (its header "
+        "cut off); behind srun's '6: ' the headless frames are not read as a traceback, so rank 6 "
+        "reads as a rank whose log stops with no error",
+    ("za_ssd.pytorch_91_worker_emfile", "screen120"):
+        "rank_died instead of dataloader_stall: " + _SCREEN_OF_SCREEN + " (as at 80)",
+    ("b_llamafactory_6849_nccl_broken_pipe", "screen120"):
+        "network_fault [5] instead of []: a 239-character line's second row is 119 long and gets "
+        "one blank of padding, which is what a row cut right after a blank ends with: read as cut, "
+        "it is joined with the next line (a row one short of the width cannot be told from it)",
+    ("x_vidur_49_send_recv_profiling_errno97", "screen120"):
+        "inconclusive instead of healthy: " + _SCREEN_OF_SCREEN + " (a tqdm bar's unfilled part)",
     ("q_accelerate_2468_pdsh_tcpstore_no_route", "wrap80"):
         "network_fault (cue) instead of init_hang: the paste begins inside a traceback whose "
         "frame lines each carry pdsh's 'trainer-2: ' head; wrapped, a frame's file path is cut "

@@ -235,11 +235,13 @@ def test_ray_relay_heads_mid_line_open_records_of_their_own() -> None:
 
 
 def test_a_padded_row_wrapped_at_the_width_keeps_the_next_row_next() -> None:
-    # GIVEN a table whose rows are padded with blanks to 160 columns, then wrapped at 80
+    # GIVEN a table whose rows are padded with blanks to 190 columns, then wrapped at 80 (each
+    # row's padding goes on over a row of 80 blanks and one of 30)
     rows = ["  rank      : 0 (local_rank: 0)", "  exitcode  : -11 (pid: 3304209)"]
-    wrapped = "".join(piece + "\n" for row in rows for piece in _cut(row.ljust(160), 80))
+    wrapped = "".join(piece + "\n" for row in rows for piece in _cut(row.ljust(190), 80))
     fixed = normalize(wrapped.encode())
-    # THEN the padding's wrapped rest is no blank line between the rows
+    # THEN the padding's wrapped rest is no blank line between the rows (whose indentation, on a
+    # screen's rows, is the log's own)
     assert fixed is not None
     assert [ln.rstrip() for ln in fixed.data.decode().splitlines()] == rows
 

@@ -336,7 +336,8 @@ def load_pyspy_file(path: str) -> list[tuple[int | None, StackSample]]:
     except OSError as exc:
         raise BadInputError(path, f"cannot read ({exc.strerror or exc})") from None
     kind = sniff_pyspy(data[:4096])
-    if kind is None:  # a text dump behind a tool's head (pytest, kubectl), or hard-wrapped
+    if kind != "pyspy-json":
+        # a text dump indented, behind a tool's head (pytest, kubectl), or hard-wrapped
         data = logical_bytes(data)
         kind = sniff_pyspy(data[:4096])
     if kind == "pyspy-text":

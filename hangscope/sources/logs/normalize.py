@@ -31,10 +31,9 @@ wrapped record is invisible to all of them. This pass undoes the damage once, fo
   chat client has them between every word) become plain spaces.
 
 Process prefixes (``[rank3]:``, ``[default0]:``, mpirun's ``[1,3]<stderr>:``) and timestamps are
-peeled per line by :func:`common.parse_line`, which also serves big files this pass skips; a head
-that most of the paste's first lines carry is peeled here from every line that has it: pytest's ``E
-``, ``kubectl logs --prefix``'s ``[pod/NAME/CONTAINER] ``, docker compose's ``NAME | ``, and ``srun
--l``'s ``12: ``, which names the task (the rank) and becomes ``[rank12]:``. The output keeps the
+peeled per line by :func:`common.parse_line`, which also serves big files this pass skips; what
+the paste's relay or quotation put before every line (a common indentation, a relay's head, a
+collector's timestamp, a Markdown quote: :mod:`heads`) is taken off here first. The output keeps the
 original line numbers: ``line_map[i]`` is the first original line of logical line ``i + 1``, so
 events cite the file as the user has it.
 
@@ -49,7 +48,17 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hangscope.sources.logs.common import ANSI_PATTERN, CRI_PATTERN, PDSH_PATTERN, SRUN_PATTERN
+from hangscope.sources.logs.common import ANSI_PATTERN, SRUN_PATTERN
+from hangscope.sources.logs.heads import (
+    HEAD_SAMPLE,
+    Head,
+    common_indent,
+    dedent,
+    head_of,
+    split_head,
+    unfenced,
+    unpadded_rows,
+)
 
 NORMALIZE_MAX = 16 << 20
 MAX_JOIN = 8  # physical lines one logical line may be rebuilt from (at a wide wrap)
@@ -71,27 +80,6 @@ _PADDING = re.compile(r"(?<=\S) {8,}(?=\S)")
 _PADDING_BYTES = re.compile(rb"(?<=\S) {8,}(?=\S)")
 PAD_RUN_TEXT = " " * 8  # the shortest run of blanks read as padding (as _PADDING has it)
 PAD_RUN = PAD_RUN_TEXT.encode()
-
-# Heads a tool puts before every line of what it relays, naming no rank: pytest's failure output
-# (``E   ``), ``kubectl logs --prefix`` (``[pod/NAME/CONTAINER] ``), docker compose (``NAME  | ``),
-# pdsh (``HOST: ``).
-# ``srun -l`` (``12: ``) names the task, which is the rank: it becomes ``[rank12]:``.
-_HEADS = (
-    ("pytest", re.compile(r"E {3}")),
-    ("kubectl", re.compile(r"\[pod/[^\]\s]{1,200}\] ")),
-    ("compose", re.compile(r"[\w.\-]{1,100} +\| ")),
-    ("srun", re.compile(SRUN_PATTERN)),
-    ("cri", re.compile(CRI_PATTERN)),
-    # pdsh / pssh / clush (DeepSpeed's multi-node launcher runs pdsh): ``HOST: `` before every
-    # line a node relays, HOST an IPv4 address or a host name with a digit or a hyphen in it
-    # (``worker-0: ``, ``node12: ``), never ``rank3: `` (a rank, which the rank parsers read)
-    ("pdsh", re.compile(PDSH_PATTERN)),
-)
-# a Markdown quote ("> " before each line): a log pasted into a reply as a quotation; alone, or
-# inside one of the heads above
-_QUOTE = "> "
-HEAD_SAMPLE = 40  # first non-empty lines looked at to decide that a paste has a head
-HEAD_SHARE = 0.8  # of them that must carry it
 
 # A line that starts a record of its own is never the continuation of the line before it.
 _RECORD_START = re.compile(
@@ -240,11 +228,31 @@ def normalize(raw: bytes) -> Normalized | None:
         # no-break spaces, as text copied out of a web page or a chat client carries them
         # between every word: plain spaces to every parser
         data = data.replace(b"\xc2\xa0", b" ").replace(b"\xe2\x80\xaf", b" ")
+    fenced = len(data) != len(data := unfenced(data))  # (a blanked fence is shorter)
     if data.endswith(b"\n"):
         data = data[:-1]
     physical = data.split(b"\n")
+    screen = False
+    if data.endswith(b"  ") or b"  \n" in data:
+        if (screened := unpadded_rows(physical)) is not None:  # a screen copied as it shows
+            physical, screen = screened
+            data = b"\n".join(physical)
+    if not screen and (physical[0][:1] in (b" ", b"\t") or not physical[0].strip()):
+        # (a paste whose first line is not indented has no indentation common to every line)
+        if indent := common_indent(physical):
+            physical = dedent(physical, indent)
+            data = b"\n".join(physical)
+    # a Markdown block's opening fence (blanked above) and blank lines before it are no part of
+    # the paste: a rule that reads a paste's first lines finds them first (a file that merely
+    # starts with a blank line is read as it is)
+    blanks = 0
+    while fenced and blanks + 1 < len(physical) and not physical[blanks].strip():
+        blanks += 1
+    if blanks:
+        physical = physical[blanks:]
+        data = b"\n".join(physical)
     text = [p.decode("utf-8", errors="replace") for p in physical[:HEAD_SAMPLE * 4]]
-    head = _head_of(text)
+    head = head_of(text)
     if PAD_RUN in data and (unpadded := _unpad(physical, data, head)) is not None:
         physical = unpadded
         data = b"\n".join(physical)
@@ -255,7 +263,9 @@ def normalize(raw: bytes) -> Normalized | None:
     has_open = _OPEN_TRIGGER.search(data) is not None
     relayed = _RELAY_MIDLINE_BYTES.search(data) is not None
     if width is None and not has_open and head is None and not relayed:
-        return None if data is raw or data + b"\n" == raw else _identity(data, len(physical))
+        if data is raw or data + b"\n" == raw:
+            return None
+        return _identity(data, len(physical), blanks)
     text = [p.decode("utf-8", errors="replace") for p in physical]
     heads: list[str] | None = None
     headed: list[bool] | None = None  # pieces that may not continue a wrapped line
@@ -264,7 +274,7 @@ def normalize(raw: bytes) -> Normalized | None:
         # not read as a new record of the same stream), and where the paste was wrapped first
         # and the head added after to every piece, the width is the content's
         pattern = head[1]
-        split = [_split_head(line, head) for line in text]
+        split = [split_head(line, head) for line in text]
         if width is not None:
             # the terminal wrapped the headed lines: a piece with the head is a new line
             headed = [pattern.match(line) is not None for line in text]
@@ -323,7 +333,7 @@ def normalize(raw: bytes) -> Normalized | None:
         # (a head glued mid-line may itself have been cut by the wrap: look again once joined)
         for record in _RELAY_MIDLINE.split(line) if relayed or joined > 1 else (line,):
             out.append(record)
-            line_map.append(start + 1)
+            line_map.append(start + 1 + blanks)
     return Normalized(("\n".join(out) + "\n").encode("utf-8"), line_map)
 
 
@@ -332,36 +342,6 @@ def logical_bytes(data: bytes) -> bytes:
     stacks, which see the same heads and wraps as the log scanner."""
     fixed = normalize(data)
     return fixed.data if fixed is not None else data
-
-
-def _head_of(lines: list[str]) -> tuple[str, re.Pattern[str]] | None:
-    """The head most of the paste's first lines carry, if any, with a Markdown quote's ``> ``
-    after it where most lines carry that too."""
-    sample = [line for line in lines if line.strip()][:HEAD_SAMPLE]
-    if len(sample) < 2:
-        return None
-    for name, pattern in _HEADS:
-        headed = [(line, m.end()) for line in sample if (m := pattern.match(line)) is not None]
-        if len(headed) >= HEAD_SHARE * len(sample):
-            quoted = sum(1 for line, end in headed if line.startswith(_QUOTE, end))
-            if quoted >= HEAD_SHARE * len(sample):
-                return name, re.compile(f"(?:{pattern.pattern}){re.escape(_QUOTE)}")
-            return name, pattern
-    if sum(1 for line in sample if line.startswith(_QUOTE)) >= HEAD_SHARE * len(sample):
-        return "quote", re.compile(re.escape(_QUOTE))
-    return None
-
-
-def _split_head(line: str, head: tuple[str, re.Pattern[str]]) -> tuple[str, str]:
-    """What the peeled line starts with (``[rank12]: `` for srun's task, else nothing) and the
-    line's own text after the head."""
-    name, pattern = head
-    m = pattern.match(line)
-    if m is None:
-        return "", line
-    if name == "srun":
-        return f"[rank{m.group(1)}]: ", line[m.end():]
-    return "", line[m.end():]
 
 
 # NCCL's "host:pid:tid [dev] NCCL INFO ..." cut between "NCCL" and its level: the level word
@@ -406,7 +386,7 @@ def _continues(before: str, after: str, srun: bool = True, opening: str | None =
 
 
 def _unpad(physical: list[bytes], data: bytes,
-           head: tuple[str, re.Pattern[str]] | None) -> list[bytes] | None:
+           head: Head | None) -> list[bytes] | None:
     """The lines with screen-row padding taken out of wrapped lines, or None when no line has it
     (see the module docstring). Columns count from after the paste's head (pytest's ``E   ``...),
     which the tool that relayed the lines added after the screen was copied. The runs are found
@@ -463,8 +443,8 @@ def _open_cut_width(text: list[str], lengths: list[int]) -> int | None:
     return width if count >= MIN_OPEN_CUTS else None
 
 
-def _identity(data: bytes, count: int) -> Normalized:
-    return Normalized(data + b"\n", list(range(1, count + 1)))
+def _identity(data: bytes, count: int, blanks: int) -> Normalized:
+    return Normalized(data + b"\n", list(range(1 + blanks, count + 1 + blanks)))
 
 
 def _is_open(line: str) -> bool:

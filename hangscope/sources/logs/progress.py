@@ -45,6 +45,7 @@ from hangscope.sources.logs.common import (
     make_event,
     parse_line,
 )
+from hangscope.sources.logs.heads import framed
 from hangscope.sources.logs.normalize import normalize, wrap_width
 from hangscope.sources.logs.tail import MAX_LINE, tail_lines
 
@@ -189,11 +190,13 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
     # (a line's width in characters: a bar's blocks are three bytes each)
     wrapped = wrap_width([len(raw) if raw.isascii() else len(raw.decode("utf-8", "replace"))
                           for raw in lines], lines) is not None
-    fixed = normalize(b"\n".join(lines)) if device_cut or wrapped else None
+    # and so is one indented, or behind a relay's head, alike on every line
+    relayed = framed(lines)
+    fixed = normalize(b"\n".join(lines)) if device_cut or wrapped or relayed else None
     if fixed is not None:
         rebuilt = fixed.data.split(b"\n")
         renamed = _named_streams(rebuilt, set()) if hinted == (None, None) else {}
-        if wrapped or renamed:
+        if wrapped or relayed or renamed:
             lines, skip, number, named = rebuilt, set(), fixed.original_line, renamed
     last: dict[tuple[int | None, int | None], tuple[Line, Progress]] = {}
     ends: dict[tuple[int | None, int | None], Line] = {}

@@ -18,6 +18,7 @@ from hangscope.sources.logs.common import (
     infer_rank_from_path,
     parse_line,
 )
+from hangscope.sources.logs.heads import unfenced
 from hangscope.sources.logs.normalize import Normalized, normalize
 
 TAIL_BYTES = 1 << 20
@@ -34,7 +35,7 @@ def tail_lines(path: str, rank_hint: int | None = None
         first_line, data = _tail(path)
     except OSError:
         return None
-    lines = data.split(b"\n")
+    lines = unfenced(data).split(b"\n")  # (the fences of a Markdown paste: blank lines)
     return ctx, first_line, lines, _continuations(lines)
 
 

@@ -1,0 +1,215 @@
+"""What a paste carries around its log, put there by whatever relayed or quoted it.
+
+Before any wrap is measured, ``normalize`` takes off what is not the log's own: the Markdown code
+fences around it, and what is the same on nearly every line:
+
+* **A screen's padding** (``unpadded_rows``): a terminal copied as it shows pads every row to its
+  width with blanks; they go, and the full rows, cut at the width, are left for the wrap repair.
+* **A common indentation.** A log pasted as a Markdown indented code block (four blanks before
+  every line: Stack Overflow's and many forums' code form), or inside a list item or an indented
+  quote, has every line shifted alike. Indentation is structure to the readers (traceback frames,
+  py-spy's frames, torchelastic's table), so the shift common to every non-blank line is removed,
+  as ``textwrap.dedent`` does, and nothing more.
+* **A relay's head** (``head_of``): pytest's ``E   ``, ``kubectl logs --prefix``'s
+  ``[pod/NAME/CONTAINER] ``, docker compose's ``NAME | ``, ``srun -l``'s ``12: `` (the task: it
+  becomes ``[rank12]:``), the container runtime's CRI head, pdsh's ``HOST: ``, a Markdown quote's
+  ``> ``, and a collector's timestamp: ``kubectl logs --timestamps``, ``docker logs -t``, a CI
+  runner's or a log store's export (RFC 3339, ``2024-05-01T12:00:00.123456789Z ``), journald's
+  and syslog's ``May 01 12:00:00 host python[4242]: ``.
+
+A collector's timestamp is told from a program's own by what follows it: a collector stamps every
+physical line, so some stamped line goes on with an indented frame, a ``Traceback`` or a wrapped
+piece's blank; a logger stamps its records and leaves their continuation lines bare. A program's
+own stamps are left for the line parser, which reads their time and level.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from hangscope.sources.logs.common import CRI_PATTERN, PDSH_PATTERN, SRUN_PATTERN
+
+HEAD_SAMPLE = 40  # first non-empty lines looked at to decide that a paste has a head
+HEAD_SHARE = 0.8  # of them that must carry it
+MIN_SCREEN_WIDTH = 40  # rows of one length narrower than this are more likely a table's
+
+# Heads a tool puts before every line of what it relays, naming no rank: pytest's failure output
+# (``E   ``), ``kubectl logs --prefix`` (``[pod/NAME/CONTAINER] ``), docker compose (``NAME  | ``),
+# pdsh (``HOST: ``).
+# ``srun -l`` (``12: ``) names the task, which is the rank: it becomes ``[rank12]:``.
+_HEADS = (
+    ("pytest", re.compile(r"E {3}")),
+    ("kubectl", re.compile(r"\[pod/[^\]\s]{1,200}\] ")),
+    ("compose", re.compile(r"[\w.\-]{1,100} +\| ")),
+    ("srun", re.compile(SRUN_PATTERN)),
+    ("cri", re.compile(CRI_PATTERN)),
+    # pdsh / pssh / clush (DeepSpeed's multi-node launcher runs pdsh): ``HOST: `` before every
+    # line a node relays, HOST an IPv4 address or a host name with a digit or a hyphen in it
+    # (``worker-0: ``, ``node12: ``), never ``rank3: `` (a rank, which the rank parsers read)
+    ("pdsh", re.compile(PDSH_PATTERN)),
+)
+# A collector's timestamp before every physical line (see the module docstring): RFC 3339 with
+# its zone (kubectl --timestamps, docker logs -t, CI runners, log stores), or journald's / syslog's
+# short form with the host and the program (``May 01 12:00:00 node-3 python[4242]: ``).
+_STAMPS = (
+    ("stamp", re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d) ")),
+    ("journal", re.compile(r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d "
+                           r"\d\d:\d\d:\d\d [\w.\-]{1,100} "
+                           r"(?!kernel:)[\w.\-/]{1,100}(?:\[\d{1,10}\])?: ")),
+)
+# what only a collector's stamp goes on with: an indented line, a traceback's head or frame
+_STAMPED_PIECE = re.compile(r"\s|Traceback \(most|File \"")
+# what a program's own stamp goes on with: its record's level, or a separator before it
+_OWN_RECORD = re.compile(r"[\[(]?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE)\b|[-|:] ")
+# a Markdown quote ("> " before each line, ">" alone on a blank one): a log pasted into a reply
+# as a quotation (a quote of a quote: "> > "); alone, or inside one of the heads above
+_QUOTE_HEAD = re.compile(r"(?:>(?: |$))+")
+
+# a Markdown code fence, opening (with its language) or closing the block the log was pasted in
+_FENCE = re.compile(rb"(?m)^[ \t]*(?:`{3,}|~{3,})[\w+.\-]*[ \t]*$")
+
+Head = tuple[str, re.Pattern[str]]
+
+
+def unfenced(data: bytes) -> bytes:
+    """``data`` with its Markdown code fences blanked (the lines kept, so line numbers hold)."""
+    if b"``" not in data and b"~~~" not in data:
+        return data
+    return _FENCE.sub(b"", data)
+
+
+def common_indent(lines: list[bytes]) -> int:
+    """The blanks every non-blank line starts with, in bytes (0 when one line has none, or when
+    they are a traceback's own: a paste of frames alone, its header and exception cut off)."""
+    indents = []
+    for line in lines:
+        body = line.lstrip(b" \t")
+        if body:
+            if len(body) == len(line):
+                return 0
+            indents.append(line[:len(line) - len(body)])
+    indent = len(os.path.commonprefix(indents)) if indents else 0
+    if indent and any(line[indent:].startswith(b'File "') for line in lines):
+        return 0  # (a frame's line is indented in every traceback Python prints)
+    return indent
+
+
+def dedent(lines: list[bytes], indent: int) -> list[bytes]:
+    """The lines with their common indentation taken off (rows of blanks kept: a screen's
+    padding may go on over them)."""
+    return [line[indent:] if line.strip() else line for line in lines]
+
+
+def head_of(lines: list[str]) -> Head | None:
+    """The head most of the paste's first lines carry, if any, with a Markdown quote's ``> ``
+    after it where most lines carry that too."""
+    sample = [line for line in lines if line.strip()][:HEAD_SAMPLE]
+    if not sample:
+        return None
+    if len(sample) >= 2:
+        for name, pattern in _HEADS:
+            found = _carried(sample, pattern)
+            if found is not None:
+                return name, found
+    # (a collector's stamp is told by what follows it, on one line as on many)
+    for name, pattern in _STAMPS:
+        stamped = [(line, m.end()) for line in sample if (m := pattern.match(line))]
+        if len(stamped) >= HEAD_SHARE * len(sample) and _collected(stamped):
+            return name, _carried(sample, pattern) or pattern
+    # (one quoted line is a quote: "> " opens no log line of its own)
+    if sum(1 for line in sample if _QUOTE_HEAD.match(line)) >= HEAD_SHARE * len(sample):
+        return "quote", _QUOTE_HEAD
+    return None
+
+
+def _collected(stamped: list[tuple[str, int]]) -> bool:
+    """Whether the stamps of these (line, end of stamp) are a collector's: one goes on with what a
+    logger never stamps, or most go on otherwise than a logger's record does."""
+    if any(_STAMPED_PIECE.match(line, end) for line, end in stamped):
+        return True
+    return sum(1 for line, end in stamped if _OWN_RECORD.match(line, end)) < len(stamped) / 2
+
+
+def _carried(sample: list[str], pattern: re.Pattern[str]) -> re.Pattern[str] | None:
+    """``pattern``, or it with a quote's ``> `` after it, where most of ``sample`` carries it."""
+    headed = [(line, m.end()) for line in sample if (m := pattern.match(line)) is not None]
+    if len(headed) < HEAD_SHARE * len(sample):
+        return None
+    quoted = sum(1 for line, end in headed if _QUOTE_HEAD.match(line, end))
+    if quoted >= HEAD_SHARE * len(sample):
+        return re.compile(f"(?:{pattern.pattern}){_QUOTE_HEAD.pattern}")
+    return pattern
+
+
+def split_head(line: str, head: Head) -> tuple[str, str]:
+    """What the peeled line starts with (``[rank12]: `` for srun's task, else nothing) and the
+    line's own text after the head."""
+    name, pattern = head
+    m = pattern.match(line)
+    if m is None:
+        return "", line
+    if name == "srun":
+        return f"[rank{m.group(1)}]: ", line[m.end():]
+    return "", line[m.end():]
+
+
+def framed(lines: list[bytes]) -> bool:
+    """Whether ``normalize`` would take something off these lines: a common indentation or a
+    head (for readers that take the raw lines unless they need repair)."""
+    if common_indent(lines):
+        return True
+    sample = [raw.decode("utf-8", errors="replace") for raw in lines[:HEAD_SAMPLE * 4]]
+    return head_of(sample) is not None
+
+
+def unpadded_rows(physical: list[bytes]) -> tuple[list[bytes], bool] | None:
+    """The rows of a screen copy with the blanks that pad each to the screen's width taken off,
+    and whether they were a screen's (rows of one width: an indentation common to them is the
+    log's own), or None when the paste is no such copy.
+
+    A terminal (or a web page's fixed-width box) copied as it shows pads every row with blanks to
+    its width: every row is exactly as long as the longest, and the rows that ended early end in
+    a run of blanks. Those runs go (a row that ended is that long no more); a full row, cut at the
+    width, keeps its length, so the wrap is still seen where it was; a row that ends in a single
+    blank may be one cut right after a word, and keeps it. A row whose padding goes on over rows
+    of blanks, the last shorter than the width (a screen's rows wrapped again at a narrower
+    width), keeps it, and they theirs, for ``normalize``'s wrap repair, which joins the row with
+    its padding's rest; rows of blanks as wide as the screen are its blank lines (where the
+    wider screen was an exact multiple of the narrower, the two cannot be told apart)."""
+    ascii_only = all(row.isascii() for row in physical)
+    lengths = [len(row) if ascii_only else len(row.decode("utf-8", "replace")) for row in physical]
+    width = max(lengths, default=0)
+    rows = [i for i, row in enumerate(physical) if row.strip()]
+    at_width = [i for i in rows if lengths[i] == width]
+    padded = sum(1 for i in at_width if physical[i].endswith(b"  "))
+    # (on a screen, a row that ended early is padded: rows that end short unpadded are a wrapped
+    # paste's last pieces, and blanks at the width there are a line's own, a bar's unfilled part)
+    short = len(rows) - len(at_width)
+    screen = width >= MIN_SCREEN_WIDTH and padded > short \
+        and len(at_width) >= HEAD_SHARE * len(rows)
+    if not screen:
+        # (or blanks at the end of nearly every line, whatever its length: an editor's or a
+        # Markdown line break's, not the log's)
+        ends = sum(1 for i in rows if physical[i].endswith(b"  "))
+        if not rows or ends < HEAD_SHARE * len(rows):
+            return None
+    rows_out: list[bytes] = []
+    rest = False  # in the rows of blanks a padded row's wrap left
+    for i, row in enumerate(physical):
+        blank = not row.strip()
+        if blank and row and rest:
+            rows_out.append(row)
+            continue
+        rest = not blank and row.endswith(b" ") and _padding_wraps_on(physical, lengths, i, width)
+        rows_out.append(row if rest or not (blank or row.endswith(b"  ")) else row.rstrip(b" "))
+    return rows_out, screen
+
+
+def _padding_wraps_on(physical: list[bytes], lengths: list[int], index: int, width: int) -> bool:
+    """Whether the rows of blanks after row ``index`` are its padding's wrapped rest: the last of
+    them is shorter than the width (rows of blanks as wide as the screen are its blank lines)."""
+    end = index + 1
+    while end < len(physical) and physical[end] and not physical[end].strip():
+        end += 1
+    return end > index + 1 and lengths[end - 1] < width
