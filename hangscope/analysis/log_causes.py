@@ -33,6 +33,13 @@ _ECHO = re.compile(r"Connection (closed|reset) by peer|Broken pipe|Timed out wai
 # a traceback that ends in the DataLoader's own report of its workers (the same words as
 # sources/logs/dataloader.py's events): the loader's failure, whoever raised it
 _LOADER_EXC = re.compile(r"DataLoader worker \(pid|DataLoader timed out after \d")
+# torch's object collectives (broadcast_object_list, all_gather_object, gather_object,
+# scatter_object_list, recv_object_list) unpickle the bytes the collective delivered in
+# ``_tensor_to_object``: a rank whose collective was aborted (its watchdog's timeout, a peer gone)
+# or that was sent bytes of another size raises there ("EOFError: Ran out of input", "invalid load
+# key"). The collective failed; the exception is its echo, not the rank's own failure.
+_OBJECT_UNPICKLE = frozenset({"_tensor_to_object", "_unpickler"})
+_UNPICKLE_ERRORS = re.compile(r"^(?:\w+\.)*(?:EOFError|UnpicklingError)$")
 # A Python exception that is the CUDA runtime's report of a fault on the rank's own GPU.
 _GPU_FAULT = re.compile(r"CUDA error: (?!out of memory)|CUDA_ERROR_|cudaError")
 ECHO_KINDS = frozenset({"gloo_connection_closed", "gloo_timeout", "nccl_watchdog_timeout",
@@ -98,6 +105,9 @@ def classify(event: LogEvent) -> str | None:
         if _ECHO.search(message) or "ChildFailedError" in message or \
                 event.fields.get("main_first"):
             return None  # (inside a main-process-first block: its exception is the wait's end)
+        if event.fields.get("last_function") in _OBJECT_UNPICKLE \
+                and _UNPICKLE_ERRORS.match(str(event.fields.get("exc_type", ""))):
+            return None  # an object collective that delivered no object: the collective's
         if interrupted(event):
             return None  # Ctrl-C (or a launcher passing SIGINT on): the job stopped from outside
         if event.fields.get("thread") not in (None, "", "MainThread"):
