@@ -106,6 +106,13 @@ def _stamped(stamp: Callable[[int], str]) -> Callable[[str], str]:
     return collect
 
 
+def _numbered(text: str) -> str:
+    lines = text.splitlines(keepends=True)
+    if sum(1 for line in lines if line.strip()) < 3:
+        return text
+    return "".join(f"{i:>6}\t{line}" for i, line in enumerate(lines, 1))
+
+
 VARIANTS: dict[str, Callable[[str], str]] = {
     "wrap80": _wrap(80),
     "wrap100": _wrap(100),
@@ -135,6 +142,9 @@ VARIANTS: dict[str, Callable[[str], str]] = {
     "journald": _stamped(lambda i: f"May 01 12:00:{i % 60:02d} node-3 python[4242]: "),
     # a terminal's screen copied as it shows, every row padded to its width
     "screen120": _screen(120),
+    # copied out of `cat -n` (a viewer's line numbers); one or two numbered lines are no count
+    # that can be told from a program's own, so shorter pastes are left as they are
+    "cat-n": _numbered,
 }
 
 _PDSH_TWO_HEADS = (
@@ -288,3 +298,5 @@ def test_the_variants_change_what_they_claim() -> None:
     assert mixed != text
     assert max(map(len, VARIANTS["wrap120"](text).splitlines())) == 120
     assert "\r\n" in VARIANTS["crlf-ansi"](text)
+    assert VARIANTS["cat-n"](text).startswith("     1\t[rank1]: a\n     2\t[rank0]: b\n")
+    assert VARIANTS["cat-n"]("one line\n") == "one line\n"

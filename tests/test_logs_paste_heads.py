@@ -144,3 +144,33 @@ def test_a_bars_blank_part_wrapped_is_no_screens_padding() -> None:
     text = [bar[i:i + 80] for i in range(0, len(bar), 80)] + ["epoch 0 done", "epoch 1 done"]
     lines = _lines("\n".join(text) + "\n")
     assert lines[0] == bar
+
+
+def test_a_viewers_line_numbers_are_taken_off(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    plain = "\n".join([WATCHDOG] + TRACEBACK) + "\n"
+    lines = [WATCHDOG] + TRACEBACK
+    # GIVEN the log copied out of `cat -n`, out of a web viewer (from line 118, "118 | "), and out
+    # of `nl`, which leaves blank lines unnumbered
+    cat_n = "".join(f"{i:>6}\t{line}\n" for i, line in enumerate(lines, 1))
+    viewer = "".join(f"{i:>4} | {line}\n" for i, line in enumerate(lines, 118))
+    nl = "".join(f"{i:>6}\t{line}\n" for i, line in enumerate(lines[:3], 1)) + "\n" + \
+        "".join(f"{i:>6}\t{line}\n" for i, line in enumerate(lines[3:], 4))
+    # THEN each reads as the log, a frame's own indentation kept
+    assert _lines(cat_n) == lines
+    assert _lines(viewer) == lines
+    assert _lines(nl) == lines[:3] + [""] + lines[3:]
+    assert _verdict(tmp_path, cat_n) == _verdict(tmp_path, viewer) == _verdict(tmp_path, plain)
+
+
+def test_a_programs_own_count_at_the_start_of_its_lines_stays() -> None:
+    # GIVEN a loop's own prints: a step from 0, or from 1 but out of a column; and srun -l's
+    # task heads of ranks 1 to 4, one line each
+    from_zero = "".join(f"{i} loss {2.5 - i / 10:.2f}\n" for i in range(12))
+    ragged = "".join(f"{i} loss {2.5 - i / 10:.2f}\n" for i in range(1, 13))
+    tasks = "".join(f"{i}: using device cuda:{i}\n" for i in range(1, 5))
+    # THEN nothing is taken off
+    for text in (from_zero, ragged):
+        fixed = normalize(text.encode())
+        assert fixed is None or fixed.data.decode() == text
+    fixed = normalize(tasks.encode())
+    assert fixed is not None and fixed.data.decode().startswith("[rank1]: using device cuda:1\n")

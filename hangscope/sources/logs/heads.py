@@ -79,6 +79,59 @@ def unfenced(data: bytes) -> bytes:
     return _FENCE.sub(b"", data)
 
 
+# a viewer's line number before every line: ``cat -n`` / ``nl`` (right-aligned, a tab), ``less -N``
+# and editors (blanks), web log viewers (``12 | ``, a box-drawing bar), then the line (not
+# ``12: ``, which is ``srun -l``'s task head)
+_NUMBER = re.compile(rb"^ {0,8}(\d{1,7})(\t|[ ]*(?:\||\xe2\x94\x82)[ ]?|[ ]+|$)")
+MIN_NUMBERED = 3  # numbered lines needed before a paste is read as numbered
+
+
+def char_lengths(rows: list[bytes]) -> list[int]:
+    """Each row's length in characters, as a terminal or a viewer counts its width (bytes where
+    every row is ASCII, which is the common case and counted in C)."""
+    if all(row.isascii() for row in rows):
+        return list(map(len, rows))
+    return [len(row.decode("utf-8", "replace")) for row in rows]
+
+
+def unnumbered(lines: list[bytes]) -> list[bytes] | None:
+    """The lines without the line numbers a viewer put before each, or None when they carry none.
+
+    Numbers are a viewer's when nearly every non-blank line starts with one and they count the
+    lines from 1 or more: each is its line's place in the paste plus one offset (a range copied
+    from the middle of a file), or one more than the last numbered line's (``nl`` leaves blank
+    lines unnumbered). A program's own counter at the start of its lines skips or repeats, or
+    starts at 0, or stands out of a column. What separates number from line is taken off as
+    wide as its narrowest, so a line's own indentation (a traceback frame's) stays."""
+    sample = [line for line in lines[:HEAD_SAMPLE * 4] if line.strip()]
+    if len(sample) < MIN_NUMBERED or not (sample[0][:1].isdigit() or sample[0][:1] == b" "):
+        return None
+    found = [(i, m) for i, line in enumerate(lines) if (m := _NUMBER.match(line)) is not None]
+    nonblank = sum(1 for line in lines if line.strip())
+    if len(found) < max(MIN_NUMBERED, HEAD_SHARE * nonblank):
+        return None
+    first_place, first = found[0][0], int(found[0][1].group(1))
+    numbers = [(i, int(m.group(1))) for i, m in found]
+    by_place = sum(1 for i, number in numbers if number - i == first - first_place)
+    by_count = sum(1 for k, (_i, number) in enumerate(numbers) if number - k == first)
+    if first < 1 or max(by_place, by_count) < HEAD_SHARE * len(found):
+        return None
+    seps = [m.group(2) for i, m in found if m.end() < len(lines[i])]
+    tabbed = sum(1 for sep in seps if sep == b"\t") >= HEAD_SHARE * len(seps)
+    width = min(map(len, seps), default=0)
+    if not tabbed and width == 1 and len({m.start(2) for _i, m in found}) > 1:
+        return None  # (one blank after numbers not in a column: a program's own count)
+    out = list(lines)
+    for i, m in found:
+        sep = m.group(2)
+        if sep.strip(b" \t"):  # a bar: all of it
+            out[i] = lines[i][m.end():]
+        else:
+            out[i] = lines[i][m.start(2) + (1 if tabbed and sep[:1] == b"\t" else
+                                            min(width, len(sep))):]
+    return out
+
+
 def common_indent(lines: list[bytes]) -> int:
     """The blanks every non-blank line starts with, in bytes (0 when one line has none, or when
     they are a traceback's own: a paste of frames alone, its header and exception cut off)."""
@@ -157,7 +210,7 @@ def split_head(line: str, head: Head) -> tuple[str, str]:
 def framed(lines: list[bytes]) -> bool:
     """Whether ``normalize`` would take something off these lines: a common indentation or a
     head (for readers that take the raw lines unless they need repair)."""
-    if common_indent(lines):
+    if common_indent(lines) or unnumbered(lines) is not None:
         return True
     sample = [raw.decode("utf-8", errors="replace") for raw in lines[:HEAD_SAMPLE * 4]]
     return head_of(sample) is not None
@@ -177,8 +230,7 @@ def unpadded_rows(physical: list[bytes]) -> tuple[list[bytes], bool] | None:
     width), keeps it, and they theirs, for ``normalize``'s wrap repair, which joins the row with
     its padding's rest; rows of blanks as wide as the screen are its blank lines (where the
     wider screen was an exact multiple of the narrower, the two cannot be told apart)."""
-    ascii_only = all(row.isascii() for row in physical)
-    lengths = [len(row) if ascii_only else len(row.decode("utf-8", "replace")) for row in physical]
+    lengths = char_lengths(physical)
     width = max(lengths, default=0)
     rows = [i for i, row in enumerate(physical) if row.strip()]
     at_width = [i for i in rows if lengths[i] == width]

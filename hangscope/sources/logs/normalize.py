@@ -52,11 +52,13 @@ from hangscope.sources.logs.common import ANSI_PATTERN, SRUN_PATTERN
 from hangscope.sources.logs.heads import (
     HEAD_SAMPLE,
     Head,
+    char_lengths,
     common_indent,
     dedent,
     head_of,
     split_head,
     unfenced,
+    unnumbered,
     unpadded_rows,
 )
 
@@ -232,6 +234,10 @@ def normalize(raw: bytes) -> Normalized | None:
     if data.endswith(b"\n"):
         data = data[:-1]
     physical = data.split(b"\n")
+    if physical[0][:1].isdigit() or physical[0][:1] in (b" ", b""):
+        if (counted := unnumbered(physical)) is not None:  # a viewer's line numbers
+            physical = counted
+            data = b"\n".join(physical)
     screen = False
     if data.endswith(b"  ") or b"  \n" in data:
         if (screened := unpadded_rows(physical)) is not None:  # a screen copied as it shows
@@ -256,9 +262,7 @@ def normalize(raw: bytes) -> Normalized | None:
     if PAD_RUN in data and (unpadded := _unpad(physical, data, head)) is not None:
         physical = unpadded
         data = b"\n".join(physical)
-    ascii_only = data.isascii()
-    lengths = list(map(len, physical)) if ascii_only else \
-        [len(p.decode("utf-8", errors="replace")) for p in physical]
+    lengths = char_lengths(physical)
     width = wrap_width(lengths, physical)
     has_open = _OPEN_TRIGGER.search(data) is not None
     relayed = _RELAY_MIDLINE_BYTES.search(data) is not None

@@ -45,7 +45,7 @@ from hangscope.sources.logs.common import (
     make_event,
     parse_line,
 )
-from hangscope.sources.logs.heads import framed
+from hangscope.sources.logs.heads import char_lengths, framed
 from hangscope.sources.logs.normalize import normalize, wrap_width
 from hangscope.sources.logs.tail import MAX_LINE, tail_lines
 
@@ -188,8 +188,7 @@ def scan_progress(path: str, rank_hint: int | None = None) -> list[LogEvent]:
     # lines; so is one whose device names no stream until it is (the device on a continuation)
     device_cut = hinted == (None, None) and not named and any(b"cuda:" in raw for raw in lines)
     # (a line's width in characters: a bar's blocks are three bytes each)
-    wrapped = wrap_width([len(raw) if raw.isascii() else len(raw.decode("utf-8", "replace"))
-                          for raw in lines], lines) is not None
+    wrapped = wrap_width(char_lengths(lines), lines) is not None
     # and so is one indented, or behind a relay's head, alike on every line
     relayed = framed(lines)
     fixed = normalize(b"\n".join(lines)) if device_cut or wrapped or relayed else None
