@@ -123,6 +123,21 @@ def test_a_rank_waiting_in_a_main_process_first_block_waits_for_rank_0(tmp_path:
     assert (root.kind.value, root.culprit_ranks) == ("missing_rank", [0])
 
 
+def test_a_traceback_glued_into_a_bar_cut_mid_drawing_is_still_read(tmp_path: Path) -> None:
+    # GIVEN the same wait, its traceback written into the middle of the main process's bar (the
+    # other process's output cut the drawing before its closing bracket)
+    cut = MAIN_FIRST.replace("88.07 examples/s]Traceback", "88.07 exTraceback")
+    root = _verdict(tmp_path, cut).findings[0]
+    # THEN it is read as the traceback it is
+    assert (root.kind.value, root.culprit_ranks, root.measures["rule"]) == \
+        ("missing_rank", [0], "main-process-first")
+    # AND a line that only quotes the header, with no frame after it, opens no traceback
+    quoted = ("note: look for Traceback (most recent call last): in the log\n"
+              "nothing else here\n")
+    (tmp_path / "quoted.log").write_text(quoted)
+    assert not [e for e in scan_log(str(tmp_path / "quoted.log")) if e.kind == "traceback"]
+
+
 def test_a_ranks_own_memory_reports_climbing_without_bound_are_an_oom(tmp_path: Path) -> None:
     # GIVEN rank 0's per-batch lines report its RSS from 5 GB to 212 GB and the log ends (wenet
     # issue 989's shape)

@@ -71,15 +71,27 @@ def traceback_block(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     body = line.body
     at = body.find("Traceback (most recent call last):")
     indent = len(body) - len(body.lstrip())
-    if at < 0 or at != indent and not body[:at].rstrip().endswith("]"):
+    if at < 0:
         return []
     if at != indent:
-        indent = 0  # after a progress bar's last drawing, with no newline between them
+        # after a progress bar's last drawing, with no newline between them (a bar another
+        # process's output cut mid-drawing ends anywhere: then the next line must be a frame)
+        if not body[:at].rstrip().endswith("]") and not _frame_follows(line, follow):
+            return []
+        indent = 0
     if line.line_no == 1:  # its first frame is this block's, not a headless one's
         first = next(iter(follow.lines()), None)
         if first is not None and first.line_no == 2 and _FRAME.match(first.body) is not None:
             follow.consume(2)
     return _block(line, ctx, follow, indent)
+
+
+def _frame_follows(line: Line, follow: Follow) -> bool:
+    """Whether the next line of ``line``'s stream is a traceback's frame."""
+    for nxt in follow.lines():
+        if nxt.key == line.key and nxt.body.strip():
+            return _FRAME.match(nxt.body) is not None
+    return False
 
 
 # a paste that begins inside a traceback: its first frame on one of these lines (the line above
