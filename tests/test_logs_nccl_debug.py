@@ -50,3 +50,46 @@ def test_launcher_tag_prefix() -> None:
     data = b"[3] n:1:2 [1] net.cc:5 NCCL WARN NET/Socket : peer 10.0.0.9<4242> message truncated\n"
     (event,) = scan_log("all.log", data=data)
     assert event.rank == 3 and event.fields["peer"] == "10.0.0.9"
+
+
+# NCCL's lines with their ``host:pid:tid [dev]`` head left out, as some pastes carry them
+BARE_SETUP = """NCCL INFO Bootstrap : Using eth0:10.1.2.3<0>
+NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation
+transport/ibvwrap.cc:71 NCCL WARN Failed to open libibverbs.so[.1]
+NCCL INFO NET/Socket : Using [0]eth0:10.1.2.3<0>
+NCCL INFO Using network Socket
+NCCL INFO Channel 00/02 :    0   1
+NCCL INFO Connected all rings
+NCCL INFO Connected all trees
+NCCL INFO comm 0x55d0c1a2b3c0 rank 0 nranks 2 cudaDev 0 busId 1a000 - Init COMPLETE
+"""
+
+
+def test_bare_nccl_lines_are_read_like_headed_ones(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from _logs_helpers import findings_of
+
+    from hangscope.analysis.engine import analyze
+    from hangscope.options import LoadOptions
+    from hangscope.sources.load import load_paths
+
+    # GIVEN a set-up that went through, its lines pasted without NCCL's head
+    events = scan_log("bare.log", data=BARE_SETUP.encode())
+    kinds = {e.kind for e in events}
+    # THEN its WARN, its connection and its ready communicator are read, tied to no process
+    assert {"nccl_warn", "nccl_connected", "nccl_init_done"} <= kinds
+    done = next(e for e in events if e.kind == "nccl_init_done")
+    assert (done.rank, done.fields["rank_source"]) == (0, "content")
+    assert all("pid" not in e.fields for e in events)
+    path = tmp_path / "bare.log"
+    path.write_text(BARE_SETUP)
+    verdict, _ = analyze(load_paths([str(path)], LoadOptions())[0])
+    assert verdict.status.value == "healthy" and not verdict.findings
+    # AND a bare WARN of a failing link is the fault it is
+    failing = BARE_SETUP.replace(
+        "NCCL INFO Connected all trees",
+        "transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.1.2.4<40112> "
+        "with error 12, opcode 0, len 0, vendor err 129 (Recv)")
+    (warn,) = [e for e in scan_log("f.log", data=failing.encode())
+               if e.kind == "nccl_transport_error"]
+    assert (warn.fields["peer"], warn.fields["error"]) == ("10.1.2.4", 12)
+    assert findings_of(tmp_path, failing)[0].kind.value == "network_fault"

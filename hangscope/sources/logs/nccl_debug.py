@@ -59,7 +59,27 @@ from hangscope.sources.logs.common import Context, Line, make_event
 LINE = re.compile(
     r"(?:^|\s)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
     r"(?:(?P<src>[\w./\-]+(?::| )\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
+# the same line with its ``host:pid:tid [dev]`` head left out of the paste (``NCCL INFO ...``,
+# ``misc/ibvwrap.cc:63 NCCL WARN ...`` at the start of a line): read alike, tied to no process
+BARE = re.compile(
+    r"^\s*(?:(?P<src>[\w./\-]+(?::| )\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
 _COMM = re.compile(r"\bcomm (0x[0-9a-f]+) rank (\d+) nranks (\d+)")
+
+
+def nccl_line(body: str) -> re.Match[str] | None:
+    """NCCL's debug line in ``body``, headed (``host``, ``pid``, ``tid``, ``dev`` set) or bare."""
+    return LINE.search(body) or BARE.match(body)
+
+
+def origin(m: re.Match[str]) -> dict[str, str | int | float]:
+    """The process a matched line names (``host``, ``pid``), or nothing for a bare line."""
+    if "host" not in m.re.groupindex:
+        return {}
+    return {"host": m.group("host"), "pid": int(m.group("pid"))}
+
+
+def _key(m: re.Match[str]) -> tuple[str, int] | None:
+    return (m.group("host"), int(m.group("pid"))) if "host" in m.re.groupindex else None
 _LOCAL_CLOSED = re.compile(r"Connection closed by localRank (\d+)")
 _TIMINGS = re.compile(r"Init timings: rank (\d+) nranks (\d+) total ([\d.]+)")
 MAX_COMMS = 100_000  # communicators whose START is remembered per file
@@ -84,7 +104,7 @@ def note_init(line: Line, ctx: Context) -> None:
     i = _INIT.search(m.group("msg"))
     if not i:
         return
-    key = (m.group("host"), int(m.group("pid")))
+    key = (m.group("host"), int(m.group("pid")))  # (a bare line names no process to map)
     nranks, rank = int(i.group("nranks")), int(i.group("rank"))
     best = ctx.pid_rank.get(key)
     if best is None or nranks > best[0]:
@@ -98,17 +118,24 @@ def init_line(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     """Note the pid's rank; the first time a pid's rank is known, or when a larger communicator
     changes it, a ``nccl_device`` event ties that rank to its GPU (``cudaDev 3 nvmlDev 3 busId
     3b000``: NCCL's int64 of ``0000:3b:00.0``, the bus id the driver's Xid lines name)."""
-    m = LINE.search(line.body)
-    key = (m.group("host"), int(m.group("pid"))) if m else None
+    m = nccl_line(line.body)
+    key = _key(m) if m else None
     before = ctx.pid_rank.get(key) if key else None
     note_init(line, ctx)
     after = ctx.pid_rank.get(key) if key else None
     b = _BUS.search(line.body)
     ready: list[LogEvent] = []
-    if m is not None and key is not None and (comm := _COMM.search(line.body)) is not None \
+    if m is not None and (comm := _COMM.search(line.body)) is not None \
             and comm.group(1) in ctx.comms_started:
         ready.append(make_event("nccl_comm_ready", line, ctx, "info",
-                                {"host": key[0], "pid": key[1], "comm": comm.group(1)}))
+                                {**origin(m), "comm": comm.group(1)}))
+    if m is not None and key is None and m.group("level") == "INFO" \
+            and (i := _INIT.search(m.group("msg"))) is not None:
+        # a bare line: the communicator it names is ready, its rank the line's own
+        rank, source = (line.rank, line.rank_source) if line.rank is not None else \
+            (int(i.group("rank")), "content")
+        return [make_event("nccl_init_done", line, ctx, "info", {"nranks": int(i.group("nranks"))},
+                           rank=rank, rank_source=source)] + ready
     if m is None or key is None or after is None or after == before:
         return ready
     if b is None:  # NCCL < 2.19 names no busId: only that this process's communicator is ready
@@ -154,13 +181,13 @@ def init_timings(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 
 def init_start(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     """``comm 0x... rank R nranks N ... - Init START``: a communicator's setup began."""
-    m = LINE.search(line.body)
+    m = nccl_line(line.body)
     comm = _COMM.search(line.body)
     if m is None or comm is None or len(ctx.comms_started) >= MAX_COMMS:
         return []
     ctx.comms_started.add(comm.group(1))
     return [make_event("nccl_init_start", line, ctx, "info",
-                       {"host": m.group("host"), "pid": int(m.group("pid")),
+                       {**origin(m),
                         "comm": comm.group(1), "comm_rank": int(comm.group(2)),
                         "nranks": int(comm.group(3))})]
 
@@ -171,16 +198,18 @@ _PROXY = re.compile(r"\[Proxy Service (\d+)\]")
 
 
 def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
-    m = LINE.search(line.body)
+    m = nccl_line(line.body)
     if not m or m.group("level") not in ("WARN", "ABORT"):
         return []
+    key = _key(m)
     proxy = _PROXY.search(m.group("msg"))
-    if proxy is not None:
-        ctx.pid_rank.setdefault((m.group("host"), int(m.group("pid"))), (0, int(proxy.group(1))))
+    if proxy is not None and key is not None:
+        ctx.pid_rank.setdefault(key, (0, int(proxy.group(1))))
     msg = m.group("msg").strip()
-    fields: dict[str, str | int | float] = {
-        "host": m.group("host"), "pid": int(m.group("pid")), "tid": int(m.group("tid")),
-        "cuda_dev": int(m.group("dev")), "src": m.group("src") or "", "text": msg[:300]}
+    fields: dict[str, str | int | float] = {**origin(m), "src": m.group("src") or "",
+                                            "text": msg[:300]}
+    if key is not None:
+        fields.update({"tid": int(m.group("tid")), "cuda_dev": int(m.group("dev"))})
     kind = "nccl_warn"
     t = _TRANSPORT.search(msg)
     cuda = _CUDA_FAILURE.search(msg)
@@ -213,7 +242,7 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     if line.rank is not None:
         rank, source = line.rank, line.rank_source
     else:
-        known = ctx.pid_rank.get((m.group("host"), int(m.group("pid"))))
+        known = ctx.pid_rank.get(key) if key is not None else None
         if known is not None:
             rank, source = known[1], "pid"
         elif ctx.rank_hint is not None:
@@ -252,16 +281,15 @@ def device_mismatch(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
 def connected(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     """``Connected all rings`` / ``Connected all trees`` (NCCL's init.cc, once per communicator
     as its channels connect, before Init COMPLETE): a set-up step that went through."""
-    m = LINE.search(line.body)
+    m = nccl_line(line.body)
     if m is None or m.group("level") != "INFO":
         return []
-    return [make_event("nccl_connected", line, ctx, "info",
-                       {"host": m.group("host"), "pid": int(m.group("pid"))})]
+    return [make_event("nccl_connected", line, ctx, "info", origin(m))]
 
 
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Mismatched collective detected", device_mismatch),
-    (b" NCCL WARN ", warn),
+    (b"NCCL WARN ", warn),  # (headed, or bare at the start of a line)
     (b" NCCL ABORT ", warn),
     (b"Init COMPLETE", init_line),
     (b"Init START", init_start),

@@ -45,7 +45,7 @@ import re
 from hangscope.model import LogEvent
 from hangscope.sources.logs.base import Follow, Handler
 from hangscope.sources.logs.common import Context, Line, make_event, resolve_rank
-from hangscope.sources.logs.nccl_debug import LINE as NCCL_LINE
+from hangscope.sources.logs.nccl_debug import nccl_line, origin
 
 KIND = "runtime_config"
 _MAX_VALUE = 512
@@ -68,14 +68,15 @@ _TORCH_ITEM = re.compile(r"(?P<name>[A-Za-z][\w ]*?): (?P<v>[^,]*)(?:, |$)")
 def nccl_info(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     """NCCL's version, environment, network and device banners (INFO, or the bare version)."""
     body = line.body.strip()
-    m = NCCL_LINE.search(line.body)
+    m = nccl_line(line.body)
     host_pid: dict[str, str | int | float] = {}
     if m:
         if m.group("level") != "INFO":
             return []
         body = m.group("msg").strip()
-        host_pid = {"host": m.group("host"), "pid": int(m.group("pid")),
-                    "cuda_dev": int(m.group("dev"))}
+        host_pid = origin(m)
+        if host_pid:
+            host_pid["cuda_dev"] = int(m.group("dev"))
     pairs = _nccl_pairs(body)
     return [make_event(KIND, line, ctx, "info", {"key": key, "value": value, **host_pid})
             for key, value in pairs] + _loopback(line, ctx, body, host_pid)
