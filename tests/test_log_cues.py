@@ -48,9 +48,10 @@ from hangscope.sources.logs.cues import classify
     # NCCL's IB transport of 2.19+ (net_ib.cc), any plugin that copies its wording
     ("NET/IB : Got completion from peer 10.0.0.2<5000> with status=12 opcode=0 len=0 vendor err "
      "129 (Send)", "network_fault"),
-    # torch's heartbeat monitor (ProcessGroupNCCL.cpp)
+    # torch's heartbeat monitor (ProcessGroupNCCL.cpp): the watchdog blocked in a NCCL or CUDA
+    # call, most often a collective a peer is not in (a GIL deadlock the rarer cause)
     ("[PG ID 0 PG GUID 0(default_pg) Rank 0] ProcessGroupNCCL's watchdog got stuck for 480 "
-     "seconds without making progress in monitoring enqueued collectives.", "python_deadlock"),
+     "seconds without making progress in monitoring enqueued collectives.", "missing_rank"),
     # torch's DataLoader (torch/utils/data/dataloader.py)
     ("RuntimeError: DataLoader timed out after 600 seconds", "dataloader_stall"),
     ("RuntimeError: DataLoader worker (pid(s) 4512) exited unexpectedly", "dataloader_stall"),

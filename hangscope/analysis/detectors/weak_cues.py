@@ -40,7 +40,7 @@ STRENGTH = {
     "out-of-memory": 10, "gpu-fault": 9, "fabric-fault": 8, "signal-death": 7, "abort": 6.5,
     "data-loading": 6, "zombie-children": 5.8,
     "gloo-loopback": 8.5, "gloo-connect": 8.4, "init": 5.5, "store-timeout": 5.4, "p2p-words": 5,
-    "thread-deadlock": 5, "watchdog-stuck": 5, "mismatch-words": 4,
+    "thread-deadlock": 5, "watchdog-stuck": 1.5, "mismatch-words": 4,
     "version-skew": 4,
     "virtual-interface": 4.5, "loopback-interface": 5.6, "network-words": 4, "peer-gone": 3,
     "slow-words": 3,
@@ -78,8 +78,10 @@ BASIS = {
                    "elsewhere"),
     "p2p-words": "point-to-point sends and receives hang",
     "thread-deadlock": "threads deadlock on a lock",
-    "watchdog-stuck": ("torch's watchdog thread itself is blocked (another thread holding the GIL "
-                       "or a CUDA call that hangs)"),
+    "watchdog-stuck": ("torch's watchdog thread itself is blocked in a NCCL or CUDA call: most "
+                       "often a collective that never completes because a peer is not in it "
+                       "(its abort or event query waits on the peer), less often another "
+                       "thread holding the GIL (py-spy dump --native on the rank tells which)"),
     "mismatch-words": "ranks disagree on what they run (a mismatch)",
     "version-skew": "versions differ between processes",
     "network-words": "a network operation failed",

@@ -234,9 +234,11 @@ CUES: tuple[Cue, ...] = (
         r"(?i)\b(?:isend|irecv|send|recv|batch_isend_irecv|p2p|point-to-point|send/recv|SendRecv)\b.{0,80}"
         r"(?:deadlock|hang|hangs|stuck|blocks forever|never (?:returns|completes))|"
         r"(?:deadlock|hang|hangs|stuck).{0,80}\b(?:isend|irecv|send|recv|batch_isend_irecv|p2p|point-to-point)\b")),
-    # torch's heartbeat monitor: the watchdog thread itself is blocked, "could be triggered by
-    # another thread holding the GIL inside a CUDA api ... or other deadlock-prone behaviors"
-    Cue("watchdog-stuck", "python_deadlock", "cause", re.compile(
+    # torch's heartbeat monitor: the watchdog thread itself is blocked, "typically ... a NCCL/CUDA
+    # API (e.g., CudaEventDestroy) hang blocking the watchdog", which "could be triggered by
+    # another thread holding the GIL": most often a collective that never completes because a
+    # peer is not in it (an abort or an event query that waits on it), a GIL deadlock the rarer
+    Cue("watchdog-stuck", "missing_rank", "symptom", re.compile(
         r"(?i)watchdog (?:thread )?got stuck for|Heartbeat monitor timed out|"
         r"watchdog (?:thread )?(?:is |was )?(?:hung|stuck|blocked)")),
     Cue("thread-deadlock", "python_deadlock", "cause", re.compile(
