@@ -158,6 +158,12 @@ _SCREEN_OF_SCREEN = (
 
 # (log stem, variant): what the variant gives today instead of the original's verdict.
 DIFFERS: dict[tuple[str, str], str] = {
+    ("j_ultralytics_12905_zero_first_barrier_rank0_caching", "wrap80"):
+        "rank_died (cue) instead of missing_rank [0]: the paste is itself hard-wrapped at 117 "
+        "(its frames cut before ', in train'); cut again at 80, the 117-column cuts fall "
+        "mid-piece and the frames through torch_distributed_zero_first are not rejoined",
+    ("j_ultralytics_12905_zero_first_barrier_rank0_caching", "wrap100"):
+        "rank_died (cue) instead of missing_rank [0]: as at 80",
     ("q_accelerate_2468_pdsh_tcpstore_no_route", "md-quoted"): _PDSH_TWO_HEADS,
     ("q_accelerate_2468_pdsh_tcpstore_no_route", "kubectl-ts"): _PDSH_TWO_HEADS,
     ("q_accelerate_2468_pdsh_tcpstore_no_route", "journald"): _PDSH_TWO_HEADS,

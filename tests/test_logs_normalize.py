@@ -90,6 +90,34 @@ def test_an_uncommon_width_is_the_wrap_width_where_words_were_cut_at_it() -> Non
     assert fixed.data.decode().splitlines() == [record.format(r=1), record.format(r=2)]
 
 
+def test_an_uncommon_width_is_found_where_its_cuts_fall_beside_signs_and_blanks() -> None:
+    # GIVEN frames and a warning hard-wrapped at 90 columns, every cut falling before a blank
+    # or a sign (" _call_impl", '", line', " been used") rather than inside a word
+    frames = [
+        '  File "/usr/local/lib/python3.10/dist-packages/torch/nn/modules/module.py", line 1501, '
+        'in _call_impl',
+        '  File "/opt/conda/envs/train/lib/python3.10/site-packages/torch/utils/data/dataloader.py'
+        '", line 1133, in _try_get_data',
+        "huggingface/tokenizers: The current process just got forked, after parallelism has "
+        "already been used. Disabling parallelism to avoid deadlocks...",
+    ]
+    pieces = b"".join(_wrap(line.encode(), 90) for line in frames)
+    lines = _lines(pieces.decode())
+    assert [len(line) for line in lines].count(90) == 3
+    # THEN 90 is the width, and the lines are whole again
+    assert wrap_width([len(line) for line in lines], lines) == 90
+    fixed = normalize(pieces)
+    assert fixed is not None and fixed.data.decode().splitlines() == frames
+    # AND lines of that length followed by a rule, a capital or an indented row are not cuts
+    whole = _lines("See https://pytorch.org/docs/stable/elastic/errors.html for how to read it\n"
+                   "============================================================\n"
+                   "See https://pytorch.org/docs/stable/elastic/errors.html for how to read it\n"
+                   "Root Cause (first observed failure):\n"
+                   "See https://pytorch.org/docs/stable/elastic/errors.html for how to read it\n"
+                   "  host      : node-3\n")
+    assert wrap_width([len(line) for line in whole], whole) is None
+
+
 def test_equal_rows_and_equal_records_are_no_uncommon_wrap() -> None:
     # a table whose rows are all as long, and whole records that happen to be as long as each
     # other, are not a wrap at that width

@@ -174,3 +174,19 @@ def test_a_programs_own_count_at_the_start_of_its_lines_stays() -> None:
         assert fixed is None or fixed.data.decode() == text
     fixed = normalize(tasks.encode())
     assert fixed is not None and fixed.data.decode().startswith("[rank1]: using device cuda:1\n")
+
+
+def test_a_wrapped_paste_quoted_afterwards_is_rejoined_at_its_own_width() -> None:
+    # GIVEN a watchdog line and a traceback hard-wrapped at 78 columns, then quoted ("> "): the
+    # quoted pieces are 80 long, a common width of their own
+    lines = [WATCHDOG] + TRACEBACK
+    wrapped = []
+    for line in lines:
+        while len(line) > 78:
+            wrapped.append(line[:78])
+            line = line[78:]
+        wrapped.append(line)
+    quoted = "".join(f"> {piece}\n" for piece in wrapped)
+    # THEN every piece carrying the quote again says nothing was cut at 80: the lines are
+    # rejoined at 78, where they were cut
+    assert _lines(quoted) == lines

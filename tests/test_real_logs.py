@@ -149,7 +149,6 @@ KNOWN_MISSES = {
     "j_rich_2046_dataloader_worker_fork_lock_deadlock": "batch 11 (after its first look, no rule written for it): want python_deadlock/[] got inconclusive:None/None",
     "j_sglang_3467_two_nodes_stuck_init_diff_addr": "batch 11 (after its first look, no rule written for it): want init_hang/[] got inconclusive:None/None",
     "j_sglang_5457_other_ranks_still_loading": "batch 11 (after its first look, no rule written for it): want missing_rank/[] got inconclusive:None/None",
-    "j_ultralytics_12905_zero_first_barrier_rank0_caching": "batch 11 (after its first look, no rule written for it): want missing_rank/[0] got crashed:rank_died/[]",
     "j_vllm_5484_pp2_gpus_cannot_talk": "batch 11 (after its first look, no rule written for it): want network_fault/[] got crashed:rank_died/[]",
     "f_aws_ofi_rccl_16_libfabric_incompat_hang": "a [rank14]: traceback cut inside DDP's first collective (_verify_param_shape_across_processes) before its exception: one rank's wait, no word of the network; that the libfabric plugin is incompatible is the thread's finding",
     "f_determined_8915_bad_gpu_pair_allgather_timeout": "gives missing_rank []: ranks 1 and 4 time out in ALLGATHER SeqNum=1 and rank 2's traceback ends in wrap_model, the same lines as a rank that never arrived (a_deepep_411 is labelled missing_rank on them); that two GPUs cannot talk over P2P is the thread's finding",

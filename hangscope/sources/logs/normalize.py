@@ -70,6 +70,10 @@ MAX_JOINED = 640  # characters of wrapped pieces one logical line may be rebuilt
 MAX_JOINED_AT_WIDTH = 16384
 MIN_OPEN_CUTS = 3  # open records cut at one uncommon width that make it the paste's wrap width
 MIN_WRAP_CUTS = 3  # lines cut inside a word at one uncommon width that make it the wrap width
+LOOSE_WRAP_CUTS = 2  # longest lines going on, none starting a record, that make it the width
+# what a piece cut at the width may start with that a line rarely does: a sign that goes on
+# from the line before (",", ".", ")", "/", a quote), a digit, one blank and a word in lower case
+_LOOSE_CUT = re.compile(r"[,.;:)\]}/\"'=]|\d| [a-z]")
 MIN_UNCOMMON_WIDTH = 40  # narrower than this, equal lengths are more likely chance than a wrap
 MIN_PADDED_WIDTH = 60  # an uncommon screen width padding is believed at (not a table's column)
 HEAD = 8  # a line starting with the same characters as the one before opens a new record
@@ -166,7 +170,7 @@ def wrap_width(lengths: list[int], lines: Sequence[bytes | str] | None = None) -
         return None
     if lengths.count(width) < 2:
         return None  # (a wrap leaves a longest piece and its rest at the least)
-    cuts = against = blank_cuts = chained = 0
+    cuts = against = blank_cuts = chained = loose = 0
     index = -1
     while (index := _index(lengths, width, index + 1)) >= 0 and index + 1 < len(lengths):
         if not lengths[index + 1]:
@@ -186,12 +190,27 @@ def wrap_width(lengths: list[int], lines: Sequence[bytes | str] | None = None) -
                 cuts += 1  # a word cut in two
             elif before[-1:] == " " and before.strip():
                 blank_cuts += 1  # a cut after a blank: a line rarely ends in one of its own
+                # (and a loose one where what goes on is no capital, no indentation, no padding)
+                loose += not (after[:1].isupper() or after[:1].isspace() or before[-2:] == "  ")
+            elif _LOOSE_CUT.match(after) and not _RULE.match(before) and not _RULE.match(after) \
+                    and not (after[:1] == " " and before[-1:].isdigit()):
+                loose += 1  # a cut before a sign, a digit or a blank and a word going on
             # a longest line that itself goes on from a longest line: one line cut twice
             chained += index > 0 and lengths[index - 1] == width
     if cuts >= MIN_WRAP_CUTS and cuts > against or cuts >= 2 and not against \
             or cuts and (blank_cuts or chained) and not against:
         return width
+    # (or longest lines that each go on in a piece that starts no record, cut beside a blank or
+    # a sign: one such is a line's end as often as a cut; many, and none a new record, are a wrap)
+    if not against and cuts + loose >= LOOSE_WRAP_CUTS:
+        return width
     return None
+
+
+def _all_headed_after(lengths: list[int], width: int, headed: list[bool]) -> bool:
+    """Whether every line after a line ``width`` long carries the relay's head again."""
+    after = [headed[i + 1] for i, length in enumerate(lengths[:-1]) if length == width]
+    return bool(after) and all(after)
 
 
 def _index(values: list[int], value: int, start: int) -> int:
@@ -282,6 +301,10 @@ def normalize(raw: bytes) -> Normalized | None:
         if width is not None:
             # the terminal wrapped the headed lines: a piece with the head is a new line
             headed = [pattern.match(line) is not None for line in text]
+            if _all_headed_after(lengths, width, headed):
+                # (no piece after a longest line lacks the head: nothing was cut there, and
+                # the longest lines are as long as they are by chance; the content may be)
+                width, headed = None, None
         heads = [lead for lead, _ in split]
         text = [content for _, content in split]
         if width is None:
