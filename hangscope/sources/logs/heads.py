@@ -106,6 +106,10 @@ def unnumbered(lines: list[bytes]) -> list[bytes] | None:
     sample = [line for line in lines[:HEAD_SAMPLE * 4] if line.strip()]
     if len(sample) < MIN_NUMBERED or not (sample[0][:1].isdigit() or sample[0][:1] == b" "):
         return None
+    # (the paste's first lines decide, so that a long log that merely starts with a digit or a
+    # blank, a timestamped one, costs one pass over them, not over every line)
+    if sum(1 for line in sample if _NUMBER.match(line)) < HEAD_SHARE * len(sample):
+        return None
     found = [(i, m) for i, line in enumerate(lines) if (m := _NUMBER.match(line)) is not None]
     nonblank = sum(1 for line in lines if line.strip())
     if len(found) < max(MIN_NUMBERED, HEAD_SHARE * nonblank):

@@ -64,22 +64,6 @@ LINE = re.compile(
 BARE = re.compile(
     r"^\s*(?:(?P<src>[\w./\-]+(?::| )\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
 _COMM = re.compile(r"\bcomm (0x[0-9a-f]+) rank (\d+) nranks (\d+)")
-
-
-def nccl_line(body: str) -> re.Match[str] | None:
-    """NCCL's debug line in ``body``, headed (``host``, ``pid``, ``tid``, ``dev`` set) or bare."""
-    return LINE.search(body) or BARE.match(body)
-
-
-def origin(m: re.Match[str]) -> dict[str, str | int | float]:
-    """The process a matched line names (``host``, ``pid``), or nothing for a bare line."""
-    if "host" not in m.re.groupindex:
-        return {}
-    return {"host": m.group("host"), "pid": int(m.group("pid"))}
-
-
-def _key(m: re.Match[str]) -> tuple[str, int] | None:
-    return (m.group("host"), int(m.group("pid"))) if "host" in m.re.groupindex else None
 _LOCAL_CLOSED = re.compile(r"Connection closed by localRank (\d+)")
 _TIMINGS = re.compile(r"Init timings: rank (\d+) nranks (\d+) total ([\d.]+)")
 MAX_COMMS = 100_000  # communicators whose START is remembered per file
@@ -97,6 +81,22 @@ _TRANSPORT_WORDS = ("Connection closed", "Connection reset", "completion from pe
                     "refused", "truncated", "connection abort", "Connect to")
 
 
+def nccl_line(body: str) -> re.Match[str] | None:
+    """NCCL's debug line in ``body``, headed (``host``, ``pid``, ``tid``, ``dev`` set) or bare."""
+    return LINE.search(body) or BARE.match(body)
+
+
+def origin(m: re.Match[str]) -> dict[str, str | int | float]:
+    """The process a matched line names (``host``, ``pid``), or nothing for a bare line."""
+    if "host" not in m.re.groupindex:
+        return {}
+    return {"host": m.group("host"), "pid": int(m.group("pid"))}
+
+
+def _key(m: re.Match[str]) -> tuple[str, int] | None:
+    return (m.group("host"), int(m.group("pid"))) if "host" in m.re.groupindex else None
+
+
 def note_init(line: Line, ctx: Context) -> None:
     m = LINE.search(line.body)
     if not m or m.group("level") != "INFO":
@@ -104,7 +104,7 @@ def note_init(line: Line, ctx: Context) -> None:
     i = _INIT.search(m.group("msg"))
     if not i:
         return
-    key = (m.group("host"), int(m.group("pid")))  # (a bare line names no process to map)
+    key = (m.group("host"), int(m.group("pid")))
     nranks, rank = int(i.group("nranks")), int(i.group("rank"))
     best = ctx.pid_rank.get(key)
     if best is None or nranks > best[0]:
