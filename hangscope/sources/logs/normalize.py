@@ -253,10 +253,9 @@ def normalize(raw: bytes) -> Normalized | None:
     if data.endswith(b"\n"):
         data = data[:-1]
     physical = data.split(b"\n")
-    if physical[0][:1].isdigit() or physical[0][:1] in (b" ", b""):
-        if (counted := unnumbered(physical)) is not None:  # a viewer's line numbers
-            physical = counted
-            data = b"\n".join(physical)
+    if (counted := unnumbered(physical)) is not None:  # a viewer's line numbers
+        physical = counted
+        data = b"\n".join(physical)
     screen = False
     if data.endswith(b"  ") or b"  \n" in data:
         if (screened := unpadded_rows(physical)) is not None:  # a screen copied as it shows
