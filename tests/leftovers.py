@@ -106,14 +106,16 @@ def _nothing_left_running() -> Iterator[None]:
         if not (new_threads or new_children) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    for pid in new_children:  # stop it, then say so
+    # name each child before stopping it: a killed child's cmdline reads empty once it is a zombie
+    commands = {pid: _cmdline(pid) for pid in sorted(new_children)}
+    for pid in commands:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
     problems = [f"thread {t.name!r} still running:\n{_stack(t)}" for t in new_threads]
-    problems += [f"child process {pid} still running (killed now): {_cmdline(pid)}"
-                 for pid in sorted(new_children)]
+    problems += [f"child process {pid} still running (killed now): {command}"
+                 for pid, command in commands.items()]
     if problems:
         pytest.fail("the test left behind:\n" + "\n".join(problems), pytrace=False)
 
