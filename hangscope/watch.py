@@ -37,6 +37,7 @@ from hangscope.collect.nbsample import Sampler, Signature
 from hangscope.collect.procstate import cpu_seconds
 from hangscope.discover import JobProcesses, RankProcess, discover
 from hangscope.errors import CollectError
+from hangscope.model import ProcessState
 from hangscope.options import AttachOptions, LoadOptions, OutputOptions
 from hangscope.result import Summary
 
@@ -183,7 +184,7 @@ def run_watch(options: WatchOptions, output: OutputOptions) -> WatchResult:
         if outcome == "fired":
             summary = _collect(options, output, out)
         elif outcome == "exited":
-            summary = _analyze_leftovers(watcher.tails, output, out)
+            summary = _analyze_leftovers(watcher.tails, watcher.states(), output, out)
     return WatchResult(outcome, reason, summary, watcher.checks, time.monotonic() - started,
                        stall, notes)
 
@@ -247,12 +248,15 @@ class _Watcher:
                    for path in dump_paths(rank)}
         self.checks = 0
         self.notes: list[str] = []
+        self.alive: dict[int, ProcessState] = {}  # rank -> the last check that found it alive
+        self.gone: dict[int, ProcessState] = {}  # rank -> the first check that found it gone
 
     def loop(self, sampler: Sampler, deadline: float) -> tuple[str, str]:
         while True:
             self.checks += 1
             now = time.monotonic()
             cpu = {r.rank: c for r in self.job.ranks if (c := cpu_seconds(r.pid)) is not None}
+            self._record(cpu)
             if not cpu:
                 return "exited", "every rank exited while watched"
             check = Check(now, cpu)
@@ -277,6 +281,23 @@ class _Watcher:
                                    f"checks); last progress: "
                                    f"{'; '.join(self.tracker.last_seen[:2]) or 'none seen'}")
             time.sleep(min(left, max(0.0, now + self.interval - time.monotonic())))
+
+    def _record(self, cpu: dict[int, float]) -> None:
+        """Keep, per rank, the last check that found it alive and the first that found it gone:
+        which ranks outlived which (one wall time per check, so the ranks of one check compare
+        equal), the /proc evidence ``rank_state.died_first`` reads when the whole job ends."""
+        at = time.time()
+        for rank in self.job.ranks:
+            if rank.rank in cpu:
+                self.alive[rank.rank] = ProcessState(rank.pid, at, "unknown", cpu[rank.rank])
+            elif rank.rank not in self.gone:
+                self.gone[rank.rank] = ProcessState(rank.pid, at, "gone")
+
+    def states(self) -> dict[int, list[ProcessState]]:
+        """What ``_record`` kept, per rank: [last alive, first gone], either left out where
+        no check saw it."""
+        return {rank.rank: [s for s in (self.alive.get(rank.rank), self.gone.get(rank.rank))
+                            if s is not None] for rank in self.job.ranks}
 
 
 @dataclass(slots=True)
@@ -396,9 +417,12 @@ def _collect(options: WatchOptions, output: OutputOptions, out: str) -> Summary:
         out_dir=out, force=output.force, redact=output.redact, write_html=output.write_html))
 
 
-def _analyze_leftovers(tails: list[LogTail], output: OutputOptions, out: str) -> Summary:
-    """The job ended while watched: analyze the logs it left (copied into OUT/logs/)."""
-    from hangscope.pipeline import analyze_paths
+def _analyze_leftovers(tails: list[LogTail], states: dict[int, list[ProcessState]],
+                       output: OutputOptions, out: str) -> Summary:
+    """The job ended while watched: analyze the logs it left (copied into OUT/logs/) with what
+    the checks saw of each rank's process (which ranks outlived which)."""
+    from hangscope.pipeline import analyze_evidence
+    from hangscope.sources.load import load_paths
 
     folder = os.path.join(out, "logs")
     os.makedirs(folder, exist_ok=True)
@@ -412,6 +436,14 @@ def _analyze_leftovers(tails: list[LogTail], output: OutputOptions, out: str) ->
     if not copied:
         raise CollectError("the job exited while watched and left no log file to analyze")
     started = time.monotonic()
-    summary = analyze_paths([folder], LoadOptions(), output, out).summary()
+    evidence, report = load_paths([folder], LoadOptions())
+    for rank, seen in states.items():
+        if seen:
+            rank_ev = evidence.rank(rank)
+            rank_ev.pid = seen[0].pid
+            rank_ev.proc.extend(seen)
+    result = analyze_evidence(evidence, output, out)
+    result.load_report = report
+    summary = result.summary()
     summary.seconds = time.monotonic() - started
     return summary

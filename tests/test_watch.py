@@ -3,20 +3,27 @@ and alarm lines, the stall cap read from the ranks' environment, and signal hand
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from hangscope.cli import main
+from hangscope.collect.nbsample import Sampler
 from hangscope.discover import JobProcesses, RankProcess
 from hangscope.watch import (
     Check,
     LogTail,
     StallTracker,
     Stopped,
+    WatchOptions,
+    _Watcher,
     cpu_seconds,
     effective_stall,
     scan_new,
@@ -193,3 +200,38 @@ def test_ranks_not_up_yet_are_waited_for_until_the_deadline(monkeypatch: pytest.
     with pytest.raises(CollectError, match="no rank found"):
         watch._discover_waiting(options, started + 0.5)
     assert time.monotonic() - started < 1.0
+
+
+def test_the_checks_keep_which_rank_outlived_which(tmp_path: Path) -> None:
+    # GIVEN two "ranks" (plain sleeping processes): rank 1 is killed first, rank 0 a while later
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+             for _ in range(2)]
+    try:
+        job = JobProcesses([], [dataclasses.replace(rank({}, n), pid=p.pid)
+                                for n, p in enumerate(procs)], "test", "host")
+        watcher = _Watcher(job, WatchOptions(interval=0.2, stack_every=1000), 60.0)
+
+        def kill_in_order() -> None:
+            time.sleep(0.8)
+            procs[1].kill()
+            procs[1].wait()
+            time.sleep(1.0)
+            procs[0].kill()
+            procs[0].wait()
+
+        killer = threading.Thread(target=kill_in_order)
+        killer.start()
+        # WHEN watched until both are gone
+        outcome, _ = watcher.loop(Sampler(), time.monotonic() + 30)
+        killer.join()
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    # THEN each rank has its last check alive and its first check gone, and rank 0 was seen
+    # alive after rank 1 was first seen gone
+    assert outcome == "exited"
+    states = watcher.states()
+    assert [s.status for s in states[0]] == ["unknown", "gone"] == [s.status for s in states[1]]
+    assert states[0][0].sampled_at >= states[1][1].sampled_at
+    assert states[1][0].cpu_time_s is not None and states[1][1].pid == procs[1].pid

@@ -21,7 +21,7 @@ from hangscope.analysis.log_health import (
 from hangscope.analysis.log_progress import log_states, logs_advance
 from hangscope.analysis.log_waits import add_log_waits
 from hangscope.analysis.pg_order import stack_only_note
-from hangscope.analysis.rank_state import exited_cleanly, rank_states
+from hangscope.analysis.rank_state import ended_together, exited_cleanly, rank_states
 from hangscope.analysis.ras_facts import ras_facts, ras_unmapped
 from hangscope.analysis.snapshot_gaps import single_sample_gap
 from hangscope.analysis.verdict import (
@@ -135,6 +135,8 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
     if ctx.stacks and all(exited_cleanly(ctx.evidence, rank) for rank in ctx.stacks):
         gaps.append("every rank exited with status 0 while it was looked at: the job finished")
         return Status.HEALTHY
+    if ended_together(ctx.stacks) and not ctx.picture.dumps:
+        return _ended_together(ctx, gaps)
     if ctx.stacks and not ctx.picture.dumps:
         if any(s.progress == "moving" for s in ctx.stacks.values()):
             return Status.HEALTHY
@@ -178,6 +180,26 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
                     "may be blocked in point-to-point ops or outside torch.distributed")
         return Status.INCONCLUSIVE
     return Status.HEALTHY
+
+
+def _ended_together(ctx: Context, gaps: list[str]) -> Status:
+    """Every rank's process went between two looks (``watch`` saw the whole job end) with no
+    exit status known and no finding in the logs: healthy only where the logs say the run
+    finished; logs that show training moving up to their end are what a job killed from outside
+    (the OOM killer, the scheduler, a kill) leaves too, so they make no healthy verdict here."""
+    if note := (logs_finished(ctx.evidence) or logs_report_clean(ctx.evidence)
+                or logs_tests_clean(ctx.evidence)):
+        gaps.append(note)
+        return Status.HEALTHY
+    moving = logs_moving(ctx.evidence)
+    gaps.append(f"{ranks_phrase(sorted(ctx.stacks))} exited between the same two looks at the "
+                "job, and nothing says the run finished"
+                + (" (its logs show training moving up to their last lines, with no error)"
+                   if moving else "")
+                + ": a job killed from outside (the OOM killer, the scheduler, a kill) ends "
+                "like this; look at the kernel log (dmesg: oom-kill), the scheduler's record "
+                "of the job and the launcher's output for who stopped it")
+    return Status.INCONCLUSIVE
 
 
 def _failed_mismatch(ctx: Context, root: Finding) -> bool:

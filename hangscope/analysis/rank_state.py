@@ -41,6 +41,8 @@ class RankStackState:
     cpu_share: float | None = None  # CPU seconds gained per wall second over the samples
     samples: int = 0
     last_status: str | None = None  # proc status letter, "gone"
+    gone_at: float | None = None  # when a /proc sample first found the process exited
+    seen_until: float | None = None  # the last sample (stack or /proc) that found it alive
     main_finished: bool = False  # the main module returned or raised; threads keep it alive
     sample_path: str | None = None
     kinds: list[str] = field(default_factory=list)  # main-thread kind in each Python sample
@@ -77,6 +79,26 @@ def rank_states(evidence: JobEvidence) -> dict[int, RankStackState]:
         if rank_ev.samples or rank_ev.proc:
             states[rank] = _state(rank_ev, evidence.source_lines)
     return states
+
+
+def died_first(stacks: Mapping[int, RankStackState], rank: int) -> bool:
+    """The rank's process exited while another rank of the job lived on: alive at the end of
+    what was looked at, or seen alive at or after the rank was first seen gone. Where every rank
+    went in the same interval between two looks (``watch`` seeing the whole job end), /proc
+    cannot tell who went first, nor a crash from a finish or a kill of all: the logs must."""
+    state = stacks.get(rank)
+    if state is None or not state.gone:
+        return False
+    others = [s for r, s in stacks.items() if r != rank]
+    return not others or any(
+        not other.gone or (other.seen_until is not None and state.gone_at is not None
+                           and other.seen_until >= state.gone_at) for other in others)
+
+
+def ended_together(stacks: Mapping[int, RankStackState]) -> bool:
+    """Every rank looked at exited and none was seen to outlive another (see ``died_first``)."""
+    return len(stacks) > 1 and not any(died_first(stacks, r) for r in stacks) \
+        and all(s.gone for s in stacks.values())
 
 
 def exited_cleanly(evidence: JobEvidence, rank: int) -> bool:
@@ -121,6 +143,10 @@ def _state(rank_ev: RankEvidence, lines: Mapping[str, Mapping[int, str]]) -> Ran
         state.frames_seen.append((seen.frame, seen.user_frame) if seen else (None, None))
     if procs:
         state.last_status = procs[-1].status
+        state.gone_at = next((p.sampled_at for p in procs if p.status in ("gone", "Z")), None)
+    alive = [p.sampled_at for p in procs if p.status not in ("gone", "Z")]
+    alive += [s.taken_at for s in everything]
+    state.seen_until = max(alive, default=None)
     state.cpu_share = _cpu_share(procs)
     if len(procs) >= 2:
         state.window_s = max(0.0, procs[-1].sampled_at - procs[0].sampled_at)

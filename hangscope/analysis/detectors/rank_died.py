@@ -4,8 +4,10 @@ Signals, strongest first: the launcher's ChildFailedError table giving the rank'
 (SIGKILL, SIGSEGV, SIGABRT); the rank's own exception in its log (a traceback whose message is not
 the echo of a peer's failure, see ``log_causes``); an NCCL RAS report that considers the rank's
 process dead (NCCL's own job-wide view: unreachable over the RAS network for long enough that NCCL
-gave up on it); /proc state ``gone`` or ``Z``; a main thread in ``threading._shutdown`` (the main
-module raised or returned; non-daemon threads keep the process alive). Ranks are ordered by the
+gave up on it); /proc state ``gone`` or ``Z`` while another rank lived on (``died_first``: where
+the whole job went between two looks, /proc names no one); a main thread in
+``threading._shutdown`` (the main module raised or returned; non-daemon threads keep the process
+alive). Ranks are ordered by the
 time of their first failure where logs carry one (a RAS report carries none: its time is when it was
 asked). RAS alone gives 0.85, 0.9 when the wait graph shows others waiting on the rank, +0.05 when a
 log or /proc agrees. A rank that exited with status 0 while no live rank waits finished its work
@@ -22,7 +24,7 @@ from hangscope.analysis.context import Context
 from hangscope.analysis.gpu_ranks import rank_gpus
 from hangscope.analysis.log_causes import Failure, describe, failures, unranked
 from hangscope.analysis.observations import WAITING_STATES
-from hangscope.analysis.rank_state import exited_cleanly
+from hangscope.analysis.rank_state import died_first, exited_cleanly
 from hangscope.analysis.ras_facts import seen_alive
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
@@ -38,7 +40,7 @@ def detect(ctx: Context) -> list[Finding]:
               for rank, items in failures(ctx.evidence).items()}
     logged = {rank: items for rank, items in logged.items() if items}
     from_stacks = {rank for rank, state in ctx.stacks.items()
-                   if state.gone or state.main_finished}
+                   if died_first(ctx.stacks, rank) or state.main_finished}
     finished = {rank for rank in from_stacks - set(logged) if exited_cleanly(ctx.evidence, rank)}
     if finished and not any(r not in from_stacks for _, (sources, _) in ctx.graph.waits.items()
                             for r in sources):

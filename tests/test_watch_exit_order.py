@@ -1,0 +1,81 @@
+"""What ``watch`` saw of the processes when the whole job ended under it: a rank that went a
+check before the others died first; ranks that all went between the same two checks name no one,
+and logs that only show training moving make no healthy verdict of a job that ended unannounced.
+The logs here are built (plain timestamped training lines, four ranks), the states are what
+``watch``'s checks keep (a last check alive, a first check gone)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hangscope.analysis.engine import analyze
+from hangscope.analysis.verdict import Status
+from hangscope.model import ProcessState
+from hangscope.options import LoadOptions
+from hangscope.sources.load import load_paths
+
+T0 = 1_790_000_000.0
+
+
+def logs(folder: Path, last_line: str = "") -> Path:
+    folder.mkdir()
+    for rank in range(4):
+        lines = [f"2026-11-29 10:00:{s:02d},000 INFO [train] rank {rank} step {s + 1}/5000 "
+                 f"loss 2.{90 - s}" for s in range(12)]
+        if last_line and rank == 0:
+            lines.append(f"2026-11-29 10:00:13,000 INFO [train] {last_line}")
+        (folder / f"rank{rank}.log").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def analyzed(folder: Path, gone_at: dict[int, float], step: float = 2.0):  # type: ignore[no-untyped-def]
+    evidence, _ = load_paths([str(folder)], LoadOptions())
+    for rank, gone in gone_at.items():
+        rank_ev = evidence.rank(rank)
+        rank_ev.pid = 4000 + rank
+        rank_ev.proc += [ProcessState(4000 + rank, gone - step, "unknown", 30.0),
+                         ProcessState(4000 + rank, gone, "gone")]
+    return analyze(evidence)[0]
+
+
+def test_ranks_that_went_between_the_same_two_checks_are_no_healthy_job(tmp_path: Path) -> None:
+    # GIVEN logs that show training moving and end with no error and no word of finishing, and
+    # every rank's process gone at the same check
+    folder = logs(tmp_path / "logs")
+    # WHEN analyzed with what watch saw
+    verdict = analyzed(folder, dict.fromkeys(range(4), T0 + 20))
+    # THEN the verdict is inconclusive, not healthy, and says why
+    assert verdict.status is Status.INCONCLUSIVE, verdict.evidence_gaps
+    gap = next(g for g in verdict.evidence_gaps if "between the same two looks" in g)
+    assert "ranks 0-3" in gap and "killed from outside" in gap and "training moving" in gap
+
+
+def test_a_rank_gone_a_check_before_the_others_died_first(tmp_path: Path) -> None:
+    # GIVEN the same logs, and rank 2 gone at a check where ranks 0, 1 and 3 still ran
+    folder = logs(tmp_path / "logs")
+    verdict = analyzed(folder, {0: T0 + 22, 1: T0 + 22, 2: T0 + 20, 3: T0 + 22})
+    # THEN rank 2 died first, citing its process state
+    root = verdict.findings[0]
+    assert (root.kind.value, root.culprit_ranks) == ("rank_died", [2]), root.summary
+    assert any(item.source == "proc" and item.rank == 2 and "gone" in item.detail
+               for item in root.evidence), root.evidence
+
+
+def test_a_job_whose_logs_say_it_finished_ended_healthy(tmp_path: Path) -> None:
+    # GIVEN logs in which the trainer says it finished, and every rank gone at one check
+    folder = logs(tmp_path / "logs", last_line="Training completed. Do not forget to share "
+                                              "your model on huggingface.co/models =)")
+    verdict = analyzed(folder, dict.fromkeys(range(4), T0 + 20))
+    # THEN healthy, from the logs' own word
+    assert verdict.status is Status.HEALTHY, verdict.evidence_gaps
+    assert any("rule run-finished" in g for g in verdict.evidence_gaps)
+    assert not verdict.findings
+
+
+def test_without_process_states_the_moving_logs_stay_healthy(tmp_path: Path) -> None:
+    # GIVEN the same moving logs and nothing else (a paste: nobody saw the job end)
+    folder = logs(tmp_path / "logs")
+    verdict = analyzed(folder, {})
+    # THEN logs-advance still reads them as a job running when the logs were taken
+    assert verdict.status is Status.HEALTHY
+    assert any("rule logs-advance" in g for g in verdict.evidence_gaps)
