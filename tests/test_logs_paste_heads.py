@@ -105,6 +105,20 @@ def test_a_programs_own_timestamps_stay_for_the_line_parser() -> None:
     assert fixed is None or fixed.data.decode() == own
 
 
+def test_one_line_from_a_container_log_file_or_kubectl_prefix_is_peeled(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN one line copied out of a node's container log file (CRI: time, stream, F) or out of
+    # ``kubectl logs --prefix``: heads no program writes for itself
+    line = "[rank5]: " + TRACEBACK[-1]
+    cri = f"2025-07-25T07:53:08.217487+08:00 stderr F {line}\n"
+    kube = f"[pod/trainer-worker-1/pytorch] {line}\n"
+    # THEN each is peeled though the paste is one line, and reads as the line alone
+    assert _lines(cri) == [line] == _lines(kube)
+    assert _verdict(tmp_path, cri) == ("rank_oom", (5,)) == _verdict(tmp_path, kube)
+    # AND heads a program may write at a line's start are still not taken off one line
+    own = f"node1: {line}\n"
+    assert (fixed := normalize(own.encode())) is None or fixed.data.decode() == own
+
+
 def test_a_quoted_paste_one_line_or_a_quote_of_a_quote(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert _lines(f"> {WATCHDOG}\n") == [WATCHDOG]
     assert _lines(f"> > {TRACEBACK[0]}\n> >\n> > {TRACEBACK[1]}\n") == \

@@ -49,6 +49,9 @@ _HEADS = (
     # (``worker-0: ``, ``node12: ``), never ``rank3: `` (a rank, which the rank parsers read)
     ("pdsh", re.compile(PDSH_PATTERN)),
 )
+# heads no program writes for itself: one line that carries one was relayed (a one-line paste of
+# a container's log file, or of ``kubectl logs --prefix``)
+_SELF_EVIDENT = frozenset({"cri", "kubectl"})
 # A collector's timestamp before every physical line (see the module docstring): RFC 3339 with
 # its zone (kubectl --timestamps, docker logs -t, CI runners, log stores), or journald's / syslog's
 # short form with the host and the program (``May 01 12:00:00 node-3 python[4242]: ``).
@@ -164,11 +167,12 @@ def head_of(lines: list[str]) -> Head | None:
     sample = [line for line in lines if line.strip()][:HEAD_SAMPLE]
     if not sample:
         return None
-    if len(sample) >= 2:
-        for name, pattern in _HEADS:
-            found = _carried(sample, pattern)
-            if found is not None:
-                return name, found
+    for name, pattern in _HEADS:
+        if len(sample) < 2 and name not in _SELF_EVIDENT:
+            continue  # "E   ", "node1: ", "3: " could open one line of a log's own
+        found = _carried(sample, pattern)
+        if found is not None:
+            return name, found
     # (a collector's stamp is told by what follows it, on one line as on many)
     for name, pattern in _STAMPS:
         stamped = [(line, m.end()) for line in sample if (m := pattern.match(line))]
