@@ -122,6 +122,7 @@ VARIANTS: dict[str, Callable[[str], str]] = {
     "crlf-ansi": _crlf_ansi,
     "srun-l": _rank_prefix(lambda r: f"{r}: "),
     "mpirun": _rank_prefix(lambda r: f"[1,{r}]<stderr>:"),
+    "sagemaker": _rank_prefix(lambda r: f"[1,mpirank:{r},algo-1]<stderr>:"),
     "interleaved": _interleave,
     # every line behind a head that names no rank: ``kubectl logs --prefix`` / docker compose,
     # and pytest's failure output

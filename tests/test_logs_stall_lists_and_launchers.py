@@ -150,3 +150,17 @@ def test_the_rank_that_never_enqueued_the_timed_out_collective_is_behind(tmp_pat
                   "completed NCCL work: 16."),
     ])
     assert kind_and_culprits(verdict_of(tmp_path, text)) == ("missing_rank", [1])
+
+
+def test_sagemakers_mpi_head_names_the_rank(tmp_path: Path) -> None:
+    # SageMaker's distributed training relays each process's lines under
+    # "[1,mpirank:N,algo-H]<stream>:": the rank is N, whatever the host
+    text = ("[1,mpirank:0,algo-1]<stderr>:INFO:root:Reducer buckets have been rebuilt in this "
+            "iteration.\n"
+            "[1,mpirank:5,algo-2]<stderr>:Traceback (most recent call last):\n"
+            '[1,mpirank:5,algo-2]<stderr>:  File "/opt/ml/code/train.py", line 88, in <module>\n'
+            "[1,mpirank:5,algo-2]<stderr>:    loss.backward()\n"
+            "[1,mpirank:5,algo-2]<stderr>:torch.OutOfMemoryError: CUDA out of memory. Tried to "
+            "allocate 2.00 GiB. GPU 1 has a total capacity of 39.39 GiB of which 1.02 GiB is "
+            "free.\n")
+    assert kind_and_culprits(verdict_of(tmp_path, text)) == ("rank_oom", [5])

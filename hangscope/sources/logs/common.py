@@ -54,8 +54,10 @@ TEXT_RANK = re.compile(r"(?i)\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\b")
 _P_RANK_LIGHTNING = re.compile(r"\[rank ?[:=] ?(\d+)\] ?(?:\|\| )?")
 _P_EMPTY = re.compile(r"\[\] ")  # an empty tag (a wrapper's container or task id, unset)
 _P_RANK_UPPER = re.compile(r"\[RANK (\d+)\]:? ?")
-# Open MPI's --tag-output ``[1,2]<stdout>:``; some wrappers (SageMaker's) print ``[1,2]:``
-_P_MPI = re.compile(r"\[(?:\d+,)?(\d+)\]<(?:stdout|stderr)>: ?|\[\d+,(\d+)\]: ?")
+# Open MPI's --tag-output ``[1,2]<stdout>:``; some wrappers print ``[1,2]:``; SageMaker's
+# distributed training names the rank and the host: ``[1,mpirank:2,algo-1]<stderr>:``
+_P_MPI = re.compile(r"\[(?:\d+,)?(?:mpirank:)?(\d+)(?:,[\w.\-]+)?\]<(?:stdout|stderr)>: ?"
+                    r"|\[\d+,(\d+)\]: ?")
 _P_ROLE = re.compile(r"\[([A-Za-z_][A-Za-z_\-]*?)(\d+)(?:\|\d+)?\]:")  # torchrun [default0]:, [trainer0|0]:
 _P_BARE = re.compile(r"\[(\d{1,4})\] (?=\S)")  # 5 digits and more: a pid ("[26236] ...")
 # Heads a container runtime or test runner puts before the process prefixes (peeled first, in any
@@ -64,7 +66,7 @@ _P_BARE = re.compile(r"\[(\d{1,4})\] (?=\S)")  # 5 digits and more: a pid ("[262
 # ``[pod/name/container] ``, pytest's failure marker ``E   ``.
 _P_PIPE = re.compile(r"(?:[\w][\w.\-/]*[.\-/][\w.\-/]*|[\w.\-/]+(?= {2})) *\| ")
 _P_KUBE = re.compile(r"\[pod/[^\]\s]+\] ")
-_P_INDENTED = re.compile(r"\[(?:rank ?[:=]? ?\d+|RANK \d+|\d+,\d+\]<std|[A-Za-z_]+\d+\]:|[IWEF]\d{4} )")
+_P_INDENTED = re.compile(r"\[(?:rank ?[:=]? ?\d+|RANK \d+|\d+,(?:mpirank:)?\d+(?:,[\w.\-]+)?\]<std|[A-Za-z_]+\d+\]:|[IWEF]\d{4} )")
 _P_PYTEST = re.compile(r"E {2,8}(?=\S)")
 # pdsh's relay head (``worker-1: ``, ``10.0.3.17: ``; normalize peels it where most lines carry
 # it, this where a wrapped or mixed paste leaves it on some): before a process prefix only

@@ -123,7 +123,8 @@ _STAMPED = re.compile(rb"[ \t]+\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d")
 # a process's head (``[rank3]:``, ``[default0]:``, ``[1,0]<stderr>:``, ``[3] ``, Ray's
 # ``(Worker pid=7)``), not any bracket (``[Errno 28] No space left``, ``(base) $``)
 _PROCESS_HEAD = re.compile(rb"\[(?:rank|RANK|Rank|default|trainer|worker)\s?[:=]?\s?\d|"
-                           rb"\[(?:\d+,)?\d+\](?:<|:| )|\[[A-Za-z_]+\d+(?:\|\d+)?\]:|"
+                           rb"\[(?:\d+,)?\d+\](?:<|:| )|\[\d+,mpirank:\d+,[\w.\-]+\]<|"
+                           rb"\[[A-Za-z_]+\d+(?:\|\d+)?\]:|"
                            rb"\((?:[\w.\-]+ )*pid=\d+")
 
 
