@@ -148,10 +148,6 @@ VARIANTS: dict[str, Callable[[str], str]] = {
     "cat-n": _numbered,
 }
 
-_PDSH_TWO_HEADS = (
-    "network_fault (cue) instead of init_hang: a second head over pdsh's 'trainer-2: ' is "
-    "peeled, pdsh's is not, so the frame lines are not frames (a whole traceback under two "
-    "heads is not read either)")
 _SCREEN_OF_SCREEN = (
     "the paste is itself a screen copy (rows padded to about 190 columns); wrapped again at 120 "
     "and padded, each row's padding goes on over rows of blanks, which are then kept as blank "
@@ -165,9 +161,6 @@ DIFFERS: dict[tuple[str, str], str] = {
         "mid-piece and the frames through torch_distributed_zero_first are not rejoined",
     ("j_ultralytics_12905_zero_first_barrier_rank0_caching", "wrap100"):
         "rank_died (cue) instead of missing_rank [0]: as at 80",
-    ("q_accelerate_2468_pdsh_tcpstore_no_route", "md-quoted"): _PDSH_TWO_HEADS,
-    ("q_accelerate_2468_pdsh_tcpstore_no_route", "kubectl-ts"): _PDSH_TWO_HEADS,
-    ("q_accelerate_2468_pdsh_tcpstore_no_route", "journald"): _PDSH_TWO_HEADS,
     ("q_accelerate_2468_pdsh_tcpstore_no_route", "screen120"):
         "network_fault (cue) instead of init_hang: as at 120 without the padding",
     ("e_torchtune_2651_rank0_ckpt_save_timeout", "kubectl-ts"):
@@ -216,18 +209,6 @@ DIFFERS: dict[tuple[str, str], str] = {
         "frame lines each carry pdsh's 'trainer-2: ' head; wrapped, a frame's file path is cut "
         "and its second half has no head, so no frame is rebuilt (a whole traceback under the "
         "same head, wrapped, is not read either)",
-    ("q_accelerate_2468_pdsh_tcpstore_no_route", "kubectl"):
-        "network_fault (cue) instead of init_hang: a second head over pdsh's 'trainer-2: ' is "
-        "peeled, pdsh's is not, so the frame lines are not frames (a whole traceback under two "
-        "heads is not read either)",
-    ("q_accelerate_2468_pdsh_tcpstore_no_route", "compose"):
-        "network_fault (cue) instead of init_hang: a second head over pdsh's 'trainer-2: ' is "
-        "peeled, pdsh's is not, so the frame lines are not frames (a whole traceback under two "
-        "heads is not read either)",
-    ("q_accelerate_2468_pdsh_tcpstore_no_route", "pytest"):
-        "network_fault (cue) instead of init_hang: a second head over pdsh's 'trainer-2: ' is "
-        "peeled, pdsh's is not, so the frame lines are not frames (a whole traceback under two "
-        "heads is not read either)",
     ("za_ssd.pytorch_91_worker_emfile", "wrap80"):
         "rank_died instead of dataloader_stall: the paste's frame lines are already screen rows "
         "padded to 160 columns around their cut ('_worker_l<blanks>oop'); re-wrapped at 80 the "

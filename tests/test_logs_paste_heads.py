@@ -119,6 +119,22 @@ def test_one_line_from_a_container_log_file_or_kubectl_prefix_is_peeled(tmp_path
     assert (fixed := normalize(own.encode())) is None or fixed.data.decode() == own
 
 
+def test_two_relays_heads_stacked_are_both_peeled(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN a traceback relayed by srun -l (task 3) and then stamped by a log collector, and the
+    # same under pdsh's head quoted in a reply
+    stamped = "".join(f"2024-05-01T12:00:{i:02d}.123456789Z 3: {line}\n"
+                      for i, line in enumerate(TRACEBACK))
+    quoted = "".join(f"> node-7: {line}\n" for line in TRACEBACK)
+    # THEN both heads go: srun's task becomes the rank, the frames are frames again
+    assert _lines(stamped) == [f"[rank3]: {line}" for line in TRACEBACK]
+    assert _lines(quoted) == TRACEBACK
+    assert _verdict(tmp_path, stamped) == ("rank_oom", (3,))
+    # AND a program's own stamp under a collector's stays for the line parser
+    own = "".join(f"2024-05-01T12:00:0{i}Z 2024-05-01 12:00:0{i},123 INFO step {i}\n"
+                  for i in range(4))
+    assert _lines(own) == [line[21:] for line in own.splitlines()]
+
+
 def test_a_quoted_paste_one_line_or_a_quote_of_a_quote(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert _lines(f"> {WATCHDOG}\n") == [WATCHDOG]
     assert _lines(f"> > {TRACEBACK[0]}\n> >\n> > {TRACEBACK[1]}\n") == \

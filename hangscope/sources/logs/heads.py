@@ -163,7 +163,23 @@ def dedent(lines: list[bytes], indent: int) -> list[bytes]:
 
 def head_of(lines: list[str]) -> Head | None:
     """The head most of the paste's first lines carry, if any, with a Markdown quote's ``> ``
-    after it where most lines carry that too."""
+    after it where most lines carry that too, and a second relay's head after it where most of
+    what the first leaves carries one (relays stack: a collector's timestamp over pdsh's head,
+    kubectl's prefix over ``srun -l``'s task, a quote over either); the pair is one head, named
+    after srun's where it is one of them (its task is the rank), else after the relay's."""
+    first = _one_head(lines)
+    if first is None:
+        return None
+    rests = [line[m.end():] for line in lines if (m := first[1].match(line)) is not None]
+    second = _one_head(rests) if len(rests) >= 2 else None
+    if second is None or second[0] == "quote":
+        return first
+    name = "srun" if "srun" in (first[0], second[0]) else second[0] if first[0] == "quote" \
+        else first[0]
+    return name, re.compile(f"(?:{first[1].pattern})(?:{second[1].pattern})")
+
+
+def _one_head(lines: list[str]) -> Head | None:
     sample = [line for line in lines if line.strip()][:HEAD_SAMPLE]
     if not sample:
         return None
@@ -210,8 +226,8 @@ def split_head(line: str, head: Head) -> tuple[str, str]:
     m = pattern.match(line)
     if m is None:
         return "", line
-    if name == "srun":
-        return f"[rank{m.group(1)}]: ", line[m.end():]
+    if name == "srun":  # (its task is the pattern's only group, alone or under another head)
+        return f"[rank{m.group(m.re.groups)}]: ", line[m.end():]
     return "", line[m.end():]
 
 
