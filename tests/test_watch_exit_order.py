@@ -57,6 +57,7 @@ def test_a_rank_gone_a_check_before_the_others_died_first(tmp_path: Path) -> Non
     # THEN rank 2 died first, citing its process state
     root = verdict.findings[0]
     assert (root.kind.value, root.culprit_ranks) == ("rank_died", [2]), root.summary
+    assert "process exited while ranks 0,1,3 still ran" in root.summary
     assert any(item.source == "proc" and item.rank == 2 and "gone" in item.detail
                for item in root.evidence), root.evidence
 

@@ -89,10 +89,16 @@ def died_first(stacks: Mapping[int, RankStackState], rank: int) -> bool:
     state = stacks.get(rank)
     if state is None or not state.gone:
         return False
-    others = [s for r, s in stacks.items() if r != rank]
-    return not others or any(
-        not other.gone or (other.seen_until is not None and state.gone_at is not None
-                           and other.seen_until >= state.gone_at) for other in others)
+    return len(stacks) == 1 or bool(outlived_by(stacks, rank))
+
+
+def outlived_by(stacks: Mapping[int, RankStackState], rank: int) -> list[int]:
+    """The ranks seen alive at or after ``rank`` was first seen gone (``died_first``'s proof)."""
+    state = stacks.get(rank)
+    if state is None or not state.gone or state.gone_at is None:
+        return []
+    return sorted(r for r, other in stacks.items() if r != rank and (
+        not other.gone or (other.seen_until is not None and other.seen_until >= state.gone_at)))
 
 
 def ended_together(stacks: Mapping[int, RankStackState]) -> bool:

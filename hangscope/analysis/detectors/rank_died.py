@@ -24,7 +24,7 @@ from hangscope.analysis.context import Context
 from hangscope.analysis.gpu_ranks import rank_gpus
 from hangscope.analysis.log_causes import Failure, describe, failures, unranked
 from hangscope.analysis.observations import WAITING_STATES
-from hangscope.analysis.rank_state import died_first, exited_cleanly
+from hangscope.analysis.rank_state import died_first, exited_cleanly, outlived_by
 from hangscope.analysis.ras_facts import seen_alive
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
@@ -83,7 +83,9 @@ def detect(ctx: Context) -> list[Finding]:
                 ras += 0.05
             confidence = max(confidence, min(ras, 0.95))
         if state is not None and gone:
-            how.append(state.describe())
+            alive = outlived_by(ctx.stacks, rank) if state.gone else []
+            how.append(state.describe() + (f" while {ranks_phrase(alive)} still ran"
+                                           if alive else ""))
             proc = ctx.evidence.ranks[rank].proc
             if proc:
                 last = proc[-1]
