@@ -184,7 +184,7 @@ def run_watch(options: WatchOptions, output: OutputOptions) -> WatchResult:
         if outcome == "fired":
             summary = _collect(options, output, out)
         elif outcome == "exited":
-            summary = _analyze_leftovers(watcher.tails, watcher.states(), output, out)
+            summary = _analyze_leftovers(job, watcher.tails, watcher.states(), output, out)
     return WatchResult(outcome, reason, summary, watcher.checks, time.monotonic() - started,
                        stall, notes)
 
@@ -417,33 +417,43 @@ def _collect(options: WatchOptions, output: OutputOptions, out: str) -> Summary:
         out_dir=out, force=output.force, redact=output.redact, write_html=output.write_html))
 
 
-def _analyze_leftovers(tails: list[LogTail], states: dict[int, list[ProcessState]],
-                       output: OutputOptions, out: str) -> Summary:
-    """The job ended while watched: analyze the logs it left (copied into OUT/logs/) with what
-    the checks saw of each rank's process (which ranks outlived which)."""
-    from hangscope.pipeline import analyze_evidence
-    from hangscope.sources.load import load_paths
+def _analyze_leftovers(job: JobProcesses, tails: list[LogTail],
+                       states: dict[int, list[ProcessState]], output: OutputOptions,
+                       out: str) -> Summary:
+    """The job ended while watched: write what it left into OUT/bundle (its logs, and what the
+    checks saw of each rank's process: which ranks outlived which) and analyze that, so
+    ``hangscope report OUT/bundle`` gives the same verdict later."""
+    from hangscope.bundle import BundleWriter, clear_old_bundle
+    from hangscope.collect.procstate import to_json
+    from hangscope.pipeline import analyze_paths
 
-    folder = os.path.join(out, "logs")
-    os.makedirs(folder, exist_ok=True)
+    bundle_dir = os.path.join(out, "bundle")
+    clear_old_bundle(bundle_dir)
+    writer = BundleWriter(bundle_dir, redact=output.redact)
     copied = 0
     for tail in tails:
-        with contextlib.suppress(OSError):
+        try:
             data = read_bounded(tail.path)[0]
-            with open(os.path.join(folder, tail.name), "wb") as handle:
-                handle.write(data)
-            copied += 1
+        except OSError:
+            continue
+        if tail.rank is None:
+            writer.add_job_file("log", tail.name, data, source_path=tail.path)
+        else:
+            writer.add_file(tail.rank, "log", tail.name, data)
+        copied += 1
     if not copied:
         raise CollectError("the job exited while watched and left no log file to analyze")
+    sizes = {r.world_size for r in job.ranks if r.world_size}
+    writer.world_size = max(sizes) if sizes else None
+    writer.hosts.append(job.host)
+    for rank in job.ranks:
+        entry = writer.rank_entry(rank.rank)
+        entry.host, entry.pid, entry.local_rank = job.host, rank.pid, rank.local_rank
+        if seen := states.get(rank.rank):
+            writer.add_file(rank.rank, "proc", "proc.json", to_json(rank.pid, seen))
+    writer.job["watched"] = "every rank exited while watched"
+    writer.close()
     started = time.monotonic()
-    evidence, report = load_paths([folder], LoadOptions())
-    for rank, seen in states.items():
-        if seen:
-            rank_ev = evidence.rank(rank)
-            rank_ev.pid = seen[0].pid
-            rank_ev.proc.extend(seen)
-    result = analyze_evidence(evidence, output, out)
-    result.load_report = report
-    summary = result.summary()
+    summary = analyze_paths([bundle_dir], LoadOptions(), output, out).summary()
     summary.seconds = time.monotonic() - started
     return summary

@@ -6,13 +6,17 @@ The logs here are built (plain timestamped training lines, four ranks), the stat
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hangscope.analysis.engine import analyze
 from hangscope.analysis.verdict import Status
+from hangscope.cli import main
+from hangscope.discover import JobProcesses, RankProcess
 from hangscope.model import ProcessState
-from hangscope.options import LoadOptions
+from hangscope.options import LoadOptions, OutputOptions
 from hangscope.sources.load import load_paths
+from hangscope.watch import LogTail, _analyze_leftovers
 
 T0 = 1_790_000_000.0
 
@@ -80,3 +84,31 @@ def test_without_process_states_the_moving_logs_stay_healthy(tmp_path: Path) -> 
     # THEN logs-advance still reads them as a job running when the logs were taken
     assert verdict.status is Status.HEALTHY
     assert any("rule logs-advance" in g for g in verdict.evidence_gaps)
+
+
+def test_watch_leaves_a_bundle_that_gives_the_same_verdict_again(tmp_path: Path) -> None:
+    # GIVEN the rank logs watch followed and what its checks saw: rank 2 gone first
+    folder = logs(tmp_path / "logs")
+    job = JobProcesses([], [RankProcess(pid=4000 + r, rank=r, local_rank=r, world_size=4,
+                                        local_world_size=4, group_rank=0, run_id=None,
+                                        master_addr=None, master_port=None, env={},
+                                        cmdline=["python", "train.py"], workers=[],
+                                        create_time=0.0) for r in range(4)], "test", "host")
+    tails = [LogTail(str(folder / f"rank{r}.log"), r, f"rank{r}.stdout.log") for r in range(4)]
+    states = {r: [ProcessState(4000 + r, T0 + (18 if r == 2 else 20), "unknown", 30.0),
+                  ProcessState(4000 + r, T0 + (20 if r == 2 else 22), "gone")] for r in range(4)}
+    # WHEN the leftovers are analyzed, and the bundle they left is analyzed again
+    out = tmp_path / "out"
+    out.mkdir()
+    first = _analyze_leftovers(job, tails, states, OutputOptions(write_html=False), str(out))
+    written = json.loads((out / "verdict.json").read_text())
+    rendered = tmp_path / "again.json"
+    assert main(["report", str(out / "bundle"), "--format", "json", "-o", str(rendered)]) \
+        == first.exit_code
+    again = json.loads(rendered.read_text())
+    # THEN both name rank 2, from its process state kept in the bundle
+    assert (first.verdict.findings[0].kind.value, first.verdict.findings[0].culprit_ranks) == \
+        ("rank_died", [2])
+    assert written["findings"][0]["culprit_ranks"] == [2] == again["findings"][0]["culprit_ranks"]
+    manifest = json.loads((out / "bundle" / "manifest.json").read_text())
+    assert {f["kind"] for f in manifest["ranks"]["2"]["files"]} == {"log", "proc"}
