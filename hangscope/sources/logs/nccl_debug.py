@@ -56,13 +56,12 @@ from hangscope.model import LogEvent
 from hangscope.sources.logs.base import Follow, Handler
 from hangscope.sources.logs.common import Context, Line, make_event
 
-LINE = re.compile(
-    r"(?:^|\s)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-    r"(?:(?P<src>[\w./\-]+(?::| )\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
+# what follows the process's head: the source file and line (WARN), the level, the message
+_BODY = r"(?:(?P<src>[\w./\-]+(?::| )\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$"
+LINE = re.compile(r"(?:^|\s)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] " + _BODY)
 # the same line with its ``host:pid:tid [dev]`` head left out of the paste (``NCCL INFO ...``,
 # ``misc/ibvwrap.cc:63 NCCL WARN ...`` at the start of a line): read alike, tied to no process
-BARE = re.compile(
-    r"^\s*(?:(?P<src>[\w./\-]+(?::| )\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
+BARE = re.compile(r"^\s*" + _BODY)
 _COMM = re.compile(r"\bcomm (0x[0-9a-f]+) rank (\d+) nranks (\d+)")
 _LOCAL_CLOSED = re.compile(r"Connection closed by localRank (\d+)")
 _TIMINGS = re.compile(r"Init timings: rank (\d+) nranks (\d+) total ([\d.]+)")
