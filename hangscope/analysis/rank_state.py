@@ -103,8 +103,8 @@ def outlived_by(stacks: Mapping[int, RankStackState], rank: int) -> list[int]:
 
 def ended_together(stacks: Mapping[int, RankStackState]) -> bool:
     """Every rank looked at exited and none was seen to outlive another (see ``died_first``)."""
-    return len(stacks) > 1 and not any(died_first(stacks, r) for r in stacks) \
-        and all(s.gone for s in stacks.values())
+    return len(stacks) > 1 and all(s.gone for s in stacks.values()) \
+        and not any(died_first(stacks, r) for r in stacks)
 
 
 def exited_cleanly(evidence: JobEvidence, rank: int) -> bool:

@@ -83,7 +83,7 @@ def detect(ctx: Context) -> list[Finding]:
                 ras += 0.05
             confidence = max(confidence, min(ras, 0.95))
         if state is not None and gone:
-            alive = outlived_by(ctx.stacks, rank) if state.gone else []
+            alive = outlived_by(ctx.stacks, rank)  # (none where only the main thread ended)
             how.append(state.describe() + (f" while {ranks_phrase(alive)} still ran"
                                            if alive else ""))
             proc = ctx.evidence.ranks[rank].proc
