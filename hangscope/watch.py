@@ -424,6 +424,7 @@ def _analyze_leftovers(job: JobProcesses, tails: list[LogTail],
     checks saw of each rank's process: which ranks outlived which) and analyze that, so
     ``hangscope report OUT/bundle`` gives the same verdict later."""
     from hangscope.bundle import BundleWriter, clear_old_bundle
+    from hangscope.collect.attach import describe_ranks
     from hangscope.collect.procstate import to_json
     from hangscope.pipeline import analyze_paths
 
@@ -443,12 +444,8 @@ def _analyze_leftovers(job: JobProcesses, tails: list[LogTail],
         copied += 1
     if not copied:
         raise CollectError("the job exited while watched and left no log file to analyze")
-    sizes = {r.world_size for r in job.ranks if r.world_size}
-    writer.world_size = max(sizes) if sizes else None
-    writer.hosts.append(job.host)
+    describe_ranks(writer, job)
     for rank in job.ranks:
-        entry = writer.rank_entry(rank.rank)
-        entry.host, entry.pid, entry.local_rank = job.host, rank.pid, rank.local_rank
         if seen := states.get(rank.rank):
             writer.add_file(rank.rank, "proc", "proc.json", to_json(rank.pid, seen))
     writer.job["watched"] = "every rank exited while watched"

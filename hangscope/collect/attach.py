@@ -174,10 +174,19 @@ def _traceable(job: JobProcesses, rank_of_pid: dict[int, int], worker_of: dict[i
     return traceable, [pid for pid in worker_of if pid not in problems]
 
 
-def _describe_job(writer: BundleWriter, job: JobProcesses) -> None:
+def describe_ranks(writer: BundleWriter, job: JobProcesses) -> None:
+    """The bundle's host, world size and each rank's entry (host, pid, local rank): what any
+    bundle of this job says about its ranks (``watch`` writes one when the job ends under it)."""
     writer.hosts.append(job.host or socket.gethostname())
     sizes = {r.world_size for r in job.ranks if r.world_size}
     writer.world_size = max(sizes) if sizes else None
+    for rank in job.ranks:
+        entry = writer.rank_entry(rank.rank)
+        entry.host, entry.pid, entry.local_rank = job.host, rank.pid, rank.local_rank
+
+
+def _describe_job(writer: BundleWriter, job: JobProcesses) -> None:
+    describe_ranks(writer, job)
     run_ids = sorted({r.run_id for r in job.ranks if r.run_id})
     writer.job.update({
         "searched": job.searched,
@@ -187,8 +196,6 @@ def _describe_job(writer: BundleWriter, job: JobProcesses) -> None:
         "missing_local_ranks": job.missing_local_ranks,
     })
     for rank in job.ranks:
-        entry = writer.rank_entry(rank.rank)
-        entry.host, entry.pid, entry.local_rank = job.host, rank.pid, rank.local_rank
         # libraries, versions and settings, compared across ranks by analysis.config_skew
         writer.add_file(rank.rank, runtime.KIND, runtime.FILE_NAME,
                         runtime.to_bytes(runtime.describe(rank)))
