@@ -112,3 +112,18 @@ def test_watch_leaves_a_bundle_that_gives_the_same_verdict_again(tmp_path: Path)
     assert written["findings"][0]["culprit_ranks"] == [2] == again["findings"][0]["culprit_ranks"]
     manifest = json.loads((out / "bundle" / "manifest.json").read_text())
     assert {f["kind"] for f in manifest["ranks"]["2"]["files"]} == {"log", "proc"}
+
+
+def test_ended_together_is_no_rank_dying_first_over_every_order_of_exits() -> None:
+    # GIVEN every way three ranks can be last seen alive and first seen gone over four checks
+    # (some never seen gone at a time, one never seen alive)
+    import itertools
+
+    from hangscope.analysis.rank_state import RankStackState, died_first, ended_together
+
+    times = (None, 1.0, 2.0, 3.0)
+    for looks in itertools.product(itertools.product(times, times), repeat=3):
+        stacks = {r: RankStackState(r, None, (), last_status="gone", gone_at=gone, seen_until=seen)
+                  for r, (seen, gone) in enumerate(looks)}
+        # THEN the job ended together exactly where no rank died first (died_first's own words)
+        assert ended_together(stacks) == (not any(died_first(stacks, r) for r in stacks)), looks

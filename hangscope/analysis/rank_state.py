@@ -103,8 +103,17 @@ def outlived_by(stacks: Mapping[int, RankStackState], rank: int) -> list[int]:
 
 def ended_together(stacks: Mapping[int, RankStackState]) -> bool:
     """Every rank looked at exited and none was seen to outlive another (see ``died_first``)."""
-    return len(stacks) > 1 and all(s.gone for s in stacks.values()) \
-        and not any(died_first(stacks, r) for r in stacks)
+    if len(stacks) < 2 or not all(s.gone for s in stacks.values()):
+        return False
+    # (a rank died first where another was seen alive at or after it was first seen gone: the
+    # latest sighting of any other rank is the first or second latest of all, so one pass)
+    latest = sorted(((s.seen_until, r) for r, s in stacks.items() if s.seen_until is not None),
+                    reverse=True)[:2]
+    for rank, state in stacks.items():
+        other = next((seen for seen, r in latest if r != rank), None)
+        if state.gone_at is not None and other is not None and other >= state.gone_at:
+            return False
+    return True
 
 
 def exited_cleanly(evidence: JobEvidence, rank: int) -> bool:
