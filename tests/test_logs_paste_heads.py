@@ -119,6 +119,23 @@ def test_one_line_from_a_container_log_file_or_kubectl_prefix_is_peeled(tmp_path
     assert (fixed := normalize(own.encode())) is None or fixed.data.decode() == own
 
 
+def test_a_container_log_files_partial_pieces_are_joined(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN a node's container log file where the kubelet split a long stderr line into pieces
+    # tagged P (partial) and F, with a stdout line of another rank before and after
+    oom = "[rank2]: " + TRACEBACK[-1]
+    cut = (len(oom) // 3, 2 * len(oom) // 3)
+    pieces = [("P", oom[:cut[0]]), ("P", oom[cut[0]:cut[1]]), ("F", oom[cut[1]:])]
+    cri = "2025-07-25T07:53:08.1Z stdout F [rank0]: step 7 loss 2.31\n" + "".join(
+        f"2025-07-25T07:53:08.2Z stderr {tag} {piece}\n" for tag, piece in pieces) + \
+        "2025-07-25T07:53:08.3Z stdout F [rank0]: step 8 loss 2.30\n"
+    # THEN the pieces are one line again, the others stay their own, and it reads as rank 2's OOM
+    assert _lines(cri) == ["[rank0]: step 7 loss 2.31", oom, "[rank0]: step 8 loss 2.30"]
+    assert _verdict(tmp_path, cri) == ("rank_oom", (2,))
+    # AND a partial piece is joined only with its own stream's next piece
+    other = cri.replace("stderr F", "stdout F")
+    assert _lines(other)[1:3] == [oom[:cut[1]], oom[cut[1]:]]
+
+
 def test_two_relays_heads_stacked_are_both_peeled(tmp_path) -> None:  # type: ignore[no-untyped-def]
     # GIVEN a traceback relayed by srun -l (task 3) and then stamped by a log collector, and the
     # same under pdsh's head quoted in a reply

@@ -29,6 +29,9 @@ wrapped record is invisible to all of them. This pass undoes the damage once, fo
 * CR, ANSI colours: removed (the scanner does this per line too; here it must happen before the
   widths are measured). No-break spaces (U+00A0, U+202F: text copied out of a web page or a
   chat client has them between every word) become plain spaces.
+* **A container runtime's partial lines.** The kubelet's CRI log file splits a line longer than
+  16 KiB into pieces tagged ``P`` (partial), the last one ``F`` (full); a ``P`` piece is joined
+  with the pieces of the same stream that follow it, up to its ``F``.
 
 Process prefixes (``[rank3]:``, ``[default0]:``, mpirun's ``[1,3]<stderr>:``) and timestamps are
 peeled per line by :func:`common.parse_line`, which also serves big files this pass skips; what
@@ -68,6 +71,7 @@ MAX_JOINED = 640  # characters of wrapped pieces one logical line may be rebuilt
 # pieces each exactly the wrap width are a wrap's and nothing else's: a paste flattened into one
 # line (a tracker's one-line quote) is rebuilt whole up to this many characters
 MAX_JOINED_AT_WIDTH = 16384
+MAX_PARTIAL = 64  # CRI pieces (16 KiB each) one line may be rebuilt from: 1 MiB
 MIN_OPEN_CUTS = 3  # open records cut at one uncommon width that make it the paste's wrap width
 MIN_WRAP_CUTS = 3  # lines cut inside a word at one uncommon width that make it the wrap width
 LOOSE_WRAP_CUTS = 2  # longest lines going on, none starting a record, that make it the width
@@ -291,6 +295,7 @@ def normalize(raw: bytes) -> Normalized | None:
     text = [p.decode("utf-8", errors="replace") for p in physical]
     heads: list[str] | None = None
     headed: list[bool] | None = None  # pieces that may not continue a wrapped line
+    partial: list[str | None] | None = None  # a CRI piece's stream where it is partial
     if head is not None:
         # lines are joined without their heads (a continuation that carries the head too must
         # not read as a new record of the same stream), and where the paste was wrapped first
@@ -306,6 +311,7 @@ def normalize(raw: bytes) -> Normalized | None:
                 width, headed = None, None
         heads = [lead for lead, _ in split]
         text = [content for _, content in split]
+        partial = _partial_pieces(physical, pattern) if b" P " in data else None
         if width is None:
             content_lengths = [len(content) for content in text]
             if (content_width := wrap_width(content_lengths, text)) is not None:
@@ -325,6 +331,12 @@ def normalize(raw: bytes) -> Normalized | None:
         i += 1
         joined = 1
         padded = False
+        while partial is not None and partial[i - 1] and i < n and joined < MAX_PARTIAL \
+                and _same_stream(physical[i], partial[i - 1]):
+            line += text[i]
+            piece = lengths[i]
+            i += 1
+            joined += 1
         while width is not None and piece == width and i < n and joined < most_at_width \
                 and not (headed is not None and headed[i]):
             after_blank = text[i - 1].endswith(" ")
@@ -368,6 +380,27 @@ def logical_bytes(data: bytes) -> bytes:
     stacks, which see the same heads and wraps as the log scanner."""
     fixed = normalize(data)
     return fixed.data if fixed is not None else data
+
+
+# the CRI head's stream and tag: ``stdout P `` marks a piece the kubelet split off a long line
+_CRI_TAG = re.compile(r" (stdout|stderr) ([FP]) ")
+
+
+def _partial_pieces(physical: list[bytes], pattern: re.Pattern[str]) -> list[str | None] | None:
+    """Per line, the stream of a CRI piece tagged partial (its line goes on in the next piece of
+    that stream), else None; None for all when no line is one."""
+    out: list[str | None] = []
+    for raw in physical:
+        line = raw.decode("utf-8", errors="replace")
+        m = pattern.match(line)
+        tag = _CRI_TAG.search(m.group(0)) if m is not None else None
+        out.append(tag.group(1) if tag is not None and tag.group(2) == "P" else None)
+    return out if any(out) else None
+
+
+def _same_stream(raw: bytes, stream: str | None) -> bool:
+    """Whether ``raw`` is a CRI piece of ``stream`` (the rest of a partial line of it)."""
+    return f" {stream} ".encode() in raw[:128]
 
 
 # NCCL's "host:pid:tid [dev] NCCL INFO ..." cut between "NCCL" and its level: the level word
