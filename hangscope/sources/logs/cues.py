@@ -18,10 +18,12 @@ failure words (every healthy NCCL log says ``NET/IB : Using [0]mlx5_0:1/IB``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import make_event, parse_line
+from hangscope.sources.logs.literal_gate import LiteralGate
 from hangscope.sources.logs.tail import LogicalTail, logical_tail
 
 MAX_CUES = 2048
@@ -281,8 +283,9 @@ CUES: tuple[Cue, ...] = (
 )
 # A superset of the cues, searched on the raw line (launcher prefix and all): a cue anchored at
 # the start of the line's body (``^Evaluating``) is unanchored here, since the prefix is peeled
-# only for the lines this lets through.
-_LINE_START = re.compile(r"(?:(?<=^)|(?<=\|))\^")
+# only for the lines this lets through. So is the bounded run a cue allows before its words
+# (``^[^|\n]{0,300}?\b...``): unanchored, it would be tried for 300 characters from every place.
+_LINE_START = re.compile(r"(?:(?<=^)|(?<=\|))\^(?:\[\^[^\]]{1,20}\]\{0,\d+\}\??)?")
 # Process-group set-up as torch, launchers and frameworks log it while it is under way: a log
 # whose last lines are these stopped inside set-up (cue ``setup-stops``, read on the log's last
 # ``SETUP_LAST`` lines only; a line that says set-up completed is none of these)
@@ -296,9 +299,9 @@ _SETUP = re.compile(
     r"(?:setting up|set up|starting) (?:the )?(?:distributed|process group|ddp|nccl|rendezvous)\b(?!.{0,40}(?:done|complete|finished))")
 SETUP_LAST = 3
 SETUP_CUE = Cue("setup-stops", "init_hang", "symptom", _SETUP)
-_PREFILTER = re.compile(
-    "|".join(f"(?:{_LINE_START.sub('', cue.pattern.pattern.removeprefix('(?i)'))})" for cue in CUES),
-    re.IGNORECASE)
+_ALTERNATIVES = [_LINE_START.sub("", cue.pattern.pattern.removeprefix("(?i)")) for cue in CUES]
+# searched behind a gate: each cue's regex only on the lines that hold a word it requires
+_PREFILTER = LiteralGate(_ALTERNATIVES, re.IGNORECASE)
 # (torch.multiprocessing.spawn's "process 0 terminated with signal SIGKILL" names its process
 # index, the rank of a one-node job; Ray's memory monitor the task it killed: "where the task
 # (task ID: ..., name=head, rank=0, pid=4503, ...)")
@@ -326,9 +329,9 @@ def _msg_rank(body: str) -> tuple[int, str] | None:
     return int(m.group("r2") or m.group("r3")), "launcher"
 
 
-def classify(body: str) -> Cue | None:
-    """The first cue ``body`` carries, or None."""
-    for cue in CUES:
+def classify(body: str, cues: Sequence[Cue] = CUES) -> Cue | None:
+    """The first cue ``body`` carries, or None. ``cues``: the ones that may (in CUES' order)."""
+    for cue in cues:
         if cue.pattern.search(body) and (cue.needs is None or cue.needs.search(body)) \
                 and (cue.unless is None or not cue.unless.search(body)):
             return cue
@@ -355,10 +358,12 @@ def scan_cues(path: str, rank_hint: int | None = None,
             spawned = int(header.group(1))
             continue
         at_end = index in last and _SETUP.search(text) is not None
-        if not at_end and not _PREFILTER.search(text):
+        # (a cue that matches the line's body matches its raw text in the superset's form)
+        possible = _PREFILTER.matching(text)
+        if not at_end and not possible:
             continue
         line = parse_line(text, tail.line_no(index), ctx)
-        cue = classify(line.body[:2000])
+        cue = classify(line.body[:2000], [CUES[i] for i in possible])
         if cue is None and at_end:
             cue = SETUP_CUE
         if cue is None:
