@@ -252,7 +252,9 @@ def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
     another rank failed on its own; a non-zero exit code when the rank's own exception was the
     echo of a peer's failure ("Connection closed by peer", a failed monitored barrier); any
     launcher-reported end (SIGABRT, SIGKILL, an exit code) of a rank whose own watchdog timed out
-    first (torch aborts the process after a timeout; launchers kill what is left)."""
+    first (torch aborts the process after a timeout; launchers kill what is left). A fault a
+    stream went on past is none (``outlived``), unless the launcher says the rank's process
+    ended in failure."""
     found: dict[int, list[Failure]] = {}
     seen: set[tuple[int, str, str]] = set()
     events = list(_rank_events(evidence))
@@ -264,13 +266,17 @@ def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
     set_up_failed = any(classify(e) == "setup" for e in evidence.all_logs())
     moving = moving_streams(evidence)
     aborted = {rank for rank, e in events if e.kind in WATCHDOG_WAITS}
+    # ranks whose process the launcher says ended in failure: nothing they logged was outlived
+    # (a stream that moves on after it, unnamed, is another process's)
+    ended = {rank for rank, e in events if e.kind == "elastic_child_failed"
+             and (e.fields.get("exitcode") or e.fields.get("signal"))}
     for rank, event in events:
         what = classify(event)
         if what is None or _echo_exit(event, closed_pids, echoed, aborted, rank):
             continue
         if set_up_failed and what in ("exit", "signal") and not _known_signal(event):
             continue
-        if moving and outlived(event, moving):
+        if moving and rank not in ended and outlived(event, moving):
             continue
         key = (rank, event.kind, event.message[:200])
         if key in seen:

@@ -47,7 +47,11 @@ _INFO = re.compile(r"\bN?CCL INFO\b")  # NCCL reports a failure as WARN; INFO li
 _AFTER_TIMEOUT = re.compile(r"(?i)Watchdog caught|timed[ -]out|timing out|Timeout at NCCL|collective operation timeout")
 # NCCL INFO lines describe set-up; c10d's store client (socket.cpp's waitForInput, TCPStore) times
 # out waiting for another rank to write a key: a wait (or, at connect, rendezvous), not the network
-_NOT_NETWORK = re.compile(r"\bN?CCL INFO\b|\[c10d\]|waitForInput|\bTCPStore\b|\bPrefixStore\b")
+# (c10d's store socket's own words, also where an exception carries them without c10d's head:
+# "The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use)")
+_NOT_NETWORK = re.compile(r"\bN?CCL INFO\b|\[c10d\]|waitForInput|\bTCPStore\b|\bPrefixStore\b|"
+                          r"\b(?:server|client) socket (?:has failed to|cannot be initialized|"
+                          r"has timed out)")
 _DIST = re.compile(r"(?i)all[_-]?reduce|all[_-]?gather|reduce[_-]?scatter|broadcast|barrier|all[_-]?to[_-]?all|"
                    r"collective|\bnccl|\bgloo|\brccl|\bhccl|\brank|process[_ ]group|c10d|distributed|\bddp\b|fsdp|deepspeed|megatron")
 

@@ -31,6 +31,7 @@ and torch's exit-time warning of a process group never destroyed (torch >= 2.4, 
 process leaving its program normally)::
 
     [rank0]:[W515 07:06:42.829549331 ProcessGroupNCCL.cpp:1117] WARNING: process group has NOT been destroyed before it is being destructed.
+    [rank0]:[W616 21:29:33.762196891 ProcessGroupNCCL.cpp:1496] Warning: WARNING: destroy_process_group() was not called before program exit, which can leak resources.
  ``analysis/log_health.py`` (rule ``run-finished``) reads the event as
 a healthy run where no rank logged a failure.
 """
@@ -44,7 +45,7 @@ from hangscope.sources.logs.common import Line, make_event
 from hangscope.sources.logs.tail import LogicalTail, tail_candidates
 
 _CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|done training|successfully finished|epoch|\[=|"
-                        rb"success|succeeded|finished|NOT been destroyed|(?:training|total|run) (?:time|duration)|"
+                        rb"success|succeeded|finished|NOT been destroyed|was not called before program exit|(?:training|total|run) (?:time|duration)|"
                         rb"Destroy COMPLETE")
 # NCCL's own word that a communicator was torn down in order (ncclCommDestroy; an abort says
 # "Abort COMPLETE"): "comm 0x3ab1b680 rank 1 nranks 2 cudaDev 1 busId d000 - Destroy COMPLETE"
@@ -65,7 +66,10 @@ _SAID = (
     ("fairseq", re.compile(r"\bdone training in \d+(?:\.\d+)? seconds")),
     # torch >= 2.4, ProcessGroupNCCL's destructor at interpreter exit without
     # destroy_process_group(): printed by a process that left its program normally
-    ("pg_destructed_at_exit", re.compile(r"process group has NOT been destroyed before it is being destructed")),
+    # (torch 2.4's words; 2.5's "... before we destruct ProcessGroupNCCL"; 2.6 on:
+    # "destroy_process_group() was not called before program exit")
+    ("pg_destructed_at_exit", re.compile(r"process group has NOT been destroyed before (?:it is being destructed|we destruct)|"
+                                         r"destroy_process_group\(\) was not called before program exit")),
 )
 _LAST_EPOCH = re.compile(r"^Epoch (?P<n>\d+)/(?P=n)\s*$")
 _FULL_BAR = re.compile(r"^(?P<n>\d+)/(?P=n) \[=+\]")
