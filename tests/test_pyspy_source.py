@@ -305,3 +305,19 @@ class TestBundle:
         path.write_bytes(bundle_record(_result(), worker=True, rank=5))
         (rank, sample), = load_pyspy_file(str(path))
         assert rank == 5 and sample.taken_at == 100.0
+
+
+def test_a_dump_pasted_with_its_thread_line_shifted_is_read(tmp_path: Path) -> None:
+    # GIVEN a py-spy text dump whose Thread line a paste shifted by one blank (frames as usual),
+    # and the same relayed by docker compose
+    dump = (' Thread 30560 (active): "MainThread"\n'
+            "      irecv (torch/distributed/distributed_c10d.py:2536)\n"
+            "      batch_isend_irecv (torch/distributed/distributed_c10d.py:2854)\n")
+    relayed = "".join(f"trainer-1  | {line}\n" for line in dump.splitlines())
+    for name, text in (("shifted.txt", dump), ("compose.txt", relayed)):
+        path = tmp_path / name
+        path.write_text(text)
+        # THEN one thread of two frames, the process's pid from its main thread
+        [(rank, sample)] = load_pyspy_file(str(path))
+        assert rank is None and sample.pid == 30560
+        assert [f.name for f in sample.threads[0].frames] == ["irecv", "batch_isend_irecv"]

@@ -217,6 +217,9 @@ def _parse_stream(lines: list[str], path: str, taken_at: float) -> list[StackSam
     threads: list[tuple[int, str | None, bool | None, bool | None, list[Frame]]] = []
     locals_indent: int | None = None
     kept: list[list[FrameLocal]] = []  # per thread of ``threads``: its kept locals
+    # the dump's own left edge: its first Process/Thread line's indentation (0 as py-spy prints
+    # it; a paste may shift it, " Thread 30560 (active)" over frames indented as usual)
+    edge: int | None = None
 
     def flush() -> None:
         if pid is not None or threads:
@@ -233,12 +236,14 @@ def _parse_stream(lines: list[str], path: str, taken_at: float) -> list[StackSam
         if not stripped:
             continue
         process = _PROCESS.match(stripped)
-        if process and indent == 0:
+        thread = _THREAD.match(stripped)
+        if edge is None and (process or thread):
+            edge = indent
+        if process and indent == edge:
             flush()
             pid, threads, kept = int(process.group(1)), [], []
             continue
-        thread = _THREAD.match(stripped)
-        if thread and indent == 0:
+        if thread and indent == edge:
             ident, status, name = thread.groups()
             if name == "MainThread" and any(t[1] == "MainThread" for t in threads):
                 flush()  # a second process's dump whose "Process" line was not pasted
@@ -255,7 +260,7 @@ def _parse_stream(lines: list[str], path: str, taken_at: float) -> list[StackSam
             locals_indent = indent
             continue
         frame = _FRAME.match(stripped)
-        if frame and indent > 0 and threads:
+        if frame and edge is not None and indent > edge and threads:
             threads[-1][4].append(_text_frame(frame.group(1), frame.group(2)))
     flush()
     return samples
