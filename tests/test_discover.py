@@ -132,6 +132,23 @@ class TestIdentity:
         assert launcher_kind(cmdline) == kind
 
 
+class TestSpawnedRanks:
+    def test_spawn_children_without_rank_are_ranks_in_start_order(self, tmp_path: Path) -> None:
+        # GIVEN a python process that started 3 spawn children and set no RANK anywhere, as
+        # torch.multiprocessing.spawn does (it passes each child its index as an argument)
+        ready = tmp_path / "ready"
+        with started(family_args(ready, "spawn", 3), ready, clear_env=True) as proc:
+            found = discover(pid_group=proc.pid)
+            children = proc.ready["children"]
+        # THEN the children are ranks 0-2 in the order they were started, the parent their
+        # launcher, and a note says where the numbers come from
+        assert [(r.rank, r.pid) for r in found.ranks] == list(enumerate(children))
+        assert {(r.world_size, r.local_world_size, r.identity_from) for r in found.ranks} == {
+            (3, 3, "spawn order")}
+        assert [p.pid for p in found.launchers] == [proc.pid]
+        assert any("torch.multiprocessing.spawn" in note for note in found.notes)
+
+
 class TestNothingFound:
     def test_python_without_rank_says_so(self, tmp_path: Path) -> None:
         ready = tmp_path / "ready"

@@ -17,7 +17,7 @@ import re
 import socket
 from collections.abc import Sequence
 
-from hangscope.discover.classify import classify, proc_info
+from hangscope.discover.classify import SPAWN_ORDER, classify, proc_info
 from hangscope.discover.completeness import check_completeness
 from hangscope.discover.environ import ENV_ALLOW, ENV_ALLOW_PREFIXES, filter_env
 from hangscope.discover.job import JobProcesses, ProcInfo, RankProcess
@@ -81,6 +81,13 @@ def discover(*, pid_group: int | None = None, pids: Sequence[int] = (), match: s
                        ranks=sorted(ranks, key=lambda r: (r.rank, r.pid)), searched=searched,
                        host=host or socket.gethostname())
     check_completeness(job, table, children)
+    spawned = [r for r in job.ranks if r.identity_from == SPAWN_ORDER]
+    if spawned:
+        job.notes.append(
+            f"ranks {', '.join(str(r.rank) for r in spawned)} were started by "
+            "torch.multiprocessing.spawn, which passes each its index as an argument, not in its "
+            "environment: each is numbered by its place in the start order, which is its global "
+            "rank in a one-node job (several nodes: add each node's offset)")
     return job
 
 

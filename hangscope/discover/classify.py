@@ -55,6 +55,18 @@ def classify(looked: list[int], table: ProcTable, children: Children
             reasons.append(f"pid {pid} {env}")
             continue
         ident = identity(env)
+        if ident is None and (index := spawn_index(snap, table)) is not None:
+            # torch.multiprocessing.spawn hands each process its index as an argument, not in
+            # its environment; the parent starts them one after another, index order
+            launchers.setdefault(snap.ppid, proc_info(table[snap.ppid]))
+            siblings = len(_spawned_siblings(snap, table))
+            ranks[pid] = RankProcess(
+                pid=pid, rank=index, local_rank=index, world_size=siblings,
+                local_world_size=siblings, group_rank=None, run_id=None,
+                master_addr=env.get("MASTER_ADDR"), master_port=env_int(env.get("MASTER_PORT")),
+                env=filter_env(env), cmdline=snap.cmdline, workers=[],
+                create_time=snap.create_time, identity_from=SPAWN_ORDER)
+            continue
         if ident is None:
             reasons.append(f"pid {pid} is a python process but has no RANK (nor SLURM_PROCID, "
                            f"OMPI_COMM_WORLD_RANK, PMI_RANK) in its environment")
@@ -70,7 +82,33 @@ def classify(looked: list[int], table: ProcTable, children: Children
             master_addr=env.get("MASTER_ADDR"), master_port=env_int(env.get("MASTER_PORT")),
             env=filter_env(env), cmdline=snap.cmdline, workers=[], create_time=snap.create_time,
             identity_from=ident.variable)
+    # (a spawning parent was looked at before its children made it their launcher)
+    reasons = [r for r in reasons if not any(r.startswith(f"pid {pid} ") for pid in launchers)]
     return list(ranks.values()), workers, launchers, reasons
+
+
+SPAWN_ORDER = "spawn order"
+# multiprocessing's spawn child: "python -c 'from multiprocessing.spawn import spawn_main;
+# spawn_main(tracker_fd=6, pipe_handle=8)' --multiprocessing-fork"
+_SPAWN_CHILD = "spawn_main("
+
+
+def spawn_index(snap: ProcSnap, table: ProcTable) -> int | None:
+    """The place of a process among the multiprocessing spawn children of a python parent that
+    is none itself (torch.multiprocessing.spawn's ranks: started in index order, so by start time,
+    then pid), or None. A spawn child's own spawn children (its DataLoader's) are not counted."""
+    parent = table.get(snap.ppid)
+    if _SPAWN_CHILD not in snap.line or parent is None or not parent.is_python \
+            or _SPAWN_CHILD in parent.line:
+        return None
+    siblings = _spawned_siblings(snap, table)
+    return siblings.index(snap.pid) if snap.pid in siblings else None
+
+
+def _spawned_siblings(snap: ProcSnap, table: ProcTable) -> list[int]:
+    found = [other for other in table.values()
+             if other.ppid == snap.ppid and _SPAWN_CHILD in other.line and other.is_python]
+    return [other.pid for other in sorted(found, key=lambda o: (o.create_time, o.pid))]
 
 
 def _has_rank_below(pid: int, children: Children) -> bool:
