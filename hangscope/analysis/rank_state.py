@@ -19,6 +19,7 @@ from hangscope.analysis.stacks import (
     classify_thread,
     main_thread,
 )
+from hangscope.analysis.stacktree import stack_key
 from hangscope.model import Frame, JobEvidence, ProcessState, RankEvidence, StackSample
 from hangscope.sources.source_lines import line_text
 
@@ -51,6 +52,10 @@ class RankStackState:
     frames_seen: list[tuple[Frame | None, Frame | None]] = field(default_factory=list)
     window_s: float = 0.0  # wall seconds the /proc samples span
     p2p: P2pWait | None = None  # the p2p op the main thread waits in, peer where known
+    # the latest Python-only sample's main-thread stack (stacktree.stack_key), and whether a
+    # --native follow-up decided ``main``
+    python_key: tuple[object, ...] = ()
+    from_native: bool = False
 
     @property
     def gone(self) -> bool:
@@ -78,7 +83,25 @@ def rank_states(evidence: JobEvidence) -> dict[int, RankStackState]:
     for rank, rank_ev in evidence.ranks.items():
         if rank_ev.samples or rank_ev.proc:
             states[rank] = _state(rank_ev, evidence.source_lines)
+    _share_native(states)
     return states
+
+
+def _share_native(states: Mapping[int, RankStackState]) -> None:
+    """attach takes one --native dump per distinct stack of ranks blocked in a C call nothing
+    names: the wait it names is also that of every rank with the same Python stack that had none
+    of its own."""
+    named = {state.python_key: state.main for state in states.values()
+             if state.from_native and state.main is not None and state.main.kind != "idle"
+             and state.python_key}
+    for state in states.values():
+        main = state.main
+        if main is None or main.kind != "idle" or state.from_native \
+                or (found := named.get(state.python_key)) is None:
+            continue
+        state.main = dataclasses.replace(found, thread_id=main.thread_id,
+                                         thread_name=main.thread_name, active=main.active)
+        state.threads = [state.main if t is main else t for t in state.threads]
 
 
 def died_first(stacks: Mapping[int, RankStackState], rank: int) -> bool:
@@ -150,6 +173,9 @@ def _state(rank_ev: RankEvidence, lines: Mapping[str, Mapping[int, str]]) -> Ran
         main_frames=main.frames if main else (), threads=threads,
         samples=len(samples), sample_path=latest.path if latest else None)
     state.main_finished = main is not None and _is_shutdown(main.frames)
+    state.from_native = bool(native)
+    python_main = main_thread(samples[-1]) if samples else None
+    state.python_key = stack_key(python_main.frames) if python_main is not None else ()
     _add_p2p(state, samples[-1] if samples else None, latest if native else None, lines)
     for sample in samples:
         thread = main_thread(sample)

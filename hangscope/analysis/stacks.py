@@ -204,6 +204,9 @@ def is_c10d_op(frame: Frame) -> tuple[Kind, str] | None:
         if "c10d::" in frame.name:
             if re.search(r"(Send|Recv)Work::wait", frame.name):
                 return "p2p", "wait"
+            if "c10d::Reducer::finalize_backward" in frame.name:
+                # DDP's backward ends waiting for its gradient buckets' all_reduce
+                return "collective", "all_reduce"
             if re.search(r"Work\w*::wait\b", frame.name):
                 return "collective", "wait"
         if is_nccl_group_launch(frame.name):
