@@ -127,3 +127,16 @@ def test_ended_together_is_no_rank_dying_first_over_every_order_of_exits() -> No
                   for r, (seen, gone) in enumerate(looks)}
         # THEN the job ended together exactly where no rank died first (died_first's own words)
         assert ended_together(stacks) == (not any(died_first(stacks, r) for r in stacks)), looks
+
+
+def test_a_quiet_rank_seen_gone_after_the_others_is_no_suspect() -> None:
+    # GIVEN what watch left of a DDP job whose rank 1 was SIGKILLed (a CI run under load): rank
+    # 3's log stopped at the same step as rank 1's, with no error, but /proc saw rank 3 alive
+    # after ranks 0-2 were gone (it waited on rank 1 silently, then was torn down)
+    bundle = Path(__file__).resolve().parent.parent / "fixtures" / "bundles" / \
+        "watch_quiet_rank_outlived"
+    evidence, _ = load_paths([str(bundle)], LoadOptions())
+    verdict, _ = analyze(evidence)
+    # THEN the rank whose log stopped and that went first is named, not the one that outlived it
+    first = verdict.findings[0]
+    assert (first.kind.value, first.culprit_ranks) == ("rank_died", [1])

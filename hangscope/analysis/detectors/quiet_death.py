@@ -11,11 +11,13 @@ OOM killer) leaves no traceback. Timeouts alone cannot tell a dead rank from a h
 line, and each reporter's first report. Confidence 0.6 (closed) or 0.5 (timeouts), +0.05 for each
 of: progress behind, log ended earlier, a single suspect; never above 0.75: absence of a line is
 weaker than a line. False positives: a rank whose stderr was not collected; a rank that finished
-(or was stopped) normally while the others failed for their own reasons.
+(or was stopped) normally while the others failed for their own reasons. Where /proc states
+say which went first (``watch``), a quiet rank seen gone only after another is no suspect.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from hangscope.analysis.context import Context
@@ -26,6 +28,7 @@ from hangscope.analysis.log_progress import (
     lost_phrase,
     quiet_ranks,
 )
+from hangscope.analysis.rank_state import died_first
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import ranks_phrase
@@ -41,6 +44,13 @@ def detect(ctx: Context) -> list[Finding]:
     reading = quiet_ranks(ctx.evidence)
     if reading is None:
         return []
+    # a suspect /proc saw gone, but only after another rank had gone, did not die first: it
+    # waited on the dead one without a word and was torn down with the rest (watch)
+    outlived = [r for r in reading.quiet if (state := ctx.stacks.get(r)) is not None
+                and state.gone and not died_first(ctx.stacks, r)]
+    if outlived and any(r not in outlived for r in reading.quiet):
+        reading = dataclasses.replace(reading, quiet=[r for r in reading.quiet
+                                                      if r not in outlived])
     base = 0.6 if reading.closed else 0.5
     confidence = base + 0.05 * (reading.behind + reading.earlier + (len(reading.quiet) == 1))
     return [Finding(kind=Kind.RANK_DIED if reading.closed else Kind.MISSING_RANK,
