@@ -55,11 +55,11 @@ def classify(looked: list[int], table: ProcTable, children: Children
             reasons.append(f"pid {pid} {env}")
             continue
         ident = identity(env)
-        if ident is None and (index := spawn_index(snap, table)) is not None:
+        if ident is None and (spawned := spawn_index(snap, table)) is not None:
             # torch.multiprocessing.spawn hands each process its index as an argument, not in
             # its environment; the parent starts them one after another, index order
+            index, siblings = spawned
             launchers.setdefault(snap.ppid, proc_info(table[snap.ppid]))
-            siblings = len(_spawned_siblings(snap, table))
             ranks[pid] = RankProcess(
                 pid=pid, rank=index, local_rank=index, world_size=siblings,
                 local_world_size=siblings, group_rank=None, run_id=None,
@@ -93,16 +93,17 @@ SPAWN_ORDER = "spawn order"
 _SPAWN_CHILD = "spawn_main("
 
 
-def spawn_index(snap: ProcSnap, table: ProcTable) -> int | None:
+def spawn_index(snap: ProcSnap, table: ProcTable) -> tuple[int, int] | None:
     """The place of a process among the multiprocessing spawn children of a python parent that
     is none itself (torch.multiprocessing.spawn's ranks: started in index order, so by start time,
-    then pid), or None. A spawn child's own spawn children (its DataLoader's) are not counted."""
+    then pid), and how many they are; or None. A spawn child's own spawn children (its
+    DataLoader's) are not counted."""
     parent = table.get(snap.ppid)
     if _SPAWN_CHILD not in snap.line or parent is None or not parent.is_python \
             or _SPAWN_CHILD in parent.line:
         return None
     siblings = _spawned_siblings(snap, table)
-    return siblings.index(snap.pid) if snap.pid in siblings else None
+    return (siblings.index(snap.pid), len(siblings)) if snap.pid in siblings else None
 
 
 def _spawned_siblings(snap: ProcSnap, table: ProcTable) -> list[int]:
