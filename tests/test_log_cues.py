@@ -467,3 +467,36 @@ def test_a_shared_memory_segment_refused_for_another_reason_is_no_oom() -> None:
     cue = classify("node7:1201:1300 [3] misc/shmutils.cc:129 NCCL WARN Error while creating shared "
                    "memory segment /dev/shm/nccl-a9Xk2f (size 9637888), error: Permission denied")
     assert cue is None or cue.suggests != "rank_oom"
+
+
+def test_a_fault_line_no_prefix_names_is_the_rank_whose_traceback_follows(tmp_path: Path) -> None:
+    # GIVEN a CUDA kernel's device-side assert (printed by the runtime, no launcher prefix; the
+    # text of ATen's _assert_async_cuda_kernel), then the head of rank 1's traceback, in a job
+    # whose other ranks log their steps
+    verdict = _verdict(tmp_path, "\n".join([
+        "[rank0]: step 81 loss 0.52", "[rank1]: step 81 loss 0.50", "[rank2]: step 81 loss 0.51",
+        "/pytorch/aten/src/ATen/native/cuda/TensorCompare.cu:112: _assert_async_cuda_kernel: "
+        "block: [0,0,0], thread: [0,0,0] Assertion `probability tensor contains either `inf`, "
+        "`nan` or element < 0` failed.",
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "/app/train.py", line 7, in <module>', ""]))
+    # THEN rank 1 is the one that faulted (rule traceback-after)
+    root = verdict.root
+    assert root is not None and root.kind.value == "rank_died"
+    assert root.culprit_ranks == [1]
+    assert "traceback-after" in root.summary
+
+
+def test_a_fault_line_followed_by_no_traceback_names_no_one(tmp_path: Path) -> None:
+    # GIVEN the same assert, then another rank's line before rank 1's traceback
+    verdict = _verdict(tmp_path, "\n".join([
+        "[rank0]: step 81 loss 0.52", "[rank1]: step 81 loss 0.50", "[rank2]: step 81 loss 0.51",
+        "/pytorch/aten/src/ATen/native/cuda/TensorCompare.cu:112: _assert_async_cuda_kernel: "
+        "block: [0,0,0], thread: [0,0,0] Assertion `probability tensor contains either `inf`, "
+        "`nan` or element < 0` failed.",
+        "[rank2]: saving the checkpoint to /ckpt/step_81",
+        "[rank1]: Traceback (most recent call last):", ""]))
+    # THEN the fault is read, but it is nobody's in particular
+    root = verdict.root
+    assert root is not None and root.kind.value == "rank_died"
+    assert root.culprit_ranks == [] and "traceback-after" not in root.summary

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hangscope.analysis.engine import analyze
 from hangscope.model import LogEvent
 from hangscope.options import LoadOptions
@@ -300,6 +302,32 @@ def test_a_timeout_after_the_finish_line_is_not_healthy(tmp_path: Path) -> None:
     log = ("[after training is done] datetime: 2024-05-01 10:00:00\n" + WATCHDOG)
     verdict = _verdict(tmp_path, **{"rank1.log": log})
     assert verdict.status.value != "healthy"
+
+
+def test_a_bar_at_its_total_then_a_word_of_completion_is_finished(tmp_path: Path) -> None:
+    # a script's tqdm bar reaching its total, and on the next line its own closing word
+    log = ("Rank 1 executing 2049 operations\n"
+           "Running repro: 100%|##########| 100000/100000 [24:02<00:00, 69.34it/s]\n"
+           "Completed successfully\n")
+    verdict = _verdict(tmp_path, **{"run.log": log})
+    assert verdict.status.value == "healthy", verdict.evidence_gaps
+    assert any("run-finished" in gap for gap in verdict.evidence_gaps)
+
+
+@pytest.mark.parametrize("bar, last", [
+    # the bar short of its total
+    ("Running repro:  99%|#########9| 99000/100000 [23:50<00:14, 69.34it/s]", "Completed successfully"),
+    # a word of completion with something between it and the bar
+    ("Running repro: 100%|##########| 100000/100000 [24:02<00:00, 69.34it/s]",
+     "Saving results\nCompleted successfully"),
+    # a completion that names what failed
+    ("Running repro: 100%|##########| 100000/100000 [24:02<00:00, 69.34it/s]",
+     "Completed with errors"),
+])
+def test_a_bar_or_a_word_of_completion_alone_is_not_finished(tmp_path: Path, bar: str,
+                                                            last: str) -> None:
+    verdict = _verdict(tmp_path, **{"run.log": f"Rank 1 executing 2049 operations\n{bar}\n{last}\n"})
+    assert not any("run-finished" in gap for gap in verdict.evidence_gaps), verdict.evidence_gaps
 
 
 def test_an_epoch_short_of_the_last_is_not_finished(tmp_path: Path) -> None:

@@ -164,6 +164,37 @@ def test_lone_waiter_names_the_wait_and_no_culprit(tmp_path: Path, frames: tuple
     assert all(item.where for item in root.evidence)
 
 
+CUDA_LIB = "/usr/local/lib/python3.12/dist-packages/torch/lib/libtorch_cuda.so"
+
+
+@pytest.mark.parametrize("call, kind, op", [
+    ("c10d::ProcessGroupNCCL::recv(std::vector<at::Tensor, std::allocator<at::Tensor> >&, int, int)",
+     "p2p_deadlock", "recv"),
+    ("c10d::ProcessGroupGloo::allreduce(std::vector<at::Tensor, std::allocator<at::Tensor> >&, "
+     "c10d::AllreduceOptions const&)", "missing_rank", "all_reduce"),
+])
+def test_an_excerpt_from_the_middle_of_a_backtrace_names_the_backend_call(
+        tmp_path: Path, call: str, kind: str, op: str) -> None:
+    # GIVEN two frames cut from the middle of gdb's backtrace (the excerpt starts on the wrapped
+    # tail of frame 8), the innermost a backend's own entry point
+    text = (f"    () from {CUDA_LIB}\n"
+            f"#9  0x00007f67aa04d7ca in {call} ()\n   from {CUDA_LIB}\n"
+            "#10 0x00007f6804fedcb5 in c10d::ops::(anonymous namespace)::recv_CUDA(c10::ArrayRef"
+            "<at::Tensor>, long, long) () from /usr/local/lib/python3.12/dist-packages/torch/lib/"
+            "libtorch_cpu.so\n")
+    assert sniff_stack_paste(text.encode())
+    verdict = _analyze(tmp_path, text)
+    # THEN the process waits in that op; who it waits for is not in the paste
+    root = verdict.root
+    assert root is not None and (root.kind.value, root.culprit_ranks) == (kind, [])
+    assert root.collective is not None and root.collective.op == op
+
+
+def test_two_numbered_lines_out_of_order_are_no_backtrace() -> None:
+    # a log's numbered list is not gdb's: frames in a row, with gdb's marks, are
+    assert not sniff_stack_paste(b"#3  0x1f in step one\n#7  0x2f in step two\n")
+
+
 def test_lone_collective_from_pyspy_is_missing_rank_without_culprit(tmp_path: Path) -> None:
     text = ('Thread 3293 (active): "MainThread"\n'
             "    all_gather_coalesced (deepspeed/runtime/zero/partition_parameters.py:1254)\n"

@@ -184,6 +184,18 @@ def is_init_wait(frame: Frame) -> str | None:
 
 
 
+# a backend's entry points, as native stacks name them: c10d::ProcessGroupNCCL::recv(std::vector..)
+_C10D_NATIVE_CALL = re.compile(r"c10d::ProcessGroup(?:NCCL|Gloo|MPI|UCC)?::(\w+)(?:\(|$)")
+_NATIVE_OPS = {
+    "send": "send", "recv": "recv", "recvanysource": "recv", "allreduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce_coalesced", "reduce": "reduce", "allgather": "all_gather",
+    "_allgather_base": "all_gather_into_tensor", "allgather_into_tensor_coalesced":
+    "all_gather_into_tensor", "gather": "gather", "scatter": "scatter", "broadcast": "broadcast",
+    "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter_tensor",
+    "alltoall": "all_to_all", "alltoall_base": "all_to_all_single", "barrier": "barrier",
+}
+
+
 def is_c10d_op(frame: Frame) -> tuple[Kind, str] | None:
     """A torch.distributed collective or p2p call, or (native frames) the wait on its Work."""
     if _in(frame, *_C10D):
@@ -204,6 +216,11 @@ def is_c10d_op(frame: Frame) -> tuple[Kind, str] | None:
         if "c10d::" in frame.name:
             if re.search(r"(Send|Recv)Work::wait", frame.name):
                 return "p2p", "wait"
+            if (call := _C10D_NATIVE_CALL.search(frame.name)) is not None:
+                # inside the backend's own entry point (gdb: "c10d::ProcessGroupNCCL::recv(...)")
+                op = _NATIVE_OPS.get(call.group(1).lower())
+                if op is not None:
+                    return ("p2p" if op in P2P_OPS else "collective"), op
             if "c10d::Reducer::finalize_backward" in frame.name:
                 # DDP's backward ends waiting for its gradient buckets' all_reduce
                 return "collective", "all_reduce"

@@ -72,9 +72,9 @@ def sniff_stack_paste(head: bytes) -> bool:
     if _GIL_WAIT in text and _PY_FRAME.search(text, text.index(_GIL_WAIT)):
         return True
     numbers = [int(n) for n in _SNIFF_FRAME.findall(text)]
-    # three frames; or an excerpt of two (#0, #1) that shows it is gdb's (a prompt, an address,
-    # a source position or a library)
-    return len(numbers) >= 3 or (len(numbers) >= 2 and 0 in numbers and 1 in numbers
+    # three frames; or an excerpt of two in a row (#0 #1, #9 #10) that shows it is gdb's (a
+    # prompt, an address, a source position or a library)
+    return len(numbers) >= 3 or (any(b == a + 1 for a, b in zip(numbers, numbers[1:]))
                                  and _GDB_MARKS.search(text) is not None)
 
 

@@ -9,8 +9,9 @@ rank in the same file) is a warning it survived, not its fault, and does not cou
 
 Culprits only where the lines say whose fault it is: the ranks the cause lines name, where they
 are fewer than the ranks the log shows (a log of one rank names none: its prefix may be
-the launcher's); and rule ``sole-peer``: in a job of two ranks, a rank that
-reports its peer gone names the other one.
+the launcher's); rule ``sole-peer``: in a job of two ranks, a rank that
+reports its peer gone names the other one; rule ``traceback-after``: a fault line no prefix names
+(a CUDA kernel's assert) followed at once by one rank's traceback is that rank's.
 
 The engine keeps this finding only when it is the only one (``engine._weak_alone``).
 """
@@ -30,7 +31,8 @@ from hangscope.sources.logs.common import one_line
 
 RULE = "cue-words"
 # measures["rule"] of this detector's findings
-RULES = (RULE, "sole-peer", "cause-over-symptom", "store-wait", "setup-missing-ranks")
+RULES = (RULE, "sole-peer", "traceback-after", "cause-over-symptom", "store-wait",
+         "setup-missing-ranks")
 CONFIDENCE = 0.3
 # How strongly each class of words points at its kind, over the others in the same log: a cause
 # outweighs the exits and timeouts it brings; a named place (a DataLoader, init) outweighs a
@@ -111,6 +113,8 @@ _NAMES_CULPRIT = {"out-of-memory", "gpu-fault", "signal-death", "abort", "data-l
 _TIMED_OUT = re.compile(r"(?i)\btimed? ?out\b|\bTimeout\b")
 # Deaths a process states of itself (a signal, a fatal interpreter error, its GPU): where its lines
 # carry its rank in their prefix and it is the only rank here, the line names it
+_TRACEBACK_HEAD = "Traceback (most recent call last)"
+_WRAPPED_SPAN = 8  # physical lines a fault line and the traceback after it may be apart
 _OWN_DEATH = {"signal-death", "abort", "gpu-fault", "out-of-memory", "exit-nonzero", "exception"}
 # Cues that only support another rule (log_waits' rank0-silent), never a finding of their own
 SUPPORT_ONLY = {"busy-phase", "scheduler-stop"}
@@ -165,6 +169,8 @@ def detect(ctx: Context) -> list[Finding]:
         name, kind = "store-wait", Kind.MISSING_RANK  # rule `store-wait`
     seen = _ranks_seen(ctx)
     culprits, rule = _culprits(name, lines, seen)
+    if not culprits and name in _OWN_DEATH:
+        culprits, rule = _traceback_after(lines, events, seen)
     waiting = sorted(seen - set(culprits)) if culprits else []
     agree = len({(e.path, e.line_no) for e in cues if e.fields["suggests"] == kind.value})
     quote = one_line(best.message, 160)
@@ -173,12 +179,15 @@ def detect(ctx: Context) -> list[Finding]:
     summary = (f"weak evidence only (rule `{rule or RULE}`): no record here was read in full, but "
                f"{said} {BASIS[name]}: \u201c{quote}\u201d ({best.path}:{best.line_no})")
     if culprits:
-        summary += f"; {ranks_phrase(culprits)} " + (
-            "is the other rank of two (rule `sole-peer`)" if rule == "sole-peer"
-            else ("never logged set-up while the others did, in a job of "
-                  f"{lines[0].fields.get('world')} ranks (rule `setup-missing-ranks`)")
-            if rule == "setup-missing-ranks"
-            else f"{'is' if len(culprits) == 1 else 'are'} named on those lines")
+        why = {
+            "sole-peer": "is the other rank of two (rule `sole-peer`)",
+            "setup-missing-ranks": "never logged set-up while the others did, in a job of "
+                                   f"{lines[0].fields.get('world')} ranks "
+                                   "(rule `setup-missing-ranks`)",
+            "traceback-after": "printed the traceback right after it (rule `traceback-after`)",
+        }
+        summary += f"; {ranks_phrase(culprits)} " + why.get(
+            rule or "", f"{'is' if len(culprits) == 1 else 'are'} named on those lines")
     summary += (f". Read as {kind.value.replace('_', ' ')}, not proven: confirm with the ranks' "
                 "stacks (py-spy) or a flight-recorder dump")
     evidence = [EvidenceItem(source="log", rank=e.rank, detail=one_line(e.message, 200),
@@ -319,6 +328,31 @@ def _culprits(name: str, lines: list[LogEvent], seen: set[int]) -> tuple[list[in
         return named, None
     if name == "setup-stops":
         return _not_set_up(lines)
+    return [], None
+
+
+def _traceback_after(lines: list[LogEvent], events: list[LogEvent], seen: set[int]
+                     ) -> tuple[list[int], str | None]:
+    """Rule ``traceback-after``: a fault line no rank prefix names (a CUDA kernel's assert, a
+    C++ abort: printed by the runtime, not through the launcher's prefix) followed at once by
+    the head of one rank's traceback is that rank's: the process that faulted raises next.
+    "At once": within the next few lines (a long line a paste wrapped spans several), with no
+    line of another rank that was read in between."""
+    if len(seen) < 2 or any(e.rank is not None for e in lines):
+        return [], None
+    ranked = sorted(((e.path, e.line_no, e.rank, _TRACEBACK_HEAD in e.message) for e in events
+                     if e.rank is not None), key=lambda item: (item[0], item[1]))
+    ranks = set()
+    for line in lines:
+        after = [item for item in ranked if item[0] == line.path
+                 and line.line_no < item[1] <= line.line_no + _WRAPPED_SPAN]
+        first = after[0] if after else None
+        if first is None or not any(head and rank == first[2] for _, no, rank, head in after
+                                    if no == first[1]):
+            return [], None
+        ranks.add(first[2])
+    if len(ranks) == 1:
+        return sorted(r for r in ranks if r is not None), "traceback-after"
     return [], None
 
 

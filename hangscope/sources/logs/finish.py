@@ -15,7 +15,12 @@ wording matched) for::
                                                                                       # epoch's bar full
 
 The last form needs both: an ``Epoch N/N`` line (the declared last epoch) and, after it, a bar
-at its total (``M/M [``). A job's own per-rank prints count when every rank of a contiguous
+at its total (``M/M [``). So does a program's bare word that it is through, right after its
+progress bar reached its total::
+
+    Running repro: 100%|##########| 100000/100000 [24:02<00:00, 69.34it/s]            # tqdm, then
+    Completed successfully                                                            # the script
+ A job's own per-rank prints count when every rank of a contiguous
 ``0..N`` (N >= 1) says it succeeded or finished, each naming its rank in the text or its prefix::
 
     [MPI Rank 5] runCount: 10000 Success                                              # a user's
@@ -46,7 +51,7 @@ from hangscope.sources.logs.tail import LogicalTail, tail_candidates
 
 _CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|done training|successfully finished|epoch|\[=|"
                         rb"success|succeeded|finished|NOT been destroyed|was not called before program exit|(?:training|total|run) (?:time|duration)|"
-                        rb"Destroy COMPLETE")
+                        rb"Destroy COMPLETE|\d/\d+ \[")
 # NCCL's own word that a communicator was torn down in order (ncclCommDestroy; an abort says
 # "Abort COMPLETE"): "comm 0x3ab1b680 rank 1 nranks 2 cudaDev 1 busId d000 - Destroy COMPLETE"
 _COMM_DESTROYED = re.compile(r"\bcomm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) nranks (?P<n>\d+)\b.* - Destroy COMPLETE\b")
@@ -71,6 +76,10 @@ _SAID = (
     ("pg_destructed_at_exit", re.compile(r"process group has NOT been destroyed before (?:it is being destructed|we destruct)|"
                                          r"destroy_process_group\(\) was not called before program exit")),
 )
+# a progress bar at its total (tqdm: "Running repro: 100%|####| 100000/100000 [24:02<00:00, ...]")
+# and, on the very next line, the program's word that it is through: "Completed successfully"
+_BAR_AT_TOTAL = re.compile(r"(?<![\d/])(?P<n>\d+)/(?P=n) \[\d+:\d+(?::\d+)?<")
+_DONE_ALONE = re.compile(r"(?i)^(?:[a-z][\w\- ]{0,40} )?(?:completed|finished|done)(?: successfully)?[.!]?$")
 _LAST_EPOCH = re.compile(r"^Epoch (?P<n>\d+)/(?P=n)\s*$")
 _FULL_BAR = re.compile(r"^(?P<n>\d+)/(?P=n) \[=+\]")
 
@@ -83,6 +92,7 @@ def scan_finish(path: str, rank_hint: int | None = None,
     ctx, lines = read
     events = []
     last_epoch = False
+    bar_at_total = -1  # line number of the latest bar at its total
     done: dict[int, Line] = {}
     destroyed: dict[int, dict[int, Line]] = {}  # nranks -> rank in the communicator -> its line
     for line in lines:
@@ -96,6 +106,11 @@ def scan_finish(path: str, rank_hint: int | None = None,
             if rank is not None:
                 done[rank] = line
         how = next((name for name, pattern in _SAID if pattern.search(body)), None)
+        if _BAR_AT_TOTAL.search(body):
+            bar_at_total = line.line_no
+            continue
+        if how is None and bar_at_total == line.line_no - 1 and _DONE_ALONE.match(body):
+            how = "bar_then_done"
         if how is None and _LAST_EPOCH.match(body):
             last_epoch = True
             continue
