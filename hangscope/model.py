@@ -63,6 +63,9 @@ class StackSample:
     threads: tuple[ThreadStack, ...]
     source: str = "py-spy"  # where it came from, for evidence citations
     path: str | None = None  # file it was read from, if any
+    # the main thread's voluntary context switches that the dump itself caused (attach measures
+    # them around each py-spy run): not the thread's own wake-ups
+    switches_during: int | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -85,6 +88,9 @@ class ProcessState:
     children: tuple[int, ...] = ()
     exit_code: int | None = None
     exit_signal: int | None = None
+    # the main thread's voluntary context switches so far (/proc/PID/status is the main thread's
+    # own): a thread that waits in the same frame yet keeps switching blocks and wakes again
+    voluntary_switches: int | None = None
 
 
 # --------------------------------------------------------------------------------------------------

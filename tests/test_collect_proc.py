@@ -68,6 +68,36 @@ class TestSample:
         finally:
             kill_groups([busy.pid], busy)
 
+    def test_voluntary_switches_count_the_main_threads_wake_ups_only(self) -> None:
+        # GIVEN two processes whose busy helper thread never blocks: one whose main thread
+        # sleeps 50 ms at a time, one whose main thread blocks for good in a read of a pipe
+        helper = "import threading\nthreading.Thread(target=lambda: [0 for _ in iter(int, 1)]," \
+            " daemon=True).start()\n"
+        waking = subprocess.Popen([sys.executable, "-c", helper +
+                                   "import time\nwhile True: time.sleep(0.05)"],
+                                  start_new_session=True)
+        read_end, write_end = os.pipe()
+        blocked = subprocess.Popen([sys.executable, "-c", helper +
+                                    f"import os\nos.read({read_end}, 1)"],
+                                   start_new_session=True, pass_fds=(read_end,))
+        try:
+            time.sleep(1.0)  # both settled in their loop / read
+            before = {p.pid: sample_process(p.pid) for p in (waking, blocked)}
+            time.sleep(1.0)
+            after = {p.pid: sample_process(p.pid) for p in (waking, blocked)}
+            woke = {pid: (after[pid].voluntary_switches or 0) -
+                    (before[pid].voluntary_switches or 0) for pid in before}
+            # THEN the sleeper's main thread woke about 20 times; the reader's not once, though
+            # its other thread runs all the while (/proc/PID/status is the main thread's own)
+            assert before[waking.pid].voluntary_switches is not None
+            assert woke[waking.pid] >= 5, woke
+            assert woke[blocked.pid] == 0, woke
+        finally:
+            os.close(read_end)
+            os.close(write_end)
+            kill_groups([waking.pid], waking)
+            kill_groups([blocked.pid], blocked)
+
     def test_stopped_process(self, tmp_path: Path) -> None:
         ready = tmp_path / "ready"
         with started(family_args(ready), ready) as proc:
@@ -109,7 +139,7 @@ class TestSample:
 def make_state(pid: int, at: float, status: str = "S") -> ProcessState:
     return ProcessState(pid=pid, sampled_at=at, status=status, cpu_time_s=1.5,  # type: ignore[arg-type]
                         rss_bytes=4096, num_threads=3, wchan="futex_wait_queue",
-                        children=(11, 12))
+                        children=(11, 12), voluntary_switches=int(at * 100))
 
 
 class TestProcFile:

@@ -28,6 +28,16 @@ Progress = Literal["stuck", "moving", "unknown"]
 # CPU share of one core, over the sampling window, above which a rank counts as computing.
 BUSY_CPU_SHARE = 0.2
 IDLE_CPU_SHARE = 0.05
+# A main thread blocked for good sleeps once and stays asleep (a gloo all_reduce whose peer never
+# comes: 0 voluntary context switches in 3 s, measured here); one that waits in the same frame
+# but completes collectives or reads blocks and wakes every time. A poll loop on a dead peer
+# switches too, but it sleeps in a `sleep` or lock frame, left out here; DataLoader's own
+# status poll is every 5 s (0.2/s).
+MOVING_SWITCHES = 1.0  # per second
+MIN_SWITCH_WINDOW_S = 1.5
+SWITCHING_WAITS = frozenset({"collective", "p2p", "io", "dataloader"})
+# ProcessGroupNCCL's blocking wait polls its work every 10 ms: a hung collective switches there
+_BLOCKING_WAIT_ENV = ("env:TORCH_NCCL_BLOCKING_WAIT", "env:NCCL_BLOCKING_WAIT")
 
 _SHUTDOWN_FRAMES = {("_shutdown", "threading.py")}
 
@@ -52,6 +62,8 @@ class RankStackState:
     frames_seen: list[tuple[Frame | None, Frame | None]] = field(default_factory=list)
     window_s: float = 0.0  # wall seconds the /proc samples span
     p2p: P2pWait | None = None  # the p2p op the main thread waits in, peer where known
+    switch_rate: float | None = None  # the main thread's voluntary context switches per second
+    polls_collectives: bool = False  # NCCL's blocking wait: switches in a collective are polls
     # the latest Python-only sample's main-thread stack (stacktree.stack_key), and whether a
     # --native follow-up decided ``main``
     python_key: tuple[object, ...] = ()
@@ -84,7 +96,22 @@ def rank_states(evidence: JobEvidence) -> dict[int, RankStackState]:
         if rank_ev.samples or rank_ev.proc:
             states[rank] = _state(rank_ev, evidence.source_lines)
     _share_native(states)
+    for state in states.values():
+        if _switches_past_waits(state):
+            # the same frame at every sample, yet the thread keeps blocking and waking:
+            # collectives that complete, reads that return
+            state.progress = "moving"
     return states
+
+
+def _switches_past_waits(state: RankStackState) -> bool:
+    """The main thread waits in a collective, p2p op, read or DataLoader (at the end, after a
+    --native reading is shared) and switched at least :data:`MOVING_SWITCHES` times a second."""
+    main = state.main
+    if state.progress == "moving" or main is None or main.kind not in SWITCHING_WAITS \
+            or (state.switch_rate or 0.0) < MOVING_SWITCHES:
+        return False
+    return not (state.polls_collectives and main.kind in ("collective", "p2p"))
 
 
 def _share_native(states: Mapping[int, RankStackState]) -> None:
@@ -192,6 +219,10 @@ def _state(rank_ev: RankEvidence, lines: Mapping[str, Mapping[int, str]]) -> Ran
     if len(procs) >= 2:
         state.window_s = max(0.0, procs[-1].sampled_at - procs[0].sampled_at)
     state.progress = _progress(samples, state.cpu_share)
+    state.switch_rate = _switch_rate(procs, everything)
+    state.polls_collectives = any(
+        fact.key in _BLOCKING_WAIT_ENV and fact.value.strip().lower() in ("1", "true", "yes")
+        for fact in rank_ev.config)
     if state.progress == "moving" and len(samples) >= 2 and set(state.kinds) == {"init"} \
             and len({_stack_key(s) for s in samples}) == 1:
         # process-group setup that keeps the same frame: gloo and the store retry their
@@ -296,6 +327,25 @@ def _add_p2p(state: RankStackState, python: StackSample | None, native: StackSam
 
 def _is_shutdown(frames: tuple[Frame, ...]) -> bool:
     return any((f.name, f.filename.rsplit("/", 1)[-1]) in _SHUTDOWN_FRAMES for f in frames)
+
+
+def _switch_rate(procs: list[ProcessState], samples: list[StackSample]) -> float | None:
+    """The main thread's own voluntary context switches per second over the /proc samples,
+    less those the stack dumps in that span caused (py-spy interrupts a thread blocked in a
+    futex); None where that cannot be told (a dump that did not measure its own)."""
+    counted = [p for p in procs if p.voluntary_switches is not None and p.status != "gone"]
+    if len(counted) < 2:
+        return None
+    first, last = counted[0], counted[-1]
+    wall = last.sampled_at - first.sampled_at
+    if wall < MIN_SWITCH_WINDOW_S:
+        return None
+    # a dump that began up to a second before the first look may still have held the thread
+    dumps = [s for s in samples if first.sampled_at - 1.0 <= s.taken_at <= last.sampled_at]
+    if any(s.switches_during is None for s in dumps):
+        return None
+    caused = sum(s.switches_during or 0 for s in dumps)
+    return max(0, (last.voluntary_switches or 0) - (first.voluntary_switches or 0) - caused) / wall
 
 
 def _cpu_share(procs: list[ProcessState]) -> float | None:

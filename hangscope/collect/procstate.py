@@ -11,7 +11,7 @@ Bundle file kind ``proc`` (one file per process)::
     {"pid": 456, "worker_of": null, "states": [{"pid": 456, "sampled_at": 1790000000.0,
       "status": "S", "cpu_time_s": 12.5, "rss_bytes": 1048576, "num_threads": 9,
       "wchan": "futex_wait_queue", "children": [470, 471], "exit_code": null,
-      "exit_signal": null}, ...]}
+      "exit_signal": null, "voluntary_switches": 1234}, ...]}
 
 ``worker_of`` is the rank a DataLoader worker belongs to (then its states go to ``worker_proc``).
 """
@@ -62,7 +62,24 @@ def sample_process(pid: int, children: tuple[int, ...] | None = None,
         cpu_time_s=round((int(fields[11]) + int(fields[12])) / _CLOCK_TICKS, 3),
         rss_bytes=int(fields[21]) * _PAGE_SIZE, num_threads=int(fields[17]),
         wchan=_read_wchan(pid, proc_root), children=children,
-        exit_code=exit_code, exit_signal=exit_signal)
+        exit_code=exit_code, exit_signal=exit_signal,
+        voluntary_switches=read_voluntary_switches(pid, proc_root))
+
+
+def read_voluntary_switches(pid: int, proc_root: str = "/proc") -> int | None:
+    """The main thread's ``voluntary_ctxt_switches`` (``/proc/PID/status`` is the thread group
+    leader's own, not a sum over threads); None where unreadable."""
+    try:
+        with open(f"{proc_root}/{pid}/status", "rb") as handle:
+            text = handle.read(8192)
+    except OSError:
+        return None
+    key = b"\nvoluntary_ctxt_switches:"
+    at = text.find(key)
+    if at < 0:
+        return None
+    value = text[at + len(key):text.find(b"\n", at + 1)].strip()
+    return int(value) if value.isdigit() else None
 
 
 def sample_many(pids: Iterable[int], proc_root: str = "/proc") -> dict[int, ProcessState]:
@@ -167,7 +184,7 @@ def state_to_dict(state: ProcessState) -> dict[str, Any]:
             "cpu_time_s": state.cpu_time_s, "rss_bytes": state.rss_bytes,
             "num_threads": state.num_threads, "wchan": state.wchan,
             "children": list(state.children), "exit_code": state.exit_code,
-            "exit_signal": state.exit_signal}
+            "exit_signal": state.exit_signal, "voluntary_switches": state.voluntary_switches}
 
 
 def to_json(pid: int, states: Iterable[ProcessState], worker_of: int | None = None) -> bytes:
@@ -214,7 +231,8 @@ def _state_from_dict(item: Any, path: str, index: int) -> ProcessState:
         rss_bytes=_opt_int(item.get("rss_bytes")), num_threads=_opt_int(item.get("num_threads")),
         wchan=wchan if isinstance(wchan, str) else None,
         children=tuple(_req_int(c, path, f"{where}.children") for c in children),
-        exit_code=_opt_int(item.get("exit_code")), exit_signal=_opt_int(item.get("exit_signal")))
+        exit_code=_opt_int(item.get("exit_code")), exit_signal=_opt_int(item.get("exit_signal")),
+        voluntary_switches=_opt_int(item.get("voluntary_switches")))
 
 
 def _req_int(value: Any, path: str, name: str) -> int:

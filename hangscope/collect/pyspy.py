@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import psutil
 
-from hangscope.collect import stopped
+from hangscope.collect import procstate, stopped
 from hangscope.collect.permissions import explain_failure
 from hangscope.errors import BadInputError, CollectError, UsageError
 from hangscope.model import StackSample
@@ -67,6 +67,10 @@ class DumpResult:
     # Set when a dump that did not end cleanly left the target stopped (and we resumed it), or
     # found it stopped: one line for the evidence gaps. Also appended to ``detail``.
     target_note: str = ""
+    # the target's main thread's voluntary context switches while py-spy held it: a dump
+    # interrupts a thread blocked in a futex (2 switches measured here), which analysis must not
+    # read as the thread waking by itself (``rank_state``)
+    switches_during: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -110,6 +114,7 @@ def dump_once(pid: int, *, timeout: float = 5.0, native: bool = False,
     with_locals = with_locals and not nonblocking
     argv += ["--locals"] if with_locals else []
     state_before = stopped.proc_state(pid)
+    switches_before = procstate.read_voluntary_switches(pid)
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, start_new_session=True,
@@ -138,7 +143,12 @@ def dump_once(pid: int, *, timeout: float = 5.0, native: bool = False,
         except BadInputError as exc:
             return DumpResult(pid, taken_at, "failed", f"unusable py-spy output ({exc.reason})",
                               raw=out, seconds=seconds)
-        return DumpResult(pid, taken_at, "ok", "", out, sample, seconds)
+        switches_after = procstate.read_voluntary_switches(pid)
+        during = None if switches_before is None or switches_after is None \
+            else max(0, switches_after - switches_before)
+        if sample is not None:
+            sample = dataclasses.replace(sample, switches_during=during)
+        return DumpResult(pid, taken_at, "ok", "", out, sample, seconds, switches_during=during)
     status, detail = classify_failure(pid, child.returncode, err.decode("utf-8", "replace"))
     result = DumpResult(pid, taken_at, status, detail, seconds=seconds)
     why = (f"a py-spy killed by {_signal_name(-child.returncode)}" if child.returncode < 0
@@ -328,7 +338,8 @@ def _dump_guarded(pid: int, **options: Any) -> DumpResult:
 
 
 # The bundle record that ``sources.pyspy.load_pyspy_record`` reads back:
-# {"pid": N, "taken_at": T, "worker": bool, "worker_of": rank?, "dump": [...]}
+# {"pid": N, "taken_at": T, "worker": bool, "worker_of": rank?, "switches_during": N?,
+#  "dump": [...]}
 
 
 def bundle_name(result: DumpResult, index: int) -> str:
@@ -344,6 +355,8 @@ def bundle_record(result: DumpResult, worker: bool = False, rank: int | None = N
                             "worker": worker}
     if rank is not None:
         head["worker_of" if worker else "rank"] = rank
+    if result.switches_during is not None:
+        head["switches_during"] = result.switches_during
     raw = result.raw.strip() if result.status == "ok" and result.raw.strip() else b"null"
     body = json.dumps(head, sort_keys=True)[:-1].encode()
     return body + b', "dump": ' + raw + b"}\n"

@@ -42,6 +42,7 @@ line the main thread's OS id, which on Linux is the pid, stands for the pid), th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -367,7 +368,8 @@ def load_pyspy_file(path: str) -> list[tuple[int | None, StackSample]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The bundle record: {"pid": N, "taken_at": T, "worker": bool, "worker_of": rank?, "dump": [...]}
+# The bundle record: {"pid": N, "taken_at": T, "worker": bool, "worker_of": rank?,
+# "switches_during": N?, "dump": [...]}
 
 
 def _record_sample(doc: dict[str, Any], path: str) -> tuple[int | None, bool, StackSample] | None:
@@ -384,6 +386,9 @@ def _record_sample(doc: dict[str, Any], path: str) -> tuple[int | None, bool, St
     worker = doc.get("worker") is True or _is_int(worker_of)
     rank = worker_of if _is_int(worker_of) else doc.get("rank")
     sample = sample_from_json(doc.get("dump"), pid, taken, path, path)
+    during = doc.get("switches_during")
+    if isinstance(during, int) and not isinstance(during, bool) and during >= 0:
+        sample = dataclasses.replace(sample, switches_during=during)
     return (rank if _is_int(rank) else None), worker, sample
 
 

@@ -10,6 +10,12 @@ Two signals, either suffices:
   Extension's straggler detector scores ranks: a rank's compute time against the fastest rank's.
 * Stacks. Across the samples the culprit's main thread mostly computes while the other ranks are
   mostly inside collectives.
+* Waits of its own. A rank slow on its input (a throttled mount, a remote read) does not compute
+  more than the others: it waits in a read, a DataLoader or a sleep while they wait in collectives.
+  Such a wait reads like a stuck rank in any one sample; what tells it moves is that the others'
+  collectives keep completing: their main threads block and wake (voluntary context switches,
+  ``RankStackState.switch_rate``), where a collective that waits for a rank that never comes
+  sleeps once and stays asleep.
 
 Either way every rank must show progress (stacks that change, or CPU gained), else a rank that
 spins while the others sit in a collective is a hang, not a straggler. Ranks that wait seconds
@@ -27,7 +33,7 @@ from collections import Counter
 from statistics import median
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.rank_state import IDLE_CPU_SHARE, RankStackState
+from hangscope.analysis.rank_state import IDLE_CPU_SHARE, MOVING_SWITCHES, RankStackState
 from hangscope.analysis.stacks import short_where
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import Frame
@@ -35,6 +41,9 @@ from hangscope.ranges import format_ranks, ranks_do, ranks_phrase
 
 MIN_SAMPLES = 3
 WAIT_KINDS = ("collective", "p2p")
+LOCAL_WAITS = ("io", "dataloader", "sleep")  # waits on the rank's own input, not on a peer
+OWN_WAIT_SLOW = 0.6  # share of a slow rank's samples in such waits
+OWN_WAIT_OTHERS = 0.3  # ... and the most any other rank may show
 COMPUTE_KINDS = ("compute", "cuda_sync")
 SLOWDOWN = 2.0  # a straggler's CPU share over the median of the others'
 MIN_STRAGGLER_CPU = 0.3  # of one core (less on a crowded machine, where every share shrinks)
@@ -52,12 +61,18 @@ def detect(ctx: Context) -> list[Finding]:
     busy = {r: _share(s, COMPUTE_KINDS) for r, s in states.items()}
     waiting = {r: _share(s, WAIT_KINDS) for r, s in states.items()}
     slow = _slow_by_cpu(states) or _slow_by_stacks(states, busy, waiting)
+    own_wait = not slow
+    if own_wait:
+        slow = _slow_by_own_waits(states)
     others = sorted(r for r in states if r not in slow)
     if not slow or not others or len(slow) > max(1, len(states) // 4):
         return []
-    still = [r for r in states if not _moves(states[r])]
+    # (a rank slow on its own waits is moving: the collectives the others complete need it)
+    still = [r for r in states if not _moves(states[r]) and not (own_wait and r in slow)]
     if still and not _collectives_complete(states, others, still, slow):
         return []  # someone sits still: a hang (another detector), not a slow job
+    if own_wait:
+        return [_own_wait_finding(ctx, states, slow, others)]
     return [_finding(ctx, states, slow, others, busy, waiting)]
 
 
@@ -70,6 +85,49 @@ def _moves(state: RankStackState) -> bool:
     if state.cpu_share is not None and state.cpu_share > IDLE_CPU_SHARE:
         return True
     return state.progress == "moving"
+
+
+def _slow_by_own_waits(states: dict[int, RankStackState]) -> list[int]:
+    """Ranks that wait on their own input (a read, a DataLoader, a sleep) in most samples while
+    the others seldom do, and every other rank is seen past its waits (:func:`_waits_end`). In a job whose ranks step together the others
+    then wait for the slow ones somewhere (a collective, DDP's backward), and their waits end:
+    the slow ranks arrive, late. Where the others sit still it is a hang, not this."""
+    own = {r: _own_share(s) for r, s in states.items()}
+    slow = sorted(r for r, share in own.items() if share >= OWN_WAIT_SLOW
+                  and (main := states[r].main) is not None and main.kind not in WAIT_KINDS)
+    others = [r for r in states if r not in slow]
+    if not slow or not others or any(own[r] > OWN_WAIT_OTHERS for r in others) \
+            or not all(_waits_end(states[r]) for r in others):
+        return []
+    return slow
+
+
+def _waits_end(state: RankStackState) -> bool:
+    """Seen past its waits: stacks that change between samples, or a main thread that keeps
+    blocking and waking (``rank_state`` counts wake-ups only where they are not polls). Not CPU
+    time: NCCL's waiting ranks spin."""
+    if len(set(state.frames_seen)) > 1 or len(set(state.kinds)) > 1:
+        return True
+    return state.progress == "moving" and (state.switch_rate or 0.0) >= MOVING_SWITCHES \
+        and not state.polls_collectives
+
+
+def _own_share(state: RankStackState) -> float:
+    kinds = _kinds(state)
+    return sum(k in LOCAL_WAITS for k in kinds) / len(kinds)
+
+
+def _kinds(state: RankStackState) -> list[str]:
+    """The samples' kinds, where a sample that shows the main thread in the same C call as the
+    latest one, a call nothing in the Python stack names (``idle``), takes the wait the latest
+    look named: from a --native dump, the source line of an ``os.read``, the kernel's wait
+    channel (``rank_state``)."""
+    kinds = list(state.kinds)
+    if not kinds or kinds[-1] != "idle" or state.main is None:
+        return kinds
+    latest = state.frames_seen[-1]
+    return [state.main.kind if kind == "idle" and seen == latest else kind
+            for kind, seen in zip(kinds, state.frames_seen)]
 
 
 def _collectives_complete(states: dict[int, RankStackState], others: list[int],
@@ -208,6 +266,42 @@ def _finding(ctx: Context, states: dict[int, RankStackState], slow: list[int],
     return Finding(kind=Kind.STRAGGLER, culprit_ranks=slow, waiting_ranks=others,
                    confidence=confidence, summary=summary, evidence=evidence,
                    measures=measures)
+
+
+def _own_wait_finding(ctx: Context, states: dict[int, RankStackState], slow: list[int],
+                      others: list[int]) -> Finding:
+    measures: dict[str, float | str] = {}
+    sentences = [f"the job is moving but {ranks_phrase(slow)} "
+                 f"{'lag' if len(slow) > 1 else 'lags'} behind the others, waiting on "
+                 f"{'their' if len(slow) > 1 else 'its'} own input, not on a peer"]
+    hot = _hot_frame([states[r] for r in slow])
+    if hot is not None:
+        where, seen, total = hot
+        measures["hot_frame"] = where
+        sentences.append(f"{'their' if len(slow) > 1 else 'its'} main thread waits in {where} "
+                         f"({seen} of {total} samples)")
+    ops = sorted({op for r in others if (main := states[r].main) and main.kind in WAIT_KINDS
+                  and (op := main.op)})
+    rates = [rate for r in others if (rate := states[r].switch_rate) is not None]
+    sentence = f"ranks {format_ranks(others)} wait for {'them' if len(slow) > 1 else 'it'}" \
+        + (f" (in {', '.join(ops[:3])} when last seen)" if ops else "")
+    if rates:
+        measures["waiters_switches_per_s"] = round(median(rates), 1)
+        measures["window_s"] = round(max(s.window_s for s in states.values()), 1)
+        sentence += (f", and their waits keep ending: their main threads woke "
+                     f"{median(rates):.0f} times a second (a collective waiting for a rank that "
+                     "never comes sleeps once and stays asleep)")
+    sentences.append(sentence)
+    summary = "; ".join(sentences) + ". Slow, not deadlocked: look at that rank's storage or " \
+        "input pipeline."
+    evidence = [item for rank in slow[:4]
+                if (item := ctx.stack_evidence(rank, "main thread: ")) is not None]
+    evidence += [EvidenceItem(source="proc", rank=r,
+                              detail=f"main thread: {rate:.1f} voluntary context switches a "
+                                     f"second over {states[r].window_s:.1f} s")
+                 for r in sorted(states)[:16] if (rate := states[r].switch_rate) is not None]
+    return Finding(kind=Kind.STRAGGLER, culprit_ranks=slow, waiting_ranks=others,
+                   confidence=0.7, summary=summary, evidence=evidence, measures=measures)
 
 
 def _pct(ranks: list[int], shares: dict[int, float]) -> str:
