@@ -89,9 +89,10 @@ def _moves(state: RankStackState) -> bool:
 
 def _slow_by_own_waits(states: dict[int, RankStackState]) -> list[int]:
     """Ranks that wait on their own input (a read, a DataLoader, a sleep) in most samples while
-    the others seldom do, and every other rank is seen past its waits (:func:`_waits_end`). In a job whose ranks step together the others
-    then wait for the slow ones somewhere (a collective, DDP's backward), and their waits end:
-    the slow ranks arrive, late. Where the others sit still it is a hang, not this."""
+    the others seldom do, and every other rank is seen past its waits (:func:`_waits_end`). In
+    a job whose ranks step together the others then wait for the slow ones somewhere (a
+    collective, DDP's backward), and their waits end: the slow ranks arrive, late. Where the
+    others sit still it is a hang, not this."""
     own = {r: _own_share(s) for r, s in states.items()}
     slow = sorted(r for r, share in own.items() if share >= OWN_WAIT_SLOW
                   and (main := states[r].main) is not None and main.kind not in WAIT_KINDS)
