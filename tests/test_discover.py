@@ -150,6 +150,22 @@ class TestSpawnedRanks:
 
 
 class TestNothingFound:
+    def test_a_child_a_dead_rank_left_behind_is_no_rank(self, tmp_path: Path) -> None:
+        # GIVEN a launcher's three ranks, of which rank 2 forked a helper (it keeps RANK=2 in
+        # its environment) and then exited
+        ready = tmp_path / "ready"
+        with started([str(Path(__file__).parent / "procs" / "left_behind.py"), str(ready)],
+                     ready) as proc:
+            helper = proc.ready["helper"]
+            assert psutil.Process(helper).ppid() != proc.pid  # handed to init or a subreaper
+            # WHEN the job is searched by its process group (the helper is still in it)
+            found = discover(pid_group=proc.pid)
+        # THEN ranks 0 and 1 are found; the helper is not taken for rank 2, and a note says why
+        assert [r.rank for r in found.ranks] == [0, 1]
+        assert helper not in [r.pid for r in found.ranks]
+        assert any(f"pid {helper} carries rank 2's identity but is no rank" in note
+                   for note in found.notes), found.notes
+
     def test_python_without_rank_says_so(self, tmp_path: Path) -> None:
         ready = tmp_path / "ready"
         with started(family_args(ready), ready, clear_env=True) as proc:

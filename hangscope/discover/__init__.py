@@ -17,7 +17,7 @@ import re
 import socket
 from collections.abc import Sequence
 
-from hangscope.discover.classify import SPAWN_ORDER, classify, proc_info
+from hangscope.discover.classify import SPAWN_ORDER, classify, left_behind, proc_info
 from hangscope.discover.completeness import check_completeness
 from hangscope.discover.environ import ENV_ALLOW, ENV_ALLOW_PREFIXES, filter_env
 from hangscope.discover.job import JobProcesses, ProcInfo, RankProcess
@@ -65,6 +65,9 @@ def discover(*, pid_group: int | None = None, pids: Sequence[int] = (), match: s
     looked = with_descendants(roots, children)
     ranks, workers_of, launchers, env_reasons = classify(looked, table, children)
     reasons.extend(env_reasons)
+    stray = left_behind(ranks, table)
+    ranks = [rank for rank in ranks if rank not in [found for found, _ in stray]]
+    reasons.extend(why for _, why in stray)
     if not ranks:
         raise CollectError(f"no rank process found: searched {searched}, looked at {len(looked)} "
                            f"process{'es' if len(looked) != 1 else ''}; "
@@ -80,6 +83,7 @@ def discover(*, pid_group: int | None = None, pids: Sequence[int] = (), match: s
     job = JobProcesses(launchers=sorted(launchers.values(), key=lambda p: p.pid),
                        ranks=sorted(ranks, key=lambda r: (r.rank, r.pid)), searched=searched,
                        host=host or socket.gethostname())
+    job.notes.extend(why for _, why in stray)
     check_completeness(job, table, children)
     spawned = [r for r in job.ranks if r.identity_from == SPAWN_ORDER]
     if spawned:

@@ -87,6 +87,41 @@ def classify(looked: list[int], table: ProcTable, children: Children
     return list(ranks.values()), workers, launchers, reasons
 
 
+def left_behind(ranks: list[RankProcess], table: ProcTable) -> list[tuple[RankProcess, str]]:
+    """Processes that carry a rank's identity but are no rank: a child the rank forked (a
+    helper, a metrics sink) that outlived it. When the rank exits, its children are handed to
+    init (or a subreaper) and keep the rank's environment; a second copy of the rank while it
+    lived, they are the only one once it died. Told by their parent: at least two other ranks
+    share one parent (their launcher), this process has another, and it started after every one
+    of them (a rank's child starts after the rank)."""
+    parents: dict[int, list[RankProcess]] = {}
+    for rank in ranks:
+        if rank.pid in table:
+            parents.setdefault(table[rank.pid].ppid, []).append(rank)
+    if len(parents) < 2:
+        return []
+    launcher, started = max(parents.items(), key=lambda item: len(item[1]))
+    if len(started) < 2:
+        return []
+    latest = max(r.create_time for r in started)
+    found = []
+    for rank in ranks:
+        snap = table.get(rank.pid)
+        if snap is None or snap.ppid == launcher or len(parents.get(snap.ppid, [])) > 1 \
+                or rank.create_time <= latest or any(r.rank == rank.rank for r in started):
+            continue
+        found.append((rank, f"pid {rank.pid} carries rank {rank.rank}'s identity but is no rank: "
+                            f"its parent is pid {snap.ppid}, not pid {launcher} which started "
+                            f"ranks {', '.join(str(r.rank) for r in sorted(started, key=_rank))}, "
+                            f"and it started after them: a child rank {rank.rank} forked, left "
+                            f"behind when rank {rank.rank}'s own process exited"))
+    return found
+
+
+def _rank(rank: RankProcess) -> int:
+    return rank.rank
+
+
 SPAWN_ORDER = "spawn order"
 # multiprocessing's spawn child: "python -c 'from multiprocessing.spawn import spawn_main;
 # spawn_main(tracker_fd=6, pipe_handle=8)' --multiprocessing-fork"
