@@ -218,6 +218,24 @@ def test_two_processes_in_different_collectives_are_a_mismatch(tmp_path: Path) -
     assert sorted(verdict.ranks_seen) == [0, 1]
 
 
+def test_a_wait_on_a_work_no_frame_names_is_no_different_collective(tmp_path: Path) -> None:
+    # GIVEN three processes: two in all_reduce, one waiting on a Work its native frames do not
+    # name (DDP's forward broadcasting buffers: c10d::Work::wait under the Python forward)
+    text = ('Thread 33550 (idle): "MainThread"\n'
+            "    all_reduce (torch/distributed/distributed_c10d.py:2924)\n"
+            "    step (train.py:12)\n"
+            'Thread 33549 (idle): "MainThread"\n'
+            "    all_reduce (torch/distributed/distributed_c10d.py:2924)\n"
+            "    step (train.py:12)\n"
+            'Thread 33548 (idle): "MainThread"\n'
+            f"    c10d::Work::wait ({LIB})\n"
+            "    forward (torch/nn/parallel/distributed.py:1640)\n"
+            "    step (train.py:9)\n")
+    verdict = _analyze(tmp_path, text)
+    # THEN no collective mismatch: the wait may be any collective
+    assert all(f.kind.value != "collective_mismatch" for f in verdict.findings), verdict.findings
+
+
 def test_lone_gil_waiter_says_the_holder_is_not_in_the_paste(tmp_path: Path) -> None:
     # GIVEN py-bt of one thread waiting for the GIL, and no other thread
     verdict = _analyze(tmp_path, PYBT_EXCERPT)
@@ -261,3 +279,41 @@ def test_a_rank_elsewhere_leaves_the_wait_to_the_graph(tmp_path: Path) -> None:
     verdict = _analyze(tmp_path, text)
     # THEN the culprit is the rank in recv, and no finding claims the others are out of view
     assert [(f.kind.value, f.culprit_ranks) for f in verdict.findings] == [("missing_rank", [1])]
+
+
+FATAL = """Fatal Python error: Segmentation fault
+
+Thread 0x00007f33c8bff6c0 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 331 in wait
+  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap
+
+Current thread 0x00007f33db9c0b80 (most recent call first):
+  File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at
+  File "/app/data.py", line 85 in __getitem__
+  File "/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 785 in _next_data
+  File "/app/train.py", line 174 in worker
+
+Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)
+"""
+
+
+def test_the_threads_of_a_process_as_it_dies_are_no_stack_sample(tmp_path: Path) -> None:
+    # GIVEN faulthandler's report of a segfault: the thread that crashed was in a DataLoader
+    # fetch, where a live process would wait for a batch
+    assert parse_stack_paste(FATAL, "crash.txt") == []
+    # WHEN a log holding it is analyzed
+    verdict = _analyze(tmp_path, "[launcher] starting 4 workers\n" + FATAL)
+    # THEN a death, not a DataLoader stall of a live rank
+    assert verdict.root is not None and verdict.root.kind.value == "rank_died", verdict.root
+
+
+def test_a_live_dump_before_a_crash_report_is_kept(tmp_path: Path) -> None:
+    # GIVEN dump_traceback_later's dump of a waiting process, then another process's crash
+    live = ("Thread 0x00007f0000000001 (most recent call first):\n"
+            '  File "/usr/lib/python3.11/threading.py", line 331 in wait\n'
+            '  File "/app/train.py", line 40 in main\n\n')
+    samples = parse_stack_paste(live + FATAL, "both.txt")
+    # THEN only the live one's thread is a sample
+    assert len(samples) == 1
+    (_, sample), = samples
+    assert [t.frames[0].name for t in sample.threads] == ["wait"]

@@ -31,6 +31,9 @@ no header are not (an exception's traceback lists the same lines outermost first
 before the markers (timestamps, ``[rank=0] ||``) is skipped; a ``[rank=N]``/``[rankN]`` in it
 names the rank. The first thread of a paste is its main thread unless one is named ``MainThread``
 or ``Current thread``: faulthandler and gdb both list the thread that was running first.
+The threads faulthandler lists after ``Fatal Python error: ...`` are those of a process as it
+dies (a segfault, an abort): where it crashed, not where it waits; they are not kept as a stack
+sample (the log reader reads the death).
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ _PYBT_HEAD = re.compile(r"Traceback \(most recent call first\):")
 _PY_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>[\w<>.]+)')
 _PYBT_BUILTIN = re.compile(r"<built-in method (?P<name>\w+) of .* object at (?:remote )?0x")
 _GIL_WAIT = "Waiting for the GIL"
+# faulthandler on a fatal signal, or Py_FatalError: the threads it then lists are the dying
+# process's ("Fatal Python error: Segmentation fault", "... Aborted")
+_FATAL = re.compile(r"Fatal Python error: ")
+_NO_FRAME = "<no Python frame>"
 _RANK = re.compile(r"\[rank[=: ]?(\d+)\]", re.I)
 # a frame line as gdb prints it: "#3  0x00007f in name (args) from lib" / "#1  name (args) at f:1"
 _SNIFF_FRAME = re.compile(r"(?m)^#(\d+)\s+(?:0x[0-9a-fA-F]+ in )?[A-Za-z_~(?]")
@@ -143,10 +150,15 @@ class _Paste:
     thread: _Thread | None = None
     seen_ids: set[tuple[int | None, int]] = field(default_factory=set)
     gdb_text: str | None = None  # a gdb frame line, until the lines that continue it are read
+    # after "Fatal Python error: ...": faulthandler's report of a process as it dies; its
+    # threads are where it crashed, not waits of a process that lives on (not kept)
+    dying: bool = False
+    deaths: int = 0
 
     def start(self, ident: int, name: str | None = None, current: bool = False) -> None:
         self.thread = _Thread(ident, name, current)
-        self.threads.setdefault(self.rank, []).append(self.thread)
+        if not self.dying:
+            self.threads.setdefault(self.rank, []).append(self.thread)
 
     def implicit(self) -> None:
         """A thread with no header of its own: numbered after the rank's threads so far."""
@@ -191,6 +203,8 @@ def parse_stack_paste(text: str, path: str, taken_at: float = 0.0
         _add_interrupted(paste, lines)
     out = [(who, sample) for who, items in paste.threads.items()
            if (sample := _sample(items, path, taken_at, source)) is not None]
+    if not out and paste.deaths:
+        return []  # only the stacks of processes as they died: the log reader reads the death
     if not out:
         raise BadInputError(path, "no gdb, faulthandler or Ctrl-C thread stack found in this text")
     return out
@@ -204,6 +218,13 @@ def _read_line(paste: _Paste, line: str) -> None:
         paste.flush_gdb()
     gdb = _GDB_THREAD.search(line)
     fh = _FH_THREAD.search(line)
+    if _FATAL.search(line):
+        paste.dying, paste.thread = True, None
+        paste.deaths += 1
+        return
+    if paste.dying and line.strip() and not fh and not _PY_FRAME.search(line) \
+            and _NO_FRAME not in line:
+        paste.dying, paste.thread = False, None  # the report ended ("Extension modules: ...")
     if fh or gdb or _PYBT_HEAD.search(line):
         _header(paste, line, gdb, fh)
         return

@@ -32,17 +32,24 @@ def detect(ctx: Context) -> list[Finding]:
     return findings
 
 
+# waits a native stack shows without naming the collective (``c10d::Work::wait``: any op's work;
+# a functional collective's wait_tensor): they differ from no collective
+UNNAMED_OPS = frozenset({"wait", "wait_tensor", "?"})
+
+
 def _from_stacks(ctx: Context) -> list[Finding]:
     """Ranks without FR dumps whose main threads sit in different collectives.
 
     Weaker than FR: a stack names the op but not its group or seq, and ranks may legitimately be
-    in different collectives of different groups (tensor- vs data-parallel) at one instant.
+    in different collectives of different groups (tensor- vs data-parallel) at one instant. A
+    wait on a work that no frame names (:data:`UNNAMED_OPS`) is no different collective.
     """
     by_op: dict[str, list[int]] = {}
     for rank, state in ctx.stacks.items():
         if rank in ctx.picture.dumps or state.main is None or state.gone:
             continue
-        if state.main.kind == "collective" and state.progress != "moving":
+        if state.main.kind == "collective" and state.progress != "moving" \
+                and (state.main.op or "?") not in UNNAMED_OPS:
             by_op.setdefault(state.main.op or "?", []).append(rank)
     if len(by_op) < 2:
         return []
