@@ -94,8 +94,8 @@ def _slow_by_own_waits(states: dict[int, RankStackState]) -> list[int]:
     collective, DDP's backward), and their waits end: the slow ranks arrive, late. Where the
     others sit still it is a hang, not this."""
     own = {r: _own_share(s) for r, s in states.items()}
-    slow = sorted(r for r, share in own.items() if share >= OWN_WAIT_SLOW
-                  and (main := states[r].main) is not None and main.kind not in WAIT_KINDS)
+    # (the latest look may catch a slow rank just arrived in the collective: its share counts)
+    slow = sorted(r for r, share in own.items() if share >= OWN_WAIT_SLOW)
     others = [r for r in states if r not in slow]
     if not slow or not others or any(own[r] > OWN_WAIT_OTHERS for r in others) \
             or not all(_waits_end(states[r]) for r in others):
