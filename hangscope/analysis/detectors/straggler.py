@@ -43,7 +43,7 @@ MIN_SAMPLES = 3
 WAIT_KINDS = ("collective", "p2p")
 LOCAL_WAITS = ("io", "dataloader", "sleep")  # waits on the rank's own input, not on a peer
 OWN_WAIT_SLOW = 0.6  # share of a slow rank's samples in such waits
-OWN_WAIT_OTHERS = 0.3  # ... and the most any other rank may show
+OWN_WAIT_MARGIN = 0.25  # ... above any other rank's share (whose median is at most half of it)
 COMPUTE_KINDS = ("compute", "cuda_sync")
 SLOWDOWN = 2.0  # a straggler's CPU share over the median of the others'
 MIN_STRAGGLER_CPU = 0.3  # of one core (less on a crowded machine, where every share shrinks)
@@ -89,16 +89,23 @@ def _moves(state: RankStackState) -> bool:
 
 def _slow_by_own_waits(states: dict[int, RankStackState]) -> list[int]:
     """Ranks that wait on their own input (a read, a DataLoader, a sleep) in most samples while
-    the others seldom do, and every other rank is seen past its waits (:func:`_waits_end`). In
-    a job whose ranks step together the others then wait for the slow ones somewhere (a
-    collective, DDP's backward), and their waits end: the slow ranks arrive, late. Where the
-    others sit still it is a hang, not this."""
+    the others do so clearly less, and every other rank is seen past its waits
+    (:func:`_waits_end`). In a job whose ranks step together the others then wait for the slow
+    ones somewhere (a collective, DDP's backward), and their waits end: the slow ranks arrive,
+    late. Where the others sit still it is a hang, not this."""
     own = {r: _own_share(s) for r, s in states.items()}
     # (the latest look may catch a slow rank just arrived in the collective: its share counts)
-    slow = sorted(r for r, share in own.items() if share >= OWN_WAIT_SLOW)
+    top = max(own.values())
+    slow = sorted(r for r, share in own.items()
+                  if share >= OWN_WAIT_SLOW and share > top - OWN_WAIT_MARGIN)
     others = [r for r in states if r not in slow]
-    if not slow or not others or any(own[r] > OWN_WAIT_OTHERS for r in others) \
-            or not all(_waits_end(states[r]) for r in others):
+    if not slow or not others or not all(_waits_end(states[r]) for r in others):
+        return []
+    # the others read their own input too, faster; on a crowded machine their share grows (its
+    # CPU part slows), so the slow ranks are told by how far they stand out, not by a fixed bar
+    least = min(own[r] for r in slow)
+    if median(own[r] for r in others) > least / 2 \
+            or max(own[r] for r in others) > least - OWN_WAIT_MARGIN:
         return []
     return slow
 
@@ -124,10 +131,14 @@ def _kinds(state: RankStackState) -> list[str]:
     look named: from a --native dump, the source line of an ``os.read``, the kernel's wait
     channel (``rank_state``)."""
     kinds = list(state.kinds)
-    if not kinds or kinds[-1] != "idle" or state.main is None:
+    main = state.main
+    # (only where the latest look is the sample the wait was named from: a --native dump taken
+    # after the samples may have caught the rank elsewhere)
+    if not kinds or kinds[-1] != "idle" or main is None \
+            or state.frames_seen[-1][0] not in (main.frame, main.user_frame):
         return kinds
     latest = state.frames_seen[-1]
-    return [state.main.kind if kind == "idle" and seen == latest else kind
+    return [main.kind if kind == "idle" and seen == latest else kind
             for kind, seen in zip(kinds, state.frames_seen)]
 
 
