@@ -35,6 +35,7 @@ IDLE_CPU_SHARE = 0.05
 # status poll is every 5 s (0.2/s).
 MOVING_SWITCHES = 1.0  # per second
 MIN_SWITCH_WINDOW_S = 1.5
+MIN_SHORT_SWITCHES = 3  # own wake-ups that tell over a shorter window
 SWITCHING_WAITS = frozenset({"collective", "p2p", "io", "dataloader"})
 # ProcessGroupNCCL's blocking wait polls its work every 10 ms: a hung collective switches there
 _BLOCKING_WAIT_ENV = ("env:TORCH_NCCL_BLOCKING_WAIT", "env:NCCL_BLOCKING_WAIT")
@@ -338,14 +339,18 @@ def _switch_rate(procs: list[ProcessState], samples: list[StackSample]) -> float
         return None
     first, last = counted[0], counted[-1]
     wall = last.sampled_at - first.sampled_at
-    if wall < MIN_SWITCH_WINDOW_S:
+    if wall <= 0:
         return None
     # a dump that began up to a second before the first look may still have held the thread
     dumps = [s for s in samples if first.sampled_at - 1.0 <= s.taken_at <= last.sampled_at]
     if any(s.switches_during is None for s in dumps):
         return None
     caused = sum(s.switches_during or 0 for s in dumps)
-    return max(0, (last.voluntary_switches or 0) - (first.voluntary_switches or 0) - caused) / wall
+    own = max(0, (last.voluntary_switches or 0) - (first.voluntary_switches or 0) - caused)
+    # a short look (attach --interval 0.2) tells only where the thread woke several times
+    if wall < MIN_SWITCH_WINDOW_S and own < MIN_SHORT_SWITCHES:
+        return None
+    return own / wall
 
 
 def _cpu_share(procs: list[ProcessState]) -> float | None:
