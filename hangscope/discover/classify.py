@@ -92,8 +92,9 @@ def left_behind(ranks: list[RankProcess], table: ProcTable) -> list[tuple[RankPr
     helper, a metrics sink) that outlived it. When the rank exits, its children are handed to
     init (or a subreaper) and keep the rank's environment; a second copy of the rank while it
     lived, they are the only one once it died. Told by their parent: at least two other ranks
-    share one parent (their launcher), this process has another, and it started after every one
-    of them (a rank's child starts after the rank)."""
+    share one parent (their launcher), this process has another, one orphans are handed to (init
+    or a subreaper), and it started after every one of them (a rank's child starts after the
+    rank)."""
     parents: dict[int, list[RankProcess]] = {}
     for rank in ranks:
         if rank.pid in table:
@@ -108,7 +109,8 @@ def left_behind(ranks: list[RankProcess], table: ProcTable) -> list[tuple[RankPr
     for rank in ranks:
         snap = table.get(rank.pid)
         if snap is None or snap.ppid == launcher or len(parents.get(snap.ppid, [])) > 1 \
-                or rank.create_time <= latest or any(r.rank == rank.rank for r in started):
+                or rank.create_time <= latest or any(r.rank == rank.rank for r in started) \
+                or not _is_reaper(table.get(snap.ppid)):
             continue
         found.append((rank, f"pid {rank.pid} carries rank {rank.rank}'s identity but is no rank: "
                             f"its parent is pid {snap.ppid}, not pid {launcher} which started "
@@ -116,6 +118,17 @@ def left_behind(ranks: list[RankProcess], table: ProcTable) -> list[tuple[RankPr
                             f"and it started after them: a child rank {rank.rank} forked, left "
                             f"behind when rank {rank.rank}'s own process exited"))
     return found
+
+
+# where an orphan goes: init, or a subreaper (a container's init, a user's systemd)
+_REAPERS = frozenset({"systemd", "init", "tini", "dumb-init", "catatonit", "docker-init",
+                      "s6-svscan", "runit", "supervisord"})
+
+
+def _is_reaper(parent: ProcSnap | None) -> bool:
+    """The process an orphan was handed to, not a launcher that started a rank of its own (a
+    second node's slurmstepd or torchrun on the same host starts ranks later too)."""
+    return parent is not None and (parent.pid == 1 or parent.name in _REAPERS)
 
 
 def _rank(rank: RankProcess) -> int:
