@@ -123,3 +123,13 @@ def test_attach_names_a_rank_slow_on_its_reads_a_straggler(tmp_path) -> None:
     assert (verdict["status"], code) == ("slow", ExitCode.NO_HANG), verdict["findings"]
     root = verdict["findings"][0]
     assert (root["kind"], root["culprit_ranks"]) == ("straggler", [CULPRIT]), root["summary"]
+
+
+def test_a_healthy_two_rank_job_sampled_five_times_names_no_straggler() -> None:
+    # GIVEN attach's bundle of the blind live job healthy_cifar_ddp (jobs36): two DDP ranks with
+    # DataLoader workers; rank 1 in its DataLoader wait in 4 of 5 samples, rank 0 in 2 of 5, both
+    # moving; neither waits on the other in most samples
+    verdict = _verdict(BUNDLE.parent / "healthy_two_ranks_dataloader")
+    # THEN no straggler: five samples cannot tell 4 of 5 from 2 of 5
+    assert all(f.kind.value != "straggler" for f in verdict.findings), verdict.findings
+    assert verdict.status.value == "healthy", verdict.findings

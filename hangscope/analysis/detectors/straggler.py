@@ -44,6 +44,10 @@ WAIT_KINDS = ("collective", "p2p")
 LOCAL_WAITS = ("io", "dataloader", "sleep")  # waits on the rank's own input, not on a peer
 OWN_WAIT_SLOW = 0.6  # share of a slow rank's samples in such waits
 OWN_WAIT_MARGIN = 0.25  # ... above any other rank's share (whose median is at most half of it)
+# where the others do not wait on peers in most samples: how many samples, and how many more of
+# them the slow ranks spend in their reads than the others' median
+OWN_WAIT_MIN_SAMPLES = 6
+OWN_WAIT_MIN_MORE = 3
 COMPUTE_KINDS = ("compute", "cuda_sync")
 SLOWDOWN = 2.0  # a straggler's CPU share over the median of the others'
 MIN_STRAGGLER_CPU = 0.3  # of one core (less on a crowded machine, where every share shrinks)
@@ -107,7 +111,22 @@ def _slow_by_own_waits(states: dict[int, RankStackState]) -> list[int]:
     if median(own[r] for r in others) > least / 2 \
             or max(own[r] for r in others) > least - OWN_WAIT_MARGIN:
         return []
+    if all(_waits_on_peers(states[r]) for r in others):
+        return slow  # the others wait on peers, not on their input: they wait for the slow
+    # else the shares alone must tell, and a few samples cannot (a healthy two-rank job: 4 of 5
+    # against 2 of 5): enough samples, and the slow ranks in their reads in several more
+    samples = min(len(states[r].kinds) for r in states)
+    counts = {r: own[r] * len(states[r].kinds) for r in states}
+    if samples < OWN_WAIT_MIN_SAMPLES or \
+            min(counts[r] for r in slow) - median(counts[r] for r in others) < OWN_WAIT_MIN_MORE:
+        return []
     return slow
+
+
+def _waits_on_peers(state: RankStackState) -> bool:
+    """In collectives or p2p ops in most samples (an unnamed C call taking the wait the latest
+    look named, as :func:`_kinds` says)."""
+    return sum(k in WAIT_KINDS for k in _kinds(state)) >= 0.5 * len(state.kinds)
 
 
 def _waits_end(state: RankStackState) -> bool:
