@@ -91,6 +91,9 @@ class ProcessState:
     # the main thread's voluntary context switches so far (/proc/PID/status is the main thread's
     # own): a thread that waits in the same frame yet keeps switching blocks and wakes again
     voluntary_switches: int | None = None
+    # set where the state was not read from the process's own /proc entry (it was gone before
+    # the look, its pid unknown: 0): what told it, e.g. an orphan of it that carries its identity
+    told_by: str | None = None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import time
+from pathlib import Path
 
 import pytest
+from procs.procutil import free_port, started
 
 from hangscope.cli import main
 from hangscope.errors import ExitCode
@@ -74,6 +77,26 @@ def test_a_dead_helper_thread_is_the_cause_not_a_dead_rank(tmp_path) -> None:
     assert any(e["source"] == "log" and e["detail"].startswith("thread died")
                for e in root["evidence"])
     assert all(f["kind"] != "rank_died" for f in verdict["findings"])
+
+
+def test_a_rank_gone_before_the_look_is_named_dead_by_the_helper_it_left(tmp_path) -> None:
+    # GIVEN a Popen-launched gloo job whose rank 2 segfaulted after forking a helper: the helper,
+    # handed to init, holds rank 2's sockets, so ranks 0 and 1 wait in all_reduce with no error
+    ready = tmp_path / "ready"
+    script = Path(__file__).parent / "procs" / "crash_leaves_helper.py"
+    with started([str(script), str(ready), str(free_port())], ready, timeout=90.0) as job:
+        assert job.ready["rank2_exit"] == -signal.SIGSEGV
+        # WHEN attached by the launcher's process group, where no process of rank 2 is left
+        code = main(["attach", "--pid-group", str(job.pid), "--out", str(tmp_path / "out"),
+                     "--force", "--samples", "2", "--interval", "0.5"])
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    # THEN rank 2 died, told by the helper it left behind, and the others wait for it
+    root = verdict["findings"][0]
+    assert code == ExitCode.HANG_FOUND
+    assert (root["kind"], root["culprit_ranks"], root["waiting_ranks"]) == (
+        "rank_died", [2], [0, 1]), root["summary"]
+    told = [e["detail"] for e in root["evidence"] if e["source"] == "proc"]
+    assert told and f"pid {job.ready['helper']}" in told[0] and "has exited" in told[0], told
 
 
 def test_healthy_training_is_healthy_with_default_options(tmp_path) -> None:

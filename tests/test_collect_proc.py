@@ -147,6 +147,14 @@ class TestProcFile:
         states = [make_state(10, 1.0), make_state(10, 2.0, "gone")]
         assert from_json(to_json(10, states, worker_of=3), "x.json") == (10, 3, states)
 
+    def test_a_process_gone_before_the_look_keeps_what_told_it(self) -> None:
+        told = "pid 77, which carries rank 2's identity (RANK=2), was handed to pid 1"
+        gone = [ProcessState(pid=0, sampled_at=5.0, status="gone", told_by=told)]
+        assert from_json(to_json(0, gone), "x.json") == (0, None, gone)
+        # (a hostile file's tale is cut, not trusted to be short)
+        long = to_json(0, [ProcessState(0, 5.0, "gone", told_by="x" * 5000)])
+        assert len(from_json(long, "x.json")[2][0].told_by or "") == 500
+
     @pytest.mark.parametrize("data,error", [
         (b"{", "not JSON"),
         (b"[]", "no 'states' list"),

@@ -165,6 +165,9 @@ class TestNothingFound:
         assert helper not in [r.pid for r in found.ranks]
         assert any(f"pid {helper} carries rank 2's identity but is no rank" in note
                    for note in found.notes), found.notes
+        # AND rank 2 is known to have exited, told by that helper (not just absent)
+        assert list(found.exited_ranks) == [2]
+        assert found.exited_ranks[2].startswith(f"pid {helper}, which carries rank 2's identity")
 
     def test_python_without_rank_says_so(self, tmp_path: Path) -> None:
         ready = tmp_path / "ready"

@@ -199,6 +199,11 @@ def _describe_job(writer: BundleWriter, job: JobProcesses) -> None:
         # libraries, versions and settings, compared across ranks by analysis.config_skew
         writer.add_file(rank.rank, runtime.KIND, runtime.FILE_NAME,
                         runtime.to_bytes(runtime.describe(rank)))
+    for rank_no, told in sorted(job.exited_ranks.items()):
+        # gone before the look: the state an orphan of it tells, its pid unknown (0)
+        writer.rank_entry(rank_no).host = job.host
+        gone = ProcessState(pid=0, sampled_at=time.time(), status="gone", told_by=told)
+        writer.add_file(rank_no, "proc", "proc-exited.json", procstate.to_json(0, [gone]))
     if job.missing_local_ranks:
         writer.gaps.append(f"local ranks {job.missing_local_ranks} should run on {job.host} "
                            "but have no process (exited or never started)")

@@ -13,6 +13,9 @@ Bundle file kind ``proc`` (one file per process)::
       "wchan": "futex_wait_queue", "children": [470, 471], "exit_code": null,
       "exit_signal": null, "voluntary_switches": 1234}, ...]}
 
+A rank whose process was gone before the look (only an orphan of it told so) has one state with
+``"pid": 0``, ``"status": "gone"`` and ``"told_by"``: what told it.
+
 ``worker_of`` is the rank a DataLoader worker belongs to (then its states go to ``worker_proc``).
 """
 
@@ -184,7 +187,8 @@ def state_to_dict(state: ProcessState) -> dict[str, Any]:
             "cpu_time_s": state.cpu_time_s, "rss_bytes": state.rss_bytes,
             "num_threads": state.num_threads, "wchan": state.wchan,
             "children": list(state.children), "exit_code": state.exit_code,
-            "exit_signal": state.exit_signal, "voluntary_switches": state.voluntary_switches}
+            "exit_signal": state.exit_signal, "voluntary_switches": state.voluntary_switches,
+            **({"told_by": state.told_by} if state.told_by else {})}
 
 
 def to_json(pid: int, states: Iterable[ProcessState], worker_of: int | None = None) -> bytes:
@@ -232,7 +236,8 @@ def _state_from_dict(item: Any, path: str, index: int) -> ProcessState:
         wchan=wchan if isinstance(wchan, str) else None,
         children=tuple(_req_int(c, path, f"{where}.children") for c in children),
         exit_code=_opt_int(item.get("exit_code")), exit_signal=_opt_int(item.get("exit_signal")),
-        voluntary_switches=_opt_int(item.get("voluntary_switches")))
+        voluntary_switches=_opt_int(item.get("voluntary_switches")),
+        told_by=str(told)[:500] if (told := item.get("told_by")) else None)
 
 
 def _req_int(value: Any, path: str, name: str) -> int:

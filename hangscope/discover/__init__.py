@@ -22,6 +22,7 @@ from hangscope.discover.completeness import check_completeness
 from hangscope.discover.environ import ENV_ALLOW, ENV_ALLOW_PREFIXES, filter_env
 from hangscope.discover.job import JobProcesses, ProcInfo, RankProcess
 from hangscope.discover.proctree import (
+    ProcTable,
     ancestors,
     children_of,
     find_roots,
@@ -84,6 +85,7 @@ def discover(*, pid_group: int | None = None, pids: Sequence[int] = (), match: s
                        ranks=sorted(ranks, key=lambda r: (r.rank, r.pid)), searched=searched,
                        host=host or socket.gethostname())
     job.notes.extend(why for _, why in stray)
+    job.exited_ranks = _exited(stray, job, table)
     check_completeness(job, table, children)
     spawned = [r for r in job.ranks if r.identity_from == SPAWN_ORDER]
     if spawned:
@@ -93,6 +95,23 @@ def discover(*, pid_group: int | None = None, pids: Sequence[int] = (), match: s
             "environment: each is numbered by its place in the start order, which is its global "
             "rank in a one-node job (several nodes: add each node's offset)")
     return job
+
+
+def _exited(stray: list[tuple[RankProcess, str]], job: JobProcesses,
+            table: ProcTable) -> dict[int, str]:
+    """The ranks only a left-behind child of theirs is left of: that child was handed to init
+    (or a subreaper) because the process that forked it, the rank, has exited."""
+    alive = {r.rank for r in job.ranks}
+    told: dict[int, str] = {}
+    for orphan, _ in stray:
+        snap = table.get(orphan.pid)
+        if orphan.rank in alive or orphan.rank in told or snap is None:
+            continue
+        told[orphan.rank] = (
+            f"pid {orphan.pid}, which carries rank {orphan.rank}'s identity "
+            f"({orphan.identity_from}={orphan.rank}) and started after the ranks, was handed to "
+            f"pid {snap.ppid}: the process that forked it, rank {orphan.rank}, has exited")
+    return told
 
 
 def _describe_search(pid_group: int | None, pids: Sequence[int], match: str | None,

@@ -48,6 +48,9 @@ class JobProcesses:
     host: str
     expected_local_ranks: set[int] = field(default_factory=set)
     missing_local_ranks: list[int] = field(default_factory=list)
+    # rank -> what tells that its process exited before the look (an orphan of it that carries
+    # its identity): no process of its own is left to read, yet this is a fact, not an absence
+    exited_ranks: dict[int, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def rank_pids(self) -> dict[int, int]:
