@@ -302,6 +302,9 @@ class GpuReading:
     where: str = ""  # file:line, or the file, it was read from
 
 
+_COMM_SETUP = frozenset({"nccl_device", "nccl_init_done"})
+
+
 @dataclass(slots=True)
 class JobEvidence:
     """The whole job as the loaders saw it: per-rank evidence plus what could not be had."""
@@ -342,5 +345,8 @@ class JobEvidence:
         # a log's list of every process's value (Accelerate's shape check: process 0 to N-1)
         sizes.extend(int(e.fields["processes"]) for e in self.all_logs()
                      if e.kind == "shape_check" and isinstance(e.fields.get("processes"), int))
+        # a communicator NCCL set up ("rank 2 nranks 8 ... Init COMPLETE") spans at most the job
+        sizes.extend(int(e.fields["nranks"]) for e in self.all_logs()
+                     if e.kind in _COMM_SETUP and isinstance(e.fields.get("nranks"), int))
         best = max(sizes)
         return best or None

@@ -223,13 +223,24 @@ _STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
 WATCHDOG_WAITS = frozenset({"nccl_watchdog_timeout", "nccl_work_status", "nccl_heartbeat_stuck"})
 
 
+# a launcher's table and a rank's log line may differ by this much (whole seconds, two clocks)
+_CLOCK_SLACK_S = 2.0
+
+
 def _echo_exit(event: LogEvent, closed_pids: set[object], echoed: set[int], aborted: set[int],
-               rank: int) -> bool:
+               rank: int, first_timeout: float | None = None) -> bool:
     """A launcher row that only records the teardown of a rank: the signal the launcher said it
-    sent to that pid, or a plain exit code of a rank whose own exception was an echo."""
+    sent to that pid, a plain exit code of a rank whose own exception was an echo, or any end
+    after another rank's watchdog had already timed out."""
     if event.kind != "elastic_child_failed":
         return False
     signal = event.fields.get("signal")
+    if first_timeout is not None and event.time is not None \
+            and event.time > first_timeout + _CLOCK_SLACK_S:
+        # rule ended-after-the-timeouts: the rank's process lived on after a peer had waited
+        # out its whole timeout, so its death is not what that peer waited for; torch's
+        # watchdog takes a timed-out rank down with SIGABRT, the launcher the rest
+        return True
     if rank in aborted:
         # rule kill-after-own-timeout: the rank logged its own watchdog timeout, so it was alive
         # and waiting in a collective; torch aborts it after that (SIGABRT), and a launcher or
@@ -252,7 +263,9 @@ def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
     another rank failed on its own; a non-zero exit code when the rank's own exception was the
     echo of a peer's failure ("Connection closed by peer", a failed monitored barrier); any
     launcher-reported end (SIGABRT, SIGKILL, an exit code) of a rank whose own watchdog timed out
-    first (torch aborts the process after a timeout; launchers kill what is left). A fault a
+    first (torch aborts the process after a timeout; launchers kill what is left), or one the
+    launcher timed after another rank's watchdog had already timed out (that rank outlived the
+    wait it would have caused). A fault a
     stream went on past is none (``outlived``), unless the launcher says the rank's process
     ended in failure."""
     found: dict[int, list[Failure]] = {}
@@ -266,13 +279,15 @@ def failures(evidence: JobEvidence) -> dict[int, list[Failure]]:
     set_up_failed = any(classify(e) == "setup" for e in evidence.all_logs())
     moving = moving_streams(evidence)
     aborted = {rank for rank, e in events if e.kind in WATCHDOG_WAITS}
+    first_timeout = min((e.time for _, e in events if e.kind in WATCHDOG_WAITS
+                         and e.time is not None), default=None)
     # ranks whose process the launcher says ended in failure: nothing they logged was outlived
     # (a stream that moves on after it, unnamed, is another process's)
     ended = {rank for rank, e in events if e.kind == "elastic_child_failed"
              and (e.fields.get("exitcode") or e.fields.get("signal"))}
     for rank, event in events:
         what = classify(event)
-        if what is None or _echo_exit(event, closed_pids, echoed, aborted, rank):
+        if what is None or _echo_exit(event, closed_pids, echoed, aborted, rank, first_timeout):
             continue
         if set_up_failed and what in ("exit", "signal") and not _known_signal(event):
             continue

@@ -11,7 +11,9 @@ rank 0 is the one rank the evidence leaves (rule ``rank0-silent``: every other r
 rank-0 phase was left unfinished, the wait is the set-up barrier, or, weakest and said to be a
 prior, one rank's timeout is all there is), or ranks around one block timed out and that block
 logged nothing (``hole-in-timeouts``), or the waits are a broadcast rank 0 roots
-(``broadcast-root-absent``), or the launcher stopped ranks that never timed out.
+(``broadcast-root-absent``), or the launcher stopped ranks that never timed out. Neither rank-0
+rule holds where a launcher says rank 0's process ended in SIGABRT (-6, status 134): how the
+watchdog ends a rank whose collective timed out, not a rank alive elsewhere.
 False positives: a report of one group read as another's (a desync report's ranks are group
 ranks; they are global only in the default group).
 """
@@ -79,7 +81,7 @@ def _root_absent(ctx: Context, seen: list[Observation]) -> Finding | None:
     validation, a checkpoint save, logging).
     0.45: the root is not named by the lines, and rank 0's log may simply be missing."""
     waiting = sorted({o.rank for o in seen})
-    if 0 in waiting or ctx.picture.observed(0) or \
+    if 0 in waiting or ctx.picture.observed(0) or _aborted(ctx, 0) or \
             not all("broadcast" in o.op.lower() and o.pg in ("", "0", "0:default_pg")
                     for o in seen):  # another group's rank 0 is not global rank 0
         return None
@@ -142,7 +144,7 @@ def _rank0_silent(ctx: Context, seen: list[Observation]) -> Finding | None:
     and in the threads users file, the absent rank far more often than any other), so it is
     named at 0.3 as a prior, with the logs to fetch to confirm it."""
     waiting = sorted({o.rank for o in seen})
-    if 0 in waiting or ctx.picture.observed(0):
+    if 0 in waiting or ctx.picture.observed(0) or _aborted(ctx, 0):
         return None
     # (a work-status line, "Timeout at NCCL work: 15037", names the seq and not the op)
     spots = {(o.op.lower(), o.seq) for o in seen if o.op}
@@ -218,6 +220,13 @@ def _phase_before(ctx: Context, seen: list[Observation]) -> LogEvent | None:
               if e.kind == "cue" and e.fields.get("cue") == "busy-phase" and e.rank in (None, 0)
               and e.path in first_at and e.line_no <= first_at[e.path]]
     return max(phases, key=lambda e: e.line_no) if phases else None
+
+
+def _aborted(ctx: Context, rank: int) -> bool:
+    """The rank's process ended in SIGABRT (a launcher's -6 or 134): how torch's watchdog ends
+    a rank whose collective timed out, so no sign of a rank that was elsewhere, alive."""
+    return any(e.rank == rank and e.kind == "cue" and e.fields.get("cue") == "abort"
+               for e in ctx.evidence.all_logs())
 
 
 def _ranks_logged(ctx: Context) -> set[int]:

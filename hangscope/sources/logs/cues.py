@@ -161,7 +161,7 @@ CUES: tuple[Cue, ...] = (
     # SIGABRT is also how torch ends a rank whose collective timed out (and how a launcher
     # reports it: exitcode -6): a death, but one a wait may have caused
     Cue("abort", "rank_died", "cause", re.compile(
-        r"(?i)SIGABRT|Signal 6\b|\bAborted\b|exit ?code\s*[:=]?\s*-6\b|exited with (?:exit )?(?:code|status)\s*[:=]?\s*-6\b|"
+        r"(?i)SIGABRT|Signal 6\b|\bAborted\b|exit ?code\s*[:=]?\s*-6\b|exited with (?:exit )?(?:code|status)\s*[:=]?\s*(?:-6|134)\b|"
         r"(?:exit|return) (?:code|status)\s*[:=]?\s*134\b|terminate called (?:after throwing|without an active exception)"),
         unless=_AFTER_TIMEOUT),
     Cue("signal-death", "rank_died", "cause", re.compile(

@@ -141,11 +141,13 @@ def init_line(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         rank, source = (line.rank, line.rank_source) if line.rank is not None else \
             (after[1], "pid")
         return [make_event("nccl_init_done", line, ctx, "info",
-                           {"host": key[0], "pid": key[1]}, rank=rank, rank_source=source)] + ready
+                           {"host": key[0], "pid": key[1], "nranks": after[0]}, rank=rank,
+                           rank_source=source)] + ready
     bus = int(b.group("bus"), 16)
     pci = f"{bus >> 20:04x}:{(bus >> 12) & 0xff:02x}:{(bus >> 4) & 0xff:02x}"
     fields: dict[str, str | int | float] = {
-        "host": key[0], "pid": key[1], "cuda_dev": int(b.group("dev")), "pci": pci}
+        "host": key[0], "pid": key[1], "cuda_dev": int(b.group("dev")), "pci": pci,
+        "nranks": after[0]}
     if b.group("nvml") is not None:
         fields["nvml_dev"] = int(b.group("nvml"))
     rank, source = (line.rank, line.rank_source) if line.rank is not None else (after[1], "pid")
