@@ -74,6 +74,13 @@ class RankStackState:
     def gone(self) -> bool:
         return self.last_status in ("gone", "Z")
 
+    def keeps_waking(self) -> bool:
+        """The main thread blocked and woke at least :data:`MOVING_SWITCHES` times a second,
+        and not because NCCL's blocking wait polls the collective it sits in: its waits end."""
+        main = self.main
+        return (self.switch_rate or 0.0) >= MOVING_SWITCHES and not (
+            self.polls_collectives and main is not None and main.kind in ("collective", "p2p"))
+
     def describe(self) -> str:
         if self.gone:
             return "process exited" if self.last_status == "gone" else "zombie process"
@@ -109,10 +116,8 @@ def _switches_past_waits(state: RankStackState) -> bool:
     """The main thread waits in a collective, p2p op, read or DataLoader (at the end, after a
     --native reading is shared) and switched at least :data:`MOVING_SWITCHES` times a second."""
     main = state.main
-    if state.progress == "moving" or main is None or main.kind not in SWITCHING_WAITS \
-            or (state.switch_rate or 0.0) < MOVING_SWITCHES:
-        return False
-    return not (state.polls_collectives and main.kind in ("collective", "p2p"))
+    return state.progress != "moving" and main is not None and main.kind in SWITCHING_WAITS \
+        and state.keeps_waking()
 
 
 def _share_native(states: Mapping[int, RankStackState]) -> None:

@@ -33,7 +33,7 @@ from collections import Counter
 from statistics import median
 
 from hangscope.analysis.context import Context
-from hangscope.analysis.rank_state import IDLE_CPU_SHARE, MOVING_SWITCHES, RankStackState
+from hangscope.analysis.rank_state import IDLE_CPU_SHARE, RankStackState
 from hangscope.analysis.stacks import short_where
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
 from hangscope.model import Frame
@@ -133,10 +133,7 @@ def _waits_end(state: RankStackState) -> bool:
     """Seen past its waits: stacks that change between samples, or a main thread that keeps
     blocking and waking (``rank_state`` counts wake-ups only where they are not polls). Not CPU
     time: NCCL's waiting ranks spin."""
-    if len(set(state.frames_seen)) > 1 or len(set(state.kinds)) > 1:
-        return True
-    return state.progress == "moving" and (state.switch_rate or 0.0) >= MOVING_SWITCHES \
-        and not state.polls_collectives
+    return len(set(state.frames_seen)) > 1 or len(set(state.kinds)) > 1 or state.keeps_waking()
 
 
 def _own_share(state: RankStackState) -> float:
