@@ -161,8 +161,6 @@ DIFFERS: dict[tuple[str, str], str] = {
         "mid-piece and the frames through torch_distributed_zero_first are not rejoined",
     ("j_ultralytics_12905_zero_first_barrier_rank0_caching", "wrap100"):
         "rank_died (cue) instead of missing_rank [0]: as at 80",
-    ("q_accelerate_2468_pdsh_tcpstore_no_route", "screen120"):
-        "network_fault (cue) instead of init_hang: as at 120 without the padding",
     ("e_torchtune_2651_rank0_ckpt_save_timeout", "kubectl-ts"):
         "missing_rank [] instead of [0]: the paste is hard-wrapped, and the variant stamps the "
         "wrapped piece of the watchdog's line too (a collector stamps lines before a terminal "
@@ -190,25 +188,6 @@ DIFFERS: dict[tuple[str, str], str] = {
         "it is joined with the next line (a row one short of the width cannot be told from it)",
     ("x_vidur_49_send_recv_profiling_errno97", "screen120"):
         "inconclusive instead of healthy: " + _SCREEN_OF_SCREEN + " (a tqdm bar's unfilled part)",
-    ("q_accelerate_2468_pdsh_tcpstore_no_route", "wrap80"):
-        "network_fault (cue) instead of init_hang: the paste begins inside a traceback whose "
-        "frame lines each carry pdsh's 'trainer-2: ' head; wrapped, a frame's file path is cut "
-        "and its second half has no head, so no frame is rebuilt (a whole traceback under the "
-        "same head, wrapped, is not read either)",
-    ("q_accelerate_2468_pdsh_tcpstore_no_route", "wrap100"):
-        "network_fault (cue) instead of init_hang: as at 80",
-    ("q_accelerate_2468_pdsh_tcpstore_no_route", "wrap132"):
-        "network_fault (cue) instead of init_hang: as at 80",
-    ("q_accelerate_2468_pdsh_tcpstore_no_route", "wrap120"):
-        "network_fault (cue) instead of init_hang: the paste begins inside a traceback whose "
-        "frame lines each carry pdsh's 'trainer-2: ' head; wrapped, a frame's file path is cut "
-        "and its second half has no head, so no frame is rebuilt (a whole traceback under the "
-        "same head, wrapped, is not read either)",
-    ("q_accelerate_2468_pdsh_tcpstore_no_route", "wrap200"):
-        "network_fault (cue) instead of init_hang: the paste begins inside a traceback whose "
-        "frame lines each carry pdsh's 'trainer-2: ' head; wrapped, a frame's file path is cut "
-        "and its second half has no head, so no frame is rebuilt (a whole traceback under the "
-        "same head, wrapped, is not read either)",
     ("za_ssd.pytorch_91_worker_emfile", "wrap80"):
         "rank_died instead of dataloader_stall: the paste's frame lines are already screen rows "
         "padded to 160 columns around their cut ('_worker_l<blanks>oop'); re-wrapped at 80 the "

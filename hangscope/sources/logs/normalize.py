@@ -288,6 +288,10 @@ def normalize(raw: bytes) -> Normalized | None:
         data = b"\n".join(physical)
     lengths = char_lengths(physical)
     width = wrap_width(lengths, physical)
+    if head is None and width is not None:
+        # a wrap's second pieces never carry a relay's head: most of the paste's lines then may
+        # not, though every line the relay wrote does; look again without those pieces
+        head = head_of([line for i, line in enumerate(text) if not i or lengths[i - 1] != width])
     has_open = _OPEN_TRIGGER.search(data) is not None
     relayed = (b"pid=" in data or b"[rank" in data) \
         and _RELAY_MIDLINE_BYTES.search(data) is not None
