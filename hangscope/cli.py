@@ -124,7 +124,8 @@ def cli() -> None:
 @click.option("--world-size", type=click.IntRange(min=1),
               help="Number of ranks in the job, when the evidence may not show all of them.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1),
-              help="Processes that read flight-recorder dumps (default: one per usable core).")
+              help="Processes that read flight-recorder dumps and logs (default: one per "
+                   "usable core).")
 @click.option("--profile", is_flag=True,
               help="After the verdict, print to stderr the wall and CPU seconds this run spent "
                    "reading, unpickling, reducing, matching, in the detectors and rendering.")

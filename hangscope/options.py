@@ -34,7 +34,7 @@ class LoadOptions:
 
     prefix: str | None = None  # flight-recorder file name prefix, when names are ambiguous
     world_size: int | None = None
-    jobs: int | None = None  # processes reading flight-recorder dumps (None: one per usable core)
+    jobs: int | None = None  # processes reading dumps and logs (None: one per usable core)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from hangscope.sources import (
     stack_pastes,
 )
 from hangscope.sources.logs import loader as log_loader
+from hangscope.sources.logs import pool as log_pool
 from hangscope.sources.logs.normalize import logical_bytes
 from hangscope.sources.logs.scan import is_text, sniff_log
 from hangscope.sources.special import not_a_file
@@ -61,11 +62,12 @@ def load_paths(paths: list[str], options: LoadOptions) -> tuple[JobEvidence, Loa
     _load_fr(found.fr, options, evidence, report)
     _load_stacks(found.stacks, evidence, report)
     _load_pastes(found.pastes, evidence, report)
-    for path in found.logs:
-        before = len(report.problems)
-        log_loader.load_log_file(path, None, evidence, report.problems)
-        if len(report.problems) == before:
-            report.loaded.setdefault("log", []).append(path)
+    for path, events, problem in log_pool.scan_files(found.logs, options.jobs):
+        if problem is not None:
+            report.problems.append(problem)
+            continue
+        log_loader.attribute(events, None, evidence)
+        report.loaded.setdefault("log", []).append(path)
     for path in found.runtime:
         runtime.load_runtime_file(path, None, evidence, report.problems)
         report.loaded.setdefault("runtime", []).append(path)

@@ -49,10 +49,17 @@ def attribute(events: list[LogEvent], rank: int | None, evidence: JobEvidence) -
 
 def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: list[str]) -> None:
     try:
-        events = scan_log(path, rank_hint=rank)
+        events = scan_log_file(path, rank)
     except BadInputError as exc:
         problems.append(str(exc))
         return
+    attribute(events, rank, evidence)
+
+
+def scan_log_file(path: str, rank: int | None) -> list[LogEvent]:
+    """Every event of one log, unattributed: a function of the file alone (``logs.pool`` runs
+    it in worker processes). Raises BadInputError where the file cannot be read as a log."""
+    events = scan_log(path, rank_hint=rank)
     events += scan_progress(path, rank_hint=rank)  # where each rank's log got to, and ends
     events += scan_sizes(path, rank_hint=rank)  # the sizes it says it built
     tail = logical_tail(path, rank)  # read and its wraps rebuilt once, for every scan of the tail
@@ -69,4 +76,4 @@ def load_log_file(path: str, rank: int | None, evidence: JobEvidence, problems: 
     events += scan_last_shapes(path, tail)  # the shapes printed last, if they differ
     events += scan_cues(path, rank_hint=rank, tail=tail)  # words that point at a kind: last tier
     events += scan_benign(path, tail)  # the file is known-harmless warnings and nothing else
-    attribute(events, rank, evidence)
+    return events
