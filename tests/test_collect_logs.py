@@ -76,6 +76,22 @@ class TestFds:
         assert files[0].path == f"{out} (deleted)" and files[0].data == b"line one\n"
         assert any("deleted" in n for n in notes)
 
+    def test_a_file_several_ranks_write_is_the_jobs_not_the_first_ranks(
+            self, tmp_path: Path) -> None:
+        # GIVEN two ranks whose stdout and stderr all go to one file their launcher opened
+        ready, log = tmp_path / "ready", tmp_path / "job.log"
+        script = Path(__file__).parent / "procs" / "shared_output.py"
+        with started([str(script), str(ready), str(log)], ready) as proc:
+            found = discover(pid_group=proc.pid)
+            assert [r.rank for r in found.ranks] == [0, 1]
+            # WHEN the job's logs are collected
+            files, notes = collect_job_logs(found)
+        # THEN the file is read once and filed as the job's shared output: a line in it that
+        # names no rank is not rank 0's (nor rank 1's)
+        assert [(f.rank, f.kind, f.path) for f in files] == [(None, "shared", str(log))]
+        assert b"rank 0 up\n" in files[0].data and b"rank 1 up\n" in files[0].data
+        assert any("rank 1: stdout is the same file as rank 0 stdout" in n for n in notes), notes
+
     def test_pipe_and_devnull_are_named_in_notes(self, tmp_path: Path) -> None:
         ready = tmp_path / "ready"
         with started(family_args(ready), ready, env=RANK, stdout=subprocess.PIPE) as proc:

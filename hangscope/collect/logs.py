@@ -33,13 +33,14 @@ HEAD_BYTES = 64 << 10
 TAIL_BYTES = 4 << 20
 SKIP_MARKER = b"[hangscope: skipped "  # full line: b"\n[hangscope: skipped N bytes]\n"
 
-LogKind = Literal["stdout", "stderr", "nccl_debug", "error_file", "launcher"]
+LogKind = Literal["stdout", "stderr", "nccl_debug", "error_file", "launcher", "shared"]
 _LOG_DIR_ARG = re.compile(r"^--log[-_]dir(?:=(.*))?$")
 
 
 @dataclass(slots=True)
 class LogFile:
-    """One log as read (bounded). ``rank`` is None for the launcher's output."""
+    """One log as read (bounded). ``rank`` is None for the launcher's output and for a file
+    several ranks write (``shared``)."""
 
     rank: int | None
     kind: LogKind
@@ -48,6 +49,7 @@ class LogFile:
     truncated: bool
     size: int = 0  # the file's size when read
     skipped_bytes: int = 0
+    source: str = ""  # the path it was read through (/proc/PID/fd/1 for a rank's stdout)
 
     def bundle_name(self) -> str:
         """A stable file name for the bundle (``add_file`` wants a bare name)."""
@@ -104,6 +106,8 @@ class _Seen:
 
     def __init__(self) -> None:
         self.owner: dict[tuple[int, int], str] = {}
+        self.path_key: dict[str, tuple[int, int]] = {}  # each claimed path's file
+        self.shared: set[tuple[int, int]] = set()  # files more than one rank writes
 
     def claim(self, path: str, who: str) -> str | None:
         """None if new (now ours), else who took it first."""
@@ -112,8 +116,12 @@ class _Seen:
         except OSError:
             return None
         key = (st.st_dev, st.st_ino)
+        self.path_key[path] = key
         if key in self.owner:
-            return self.owner[key]
+            first = self.owner[key]
+            if first.startswith("rank ") and first.split()[1] != who.split()[1]:
+                self.shared.add(key)
+            return first
         self.owner[key] = who
         return None
 
@@ -131,7 +139,17 @@ def collect_job_logs(job: JobProcesses) -> tuple[list[LogFile], list[str]]:
         got, said = find_rank_logs(rank, job.launchers, host=job.host, seen=seen)
         files.extend(got)
         notes.extend(said)
-    return files, notes
+    return _shared_as_job_files(files, seen), notes
+
+
+def _shared_as_job_files(files: list[LogFile], seen: _Seen) -> list[LogFile]:
+    """A file several ranks write (a launcher that sends every worker's output to one file) is
+    the job's, not the first rank's: a line in it that names no rank is no more rank 0's than
+    any other's (a crashed rank's unprefixed traceback would be read as rank 0's death)."""
+    for item in files:
+        if item.rank is not None and seen.path_key.get(item.source) in seen.shared:
+            item.rank, item.kind = None, "shared"
+    return files
 
 
 def find_launcher_logs(launcher: ProcInfo, seen: _Seen | None = None
@@ -262,7 +280,7 @@ def _read_into(files: list[LogFile], notes: list[str], rank: int | None, kind: L
     except OSError as exc:
         notes.append(f"{who}: {kind} {shown} is unreadable ({exc.strerror or exc})")
         return
-    files.append(LogFile(rank, kind, shown, data, truncated, size, skipped))
+    files.append(LogFile(rank, kind, shown, data, truncated, size, skipped, open_path))
     if truncated:
         notes.append(f"{who}: {kind} {shown} is {size} bytes: kept the first "
                      f"{HEAD_BYTES >> 10} KiB and the last {TAIL_BYTES >> 20} MiB, "
