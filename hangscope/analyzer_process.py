@@ -23,12 +23,12 @@ import gc
 import os
 import pickle
 import signal
-import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from hangscope.cores import can_fork
 from hangscope.errors import HangscopeError
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class AnalyzerProcess:
         """Fork the child, or None where forking is not safe here (see the module docstring).
 
         The child runs ``prepare()`` now and ``analyze(bundle, out, load, output)`` on orders."""
-        if not hasattr(os, "fork") or threading.active_count() > 1:
+        if not can_fork():
             return None
         orders_read, orders_write = os.pipe()
         answer_read, answer_write = os.pipe()

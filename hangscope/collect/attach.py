@@ -36,6 +36,7 @@ from hangscope.collect import (
 )
 from hangscope.collect import probe as probe_client
 from hangscope.collect.budget import Budget
+from hangscope.cores import usable_cores
 from hangscope.discover import JobProcesses, RankProcess, discover
 from hangscope.model import ProcessState
 from hangscope.options import AttachOptions
@@ -218,7 +219,7 @@ def _collect_stacks_and_state(pids: list[int], rank_of_pid: dict[int, int],
     began = time.time()
     done = threading.Event()
     rank_pids = [pid for pid in pids if pid in rank_of_pid]
-    workers = max(1, min(32, len(pids), pyspy.usable_cores()))
+    workers = max(1, min(32, len(pids), usable_cores()))
     # py-spy runs `workers` dumps at a time: a round is up to this many dumps long
     batches = -(-len(pids) // workers) if pids else 1
     dump_timeout = budget.cap(options.dump_timeout, batches)

@@ -105,12 +105,13 @@ class _Seen:
     """Files already taken, by (device, inode), so a shared file is read once per job."""
 
     def __init__(self) -> None:
-        self.owner: dict[tuple[int, int], str] = {}
+        self.owner: dict[tuple[int, int], str] = {}  # who took it first, as notes name them
+        self.owner_rank: dict[tuple[int, int], int | None] = {}  # that taker's rank, if one
         self.path_key: dict[str, tuple[int, int]] = {}  # each claimed path's file
         self.shared: set[tuple[int, int]] = set()  # files more than one rank writes
 
-    def claim(self, path: str, who: str) -> str | None:
-        """None if new (now ours), else who took it first."""
+    def claim(self, path: str, who: str, rank: int | None = None) -> str | None:
+        """None if new (now ours), else who took it first. ``rank``: the claimer's, if a rank."""
         try:
             st = os.stat(path)
         except OSError:
@@ -118,11 +119,12 @@ class _Seen:
         key = (st.st_dev, st.st_ino)
         self.path_key[path] = key
         if key in self.owner:
-            first = self.owner[key]
-            if first.startswith("rank ") and first.split()[1] != who.split()[1]:
+            first_rank = self.owner_rank[key]
+            if first_rank is not None and rank is not None and first_rank != rank:
                 self.shared.add(key)
-            return first
+            return self.owner[key]
         self.owner[key] = who
+        self.owner_rank[key] = rank
         return None
 
 
@@ -190,7 +192,7 @@ def find_rank_logs(rank: RankProcess, launchers: Sequence[ProcInfo] = (), *,
                          f"not collected")
             continue
         proc_path = f"/proc/{rank.pid}/fd/{fd}"
-        first = seen.claim(proc_path, f"{who} {kind}")
+        first = seen.claim(proc_path, f"{who} {kind}", rank.rank)
         if first is not None:
             if first.startswith("launcher"):
                 notes.append(f"{who}: {kind} goes to the {first}'s output file {link} "
@@ -200,7 +202,7 @@ def find_rank_logs(rank: RankProcess, launchers: Sequence[ProcInfo] = (), *,
             continue
         _read_into(files, notes, rank.rank, kind, proc_path, link)
     for kind, path in _log_dir_files(rank, launchers):
-        if os.path.isfile(path) and seen.claim(path, f"{who} {kind}") is None:
+        if os.path.isfile(path) and seen.claim(path, f"{who} {kind}", rank.rank) is None:
             _read_into(files, notes, rank.rank, kind, path, path)
     cwd = _cwd(rank.pid)
     nccl = rank.env.get("NCCL_DEBUG_FILE")
@@ -208,7 +210,7 @@ def find_rank_logs(rank: RankProcess, launchers: Sequence[ProcInfo] = (), *,
         path = _resolve(nccl_debug_path(nccl, host or os.uname().nodename, rank.pid), cwd)
         if not os.path.isfile(path):
             notes.append(f"{who}: NCCL_DEBUG_FILE={nccl} -> {path} does not exist (yet)")
-        elif seen.claim(path, f"{who} nccl_debug") is None:
+        elif seen.claim(path, f"{who} nccl_debug", rank.rank) is None:
             _read_into(files, notes, rank.rank, "nccl_debug", path, path)
     elif rank.env.get("NCCL_DEBUG"):
         notes.append(f"{who}: NCCL_DEBUG={rank.env['NCCL_DEBUG']} without NCCL_DEBUG_FILE: "
@@ -216,7 +218,7 @@ def find_rank_logs(rank: RankProcess, launchers: Sequence[ProcInfo] = (), *,
     err = rank.env.get("TORCHELASTIC_ERROR_FILE")
     if err:
         path = _resolve(err, cwd)
-        if os.path.isfile(path) and seen.claim(path, f"{who} error_file") is None:
+        if os.path.isfile(path) and seen.claim(path, f"{who} error_file", rank.rank) is None:
             _read_into(files, notes, rank.rank, "error_file", path, path)
     return files, notes
 

@@ -36,6 +36,7 @@ import psutil
 
 from hangscope.collect import procstate, stopped
 from hangscope.collect.permissions import explain_failure
+from hangscope.cores import usable_cores
 from hangscope.errors import BadInputError, CollectError, UsageError
 from hangscope.model import StackSample
 from hangscope.sources.pyspy import parse_pyspy_json
@@ -319,14 +320,6 @@ def sample_many(pids: Iterable[int], *, samples: int = 3, interval: float = 1.0,
                 break
             index += 1
     return results
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity, which containers and taskset narrow)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def _dump_guarded(pid: int, **options: Any) -> DumpResult:

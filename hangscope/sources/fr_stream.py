@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
-import os
-import threading
 from array import array
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from hangscope import timing
+from hangscope.cores import can_fork, usable_cores
 from hangscope.errors import BadInputError
 from hangscope.model import Frame, FrDump, FrEntry, ProcessGroupInfo
 from hangscope.sources import flight_recorder
@@ -142,13 +141,6 @@ def hydrate(digest: DumpDigest, tables: Tables) -> FrDump:
 # ------------------------------------------------------------------ reading many dumps
 
 
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 LoadResult = tuple[int, str, FrDump | None, list[str]]  # rank, path, dump, problems
 
 
@@ -187,9 +179,7 @@ def load_reduced(items: list[tuple[int, str]], jobs: int | None) -> Iterator[Loa
 def _load_reduced(items: list[tuple[int, str]], jobs: int | None) -> Iterator[LoadResult]:
     tables = Tables()
     workers = min(jobs or usable_cores(), len(items))
-    # A forked worker keeps only the forking thread: a lock another thread held (logging's,
-    # an allocator's) would stay locked in it. With other threads alive, read in this process.
-    if workers <= 1 or len(items) < POOL_FROM or threading.active_count() > 1:
+    if workers <= 1 or len(items) < POOL_FROM or not can_fork():
         yield from _hydrated(items, map(reduce_item, items), tables)
         return
     context = multiprocessing.get_context("fork")

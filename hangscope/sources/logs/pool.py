@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
+from hangscope.cores import can_fork, usable_cores
 from hangscope.errors import BadInputError
 from hangscope.model import LogEvent
-from hangscope.sources.fr_stream import usable_cores
 from hangscope.sources.logs.loader import scan_log_file
 
 # below this many bytes in all, one process reads them (a pool costs more than it saves)
@@ -29,9 +28,7 @@ def scan_files(paths: list[str], jobs: int | None = None) -> Iterator[ScanResult
     """Each path's events (or its one-line problem), in ``paths``' order; ``jobs`` worker
     processes (None: one per usable core; 1: in this process)."""
     workers = min(jobs or usable_cores(), len(paths))
-    # a forked worker keeps only the forking thread: a lock another thread held would stay
-    # locked in it; with other threads alive, read here
-    if workers <= 1 or threading.active_count() > 1 or _size(paths) < POOL_FROM_BYTES:
+    if workers <= 1 or not can_fork() or _size(paths) < POOL_FROM_BYTES:
         yield from map(_scan_one, paths)
         return
     with ProcessPoolExecutor(max_workers=workers,
