@@ -45,7 +45,7 @@ from typing import Any
 
 from hangscope import __version__
 from hangscope.errors import BadInputError, UsageError
-from hangscope.model import JobEvidence
+from hangscope.model import JobEvidence, LogEvent
 from hangscope.redact import redact, redact_bytes
 
 SCHEMA = "hangscope.bundle/1"
@@ -242,10 +242,13 @@ def load_bundle(root: str, evidence: JobEvidence, problems: list[str], *,
         raise BadInputError(os.path.join(root, MANIFEST), "'ranks' is not a mapping")
     real_root = os.path.realpath(root)
     job_files = manifest.get("job_files") or []
-    if isinstance(job_files, list):
-        for item in job_files:
-            if not (isinstance(item, dict) and item.get("path") in skip_job_files):
-                _load_listed(root, real_root, item, None, evidence, problems)
+    if not isinstance(job_files, list):
+        job_files = []
+    job_files = [item for item in job_files
+                 if not (isinstance(item, dict) and item.get("path") in skip_job_files)]
+    scanned = _scan_logs(root, real_root, job_files, ranks)
+    for item in job_files:
+        _load_listed(root, real_root, item, None, evidence, problems, scanned)
     for key, entry in ranks.items():
         if not (isinstance(key, str) and key.isdigit() and isinstance(entry, dict)):
             problems.append(f"{root}/{MANIFEST}: bad rank entry {key!r}")
@@ -255,21 +258,59 @@ def load_bundle(root: str, evidence: JobEvidence, problems: list[str], *,
         rank_ev.host = _opt_str(entry.get("host")) or rank_ev.host
         rank_ev.pid = _opt_int(entry.get("pid")) or rank_ev.pid
         rank_ev.local_rank = _opt_int(entry.get("local_rank"))
-        files = entry.get("files") or []
-        for item in files if isinstance(files, list) else []:
-            _load_listed(root, real_root, item, rank, evidence, problems)
+        for item in _rank_files(entry):
+            _load_listed(root, real_root, item, rank, evidence, problems, scanned)
     return manifest
 
 
+# a listed log's scan, by (its full path, the rank it is filed under): events, or its problem
+_Scanned = dict[tuple[str, int | None], tuple[list[LogEvent], str | None]]
+
+
+def _rank_files(entry: Any) -> list[Any]:
+    files = entry.get("files") if isinstance(entry, dict) else None
+    return files if isinstance(files, list) else []
+
+
+def _scan_logs(root: str, real_root: str, job_files: list[Any],
+               ranks: dict[Any, Any]) -> _Scanned:
+    """Scan every log the manifest lists at once (``logs.pool``: one worker per core where
+    they are megabytes), so that loading then files each one's events in the manifest's order."""
+    listed: list[tuple[Any, int | None]] = [(item, None) for item in job_files]
+    for key, entry in ranks.items():
+        if isinstance(key, str) and key.isdigit():
+            listed += [(item, int(key)) for item in _rank_files(entry)]
+    logs: list[tuple[str, int | None]] = []
+    for item, rank in listed:
+        if isinstance(item, dict) and item.get("kind") == "log":
+            full = _inside(real_root, root, str(item.get("path", "")))
+            if full is not None and os.path.isfile(full):
+                logs.append((full, rank))
+    if not logs:
+        return {}
+    from hangscope.sources.logs import pool
+
+    results = pool.scan_files([path for path, _ in logs], ranks=[rank for _, rank in logs])
+    return {key: (events, problem) for key, (_, events, problem) in zip(logs, results,
+                                                                         strict=True)}
+
+
+def _inside(real_root: str, root: str, rel: str) -> str | None:
+    """``rel``'s real path if it lies inside the bundle, else None (a hostile manifest)."""
+    full = os.path.realpath(os.path.join(root, rel))
+    return full if full.startswith(real_root + os.sep) else None
+
+
 def _load_listed(root: str, real_root: str, item: Any, rank: int | None,
-                 evidence: JobEvidence, problems: list[str]) -> None:
+                 evidence: JobEvidence, problems: list[str], scanned: _Scanned) -> None:
     if not isinstance(item, dict):
         return
     kind, rel = str(item.get("kind", "")), str(item.get("path", ""))
-    full = os.path.realpath(os.path.join(root, rel))
-    if not full.startswith(real_root + os.sep):
+    full = _inside(real_root, root, rel)
+    if full is None:
         problems.append(f"{root}/{MANIFEST}: refused path {rel!r} outside the bundle")
         return
+    from hangscope.sources.logs.loader import attribute
     from hangscope.sources.registry import FILE_LOADERS
 
     loader = FILE_LOADERS.get(kind)
@@ -279,7 +320,13 @@ def _load_listed(root: str, real_root: str, item: Any, rank: int | None,
     if not os.path.isfile(full):
         problems.append(f"{full}: listed in the manifest but missing")
         return
-    loader(full, rank, evidence, problems)
+    done = scanned.pop((full, rank), None) if kind == "log" else None
+    if done is None:
+        loader(full, rank, evidence, problems)
+    elif done[1] is not None:
+        problems.append(done[1])
+    else:
+        attribute(done[0], rank, evidence)
 
 
 def _opt_str(value: Any) -> str | None:

@@ -69,3 +69,36 @@ def test_a_log_that_cannot_be_read_is_one_problem_line(tmp_path, monkeypatch, jo
     assert results[0][1] == [] and results[0][2] is not None
     assert results[0][2].startswith(str(bad)) and "\n" not in results[0][2]
     assert results[1][1] and results[1][2] is None
+
+
+@pytest.mark.parametrize("bundle", ["checkpoint_ragged_log", "straggler_slow_read",
+                                    "watch_quiet_rank_outlived"])
+def test_a_bundles_logs_scanned_by_workers_are_filed_as_one_process_files_them(
+        bundle, monkeypatch) -> None:
+    root = str(LOGS.parent / "bundles" / bundle)
+
+    def everything():  # type: ignore[no-untyped-def]
+        evidence, report = load_paths([root], LoadOptions())
+        events = {rank: [(e.kind, e.path, e.line_no, e.message) for e in ev.logs]
+                  for rank, ev in evidence.ranks.items()}
+        loose = [(e.kind, e.path, e.line_no, e.message) for e in evidence.unattributed_logs]
+        return events, loose, report.problems, analyze(evidence)[0].to_json()
+
+    # GIVEN a bundle whose manifest files logs under their ranks and under the job, read once
+    # by one process and once by two workers (the pool used whatever the size)
+    monkeypatch.setattr(pool, "POOL_FROM_BYTES", 1 << 40)
+    by_one = everything()
+    monkeypatch.setattr(pool, "POOL_FROM_BYTES", 0)
+    calls: list[int] = []
+    real = pool.ProcessPoolExecutor
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "ProcessPoolExecutor", counting)
+    by_two = everything()
+    # THEN the pool ran, and every rank holds the same events in the same order, the same
+    # problems, the same verdict
+    assert calls and by_one[0]
+    assert by_two == by_one

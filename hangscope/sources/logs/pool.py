@@ -24,21 +24,25 @@ POOL_FROM_BYTES = 4 << 20
 ScanResult = tuple[str, list[LogEvent], str | None]  # path, events, the problem reading it
 
 
-def scan_files(paths: list[str], jobs: int | None = None) -> Iterator[ScanResult]:
+def scan_files(paths: list[str], jobs: int | None = None,
+               ranks: list[int | None] | None = None) -> Iterator[ScanResult]:
     """Each path's events (or its one-line problem), in ``paths``' order; ``jobs`` worker
-    processes (None: one per usable core; 1: in this process)."""
-    workers = min(jobs or usable_cores(), len(paths))
+    processes (None: one per usable core; 1: in this process). ``ranks``: the rank each file
+    was filed under (a bundle's), by position; None: no file belongs to a rank."""
+    items = list(zip(paths, ranks or [None] * len(paths), strict=True))
+    workers = min(jobs or usable_cores(), len(items))
     if workers <= 1 or not can_fork() or _size(paths) < POOL_FROM_BYTES:
-        yield from map(_scan_one, paths)
+        yield from map(_scan_one, items)
         return
     with ProcessPoolExecutor(max_workers=workers,
                              mp_context=multiprocessing.get_context("fork")) as pool:
-        yield from pool.map(_scan_one, paths)
+        yield from pool.map(_scan_one, items)
 
 
-def _scan_one(path: str) -> ScanResult:
+def _scan_one(item: tuple[str, int | None]) -> ScanResult:
+    path, rank = item
     try:
-        return path, scan_log_file(path, None), None
+        return path, scan_log_file(path, rank), None
     except BadInputError as exc:
         return path, [], str(exc)
 
