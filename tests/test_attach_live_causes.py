@@ -99,6 +99,28 @@ def test_a_rank_gone_before_the_look_is_named_dead_by_the_helper_it_left(tmp_pat
     assert told and f"pid {job.ready['helper']}" in told[0] and "has exited" in told[0], told
 
 
+def test_a_rank_its_launcher_has_not_reaped_is_numbered_and_named_dead(tmp_path) -> None:
+    # GIVEN a plain Popen job (RANK/WORLD_SIZE only) whose rank 2 raised before joining: its
+    # launcher waits on rank 0 first, so rank 2 is a zombie with no environment to number it,
+    # and ranks 0, 1 and 3 wait in init_process_group
+    ready = tmp_path / "ready"
+    script = Path(__file__).parent / "procs" / "crash_left_unreaped.py"
+    with started([str(script), str(ready), str(free_port())], ready, timeout=90.0) as job:
+        zombie = job.ready["ranks"][2]
+        # WHEN attached by the launcher's process group
+        code = main(["attach", "--pid-group", str(job.pid), "--out", str(tmp_path / "out"),
+                     "--force", "--samples", "2", "--interval", "0.5"])
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    # THEN the zombie is rank 2 (the one number no live rank holds), dead with exit code 1,
+    # and the others wait for it
+    root = verdict["findings"][0]
+    assert code == ExitCode.HANG_FOUND
+    assert (root["kind"], root["culprit_ranks"], root["waiting_ranks"]) == (
+        "rank_died", [2], [0, 1, 3]), root["summary"]
+    told = [e["detail"] for e in root["evidence"] if e["source"] == "proc"]
+    assert told and f"pid {zombie} status Z, exit code 1" in told[0], told
+
+
 def test_healthy_training_is_healthy_with_default_options(tmp_path) -> None:
     with running_job("healthy_training", ready_dir=tmp_path / "ready") as job:
         time.sleep(1.0)

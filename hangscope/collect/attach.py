@@ -11,6 +11,7 @@ at start and end, so that bundles from several nodes can be merged and compared.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -205,6 +206,12 @@ def _describe_job(writer: BundleWriter, job: JobProcesses) -> None:
         writer.rank_entry(rank_no).host = job.host
         gone = ProcessState(pid=0, sampled_at=time.time(), status="gone", told_by=told)
         writer.add_file(rank_no, "proc", "proc-exited.json", procstate.to_json(0, [gone]))
+    for rank_no, (pid, told) in sorted(job.zombie_ranks.items()):
+        # exited, not yet reaped: its exit status is still there to read
+        writer.rank_entry(rank_no).host = job.host
+        writer.rank_entry(rank_no).pid = pid
+        state = dataclasses.replace(procstate.sample_process(pid), told_by=told)
+        writer.add_file(rank_no, "proc", f"proc-{pid}.json", procstate.to_json(pid, [state]))
     if job.missing_local_ranks:
         writer.gaps.append(f"local ranks {job.missing_local_ranks} should run on {job.host} "
                            "but have no process (exited or never started)")

@@ -31,6 +31,7 @@ from hangscope.discover.proctree import (
     with_descendants,
 )
 from hangscope.discover.slurm_env import on_node, slurm_roots
+from hangscope.discover.zombies import zombie_ranks
 from hangscope.errors import CollectError, UsageError
 
 __all__ = ["ENV_ALLOW", "ENV_ALLOW_PREFIXES", "JobProcesses", "ProcInfo", "RankProcess",
@@ -86,6 +87,8 @@ def discover(*, pid_group: int | None = None, pids: Sequence[int] = (), match: s
                        host=host or socket.gethostname())
     job.notes.extend(why for _, why in stray)
     job.exited_ranks = _exited(stray, job, table)
+    job.zombie_ranks = zombie_ranks(job.ranks, table, children, set(job.exited_ranks))
+    job.notes.extend(told for _, told in job.zombie_ranks.values())
     check_completeness(job, table, children)
     spawned = [r for r in job.ranks if r.identity_from == SPAWN_ORDER]
     if spawned:

@@ -51,6 +51,8 @@ class JobProcesses:
     # rank -> what tells that its process exited before the look (an orphan of it that carries
     # its identity): no process of its own is left to read, yet this is a fact, not an absence
     exited_ranks: dict[int, str] = field(default_factory=dict)
+    # rank -> (pid, what tells it is that rank): an exited rank its launcher has not reaped yet
+    zombie_ranks: dict[int, tuple[int, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def rank_pids(self) -> dict[int, int]:

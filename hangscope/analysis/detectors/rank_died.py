@@ -89,10 +89,11 @@ def detect(ctx: Context) -> list[Finding]:
             proc = ctx.evidence.ranks[rank].proc
             if proc:
                 last = proc[-1]
+                status = f"pid {last.pid} status {last.status}" \
+                    + _exit_text(last.exit_code, last.exit_signal)
                 evidence.append(EvidenceItem("proc", rank, (
-                    f"its process had exited before the look: {last.told_by}" if last.told_by
-                    else f"pid {last.pid} status {last.status}"
-                    + _exit_text(last.exit_code, last.exit_signal))))
+                    status if not last.told_by else f"{status}: {last.told_by}" if last.pid
+                    else f"its process had exited before the look: {last.told_by}")))
             cited = ctx.stack_evidence(rank, "main thread: ")
             if cited is not None and not state.gone:
                 evidence.append(cited)
