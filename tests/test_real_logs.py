@@ -27,8 +27,6 @@ CASES = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(REAL, "*
 
 # Pastes hangscope does not yet get right, and why (the README lists them too).
 KNOWN_MISSES = {
-    "zl_sparsify_68_rank0_extra_last_step": "batch 39 first look: want missing_rank/[1,2,3] got healthy",
-    "zl_transformers_17106_main_process_first_tokenize_timeout": "batch 39 first look: want missing_rank/[0] got inconclusive",
     "zl_m4_logs_tr141_04_healthy_20h_run": "batch 39 (after its first look; no rule written for it): want healthy got inconclusive: one training log line (iteration 4875 of 500000 after 19.5 h) and nothing else; that the run finished its 20 h is the logbook's word. In the corpus, logs with one progress line that did not advance and no failure are healthy 7 times and broken 6: one line cannot tell",
     "zl_m4_logs_tr141_try3_rank0_dstate_fs_freeze": "batch 39 (after its first look; no rule written for it): want missing_rank/[0] got inconclusive: an nvidia-smi snapshot alone, GPU 0 at 0% while GPUs 1-7 spin at 100%; pytorch#36285 (t_ prefix, labelled healthy) shows the same snapshot of a run its reporter calls healthy and fast. One snapshot cannot tell a rank stuck elsewhere from a moment of host-side work",
     "zl_megatron_109_rank0_builds_index_socket_timeout": "batch 39 (after its first look; no rule written for it): want missing_rank/[0] got rank_died (0.3, cue-words): Megatron's 'building the indices on rank 0 ...' and then a traceback's head, cut before its frames and its Socket Timeout; that the others timed out while rank 0 built the index for 12 hours is the reporter's word",

@@ -41,6 +41,11 @@ a communicator's channels connected (set-up that went through; NCCL < 2.19 says 
 ``nccl_local_peer_closed`` (host, pid, cuda_dev, peer_local) -- ``[Service thread] Connection
 closed by localRank N``: NCCL's proxy lost the connection of local rank N's process.
 
+``nccl_comm_end`` (host, pid, comm_rank, nranks, how: ``destroy`` | ``abort``) -- ``comm 0x55d5
+rank 3 nranks 4 cudaDev 3 busId 400000 - Abort COMPLETE`` (or ``Destroy COMPLETE``): the process
+tore its communicator down (``ncclCommAbort``: torch's shutdown at exit, or after an error;
+``ncclCommDestroy``: destroy_process_group).
+
 ``nccl_device`` (or, for a line without a busId, ``nccl_init_done``: host, pid) -- the first
 ``Init COMPLETE`` line of each process: its communicator is ready. The same line serves rank
 attribution: ``NCCL INFO comm 0x55df01b24dd0 rank 24 nranks 32 cudaDev 0 nvmlDev 0 busId 7000
@@ -165,6 +170,20 @@ def local_peer_closed(line: Line, ctx: Context, follow: Follow) -> list[LogEvent
     return [make_event("nccl_local_peer_closed", line, ctx, "info",
                        {"host": m.group("host"), "pid": int(m.group("pid")),
                         "cuda_dev": int(m.group("dev")), "peer_local": int(peer.group(1))})]
+
+
+_COMM_END = re.compile(r"\bcomm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) nranks (?P<n>\d+)\b.* - "
+                       r"(?P<how>Abort|Destroy) COMPLETE\b")
+
+
+def comm_end(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    m = nccl_line(line.body)
+    end = _COMM_END.search(line.body)
+    if m is None or end is None or m.group("level") != "INFO":
+        return []
+    return [make_event("nccl_comm_end", line, ctx, "info", {
+        **origin(m), "comm_rank": int(end.group("rank")), "nranks": int(end.group("n")),
+        "how": end.group("how").lower()})]
 
 
 def init_timings(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
@@ -296,5 +315,7 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Init START", init_start),
     (b"Init timings: rank", init_timings),
     (b"Connection closed by localRank", local_peer_closed),
+    (b"Abort COMPLETE", comm_end),
+    (b"Destroy COMPLETE", comm_end),
     (b"NCCL INFO Connected all", connected),
 ]

@@ -102,11 +102,14 @@ HEADLESS_WITHIN = 2
 def headless_traceback(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     """Rule ``headless-traceback``: a paste that starts inside a traceback (its header and first
     frames cut off, as a search excerpt or a copied tail leaves it) and runs to its exception is
-    read as the traceback it is; cut at both ends it says too little and is left alone."""
+    read as the traceback it is; cut at both ends it says too little and is left alone, but for
+    frames inside a main-process-first block that run to the paste's end: where a rank waits
+    says enough without its exception (broken off by another record, it may be that record's)."""
     if line.line_no > HEADLESS_WITHIN or _FRAME.match(line.body) is None:
         return []
     whole = Follow(lambda: itertools.chain([line], follow.lines()))
-    events = [e for e in _block(line, ctx, whole, 0) if e.kind == "traceback"]
+    events = [e for e in _block(line, ctx, whole, 0)
+              if e.kind == "traceback" or e.fields.get("to_end")]
     follow.consumed |= whole.consumed
     for event in events:
         event.fields["headless"] = 1
@@ -125,6 +128,7 @@ def _block(line: Line, ctx: Context, follow: Follow, indent: int) -> list[LogEve
     state = "frames"
     waits_at: tuple[Line, str, str] | None = None
     main_first: tuple[Line, str] | None = None
+    to_end = True  # the block ran to the end of the paste (no other record broke it off)
     for nxt in follow.lines():
         seen += 1
         if seen > MAX_BLOCK_LINES:
@@ -171,10 +175,11 @@ def _block(line: Line, ctx: Context, follow: Follow, indent: int) -> list[LogEve
             exc_type, exc_msg = em.group("type"), (em.group("msg") or "").strip()
             state = "after_exc"
             continue
+        to_end = False
         break
     if not exc_type:
         if main_first is not None:
-            return _main_first_wait(line, main_first[1], ctx, frames)
+            return _main_first_wait(line, main_first[1], ctx, frames, to_end)
         return [] if waits_at is None else _loader_wait(*waits_at, ctx, frames)
     for number in chained_starts:  # one event per block; exception lines keep their own triggers
         follow.consume(number)
@@ -190,10 +195,14 @@ def _block(line: Line, ctx: Context, follow: Follow, indent: int) -> list[LogEve
     return [make_event("traceback", line, ctx, "error", fields)]
 
 
-def _main_first_wait(head: Line, function: str, ctx: Context, frames: int) -> list[LogEvent]:
+def _main_first_wait(head: Line, function: str, ctx: Context, frames: int,
+                     to_end: bool) -> list[LogEvent]:
     """Rule ``main-process-first`` (``analysis/detectors/main_first.py``): a traceback, cut before
-    its exception, through a block the main process runs first while the others wait."""
+    its exception, through a block the main process runs first while the others wait.
+    ``to_end``: the paste ended inside it (rather than another record breaking it off)."""
     fields: dict[str, str | int | float] = {"frames": frames, "main_first": function}
+    if to_end:
+        fields["to_end"] = 1
     message = (f"a traceback, cut before its exception, runs through {function}: the rank waits "
                "in that block's barrier for the main process")
     return [make_event("collective_wait", head, ctx, "warning", fields, message=message)]
