@@ -1,6 +1,7 @@
 """Benchmark ``hangscope analyze`` on a job's rank logs full of ordinary training output.
 
     python bench/bench_rank_logs.py [--ranks 8] [--mb 1.5] [--baseline GIT_REF] [--rounds 2]
+                                    [--bundle]
 
 ``bench_logs.py`` times the event scan over NCCL_DEBUG=INFO text; this one times what a user runs
 on a dead job's log folder: every rank's log, each over the megabyte of tail the scanners read
@@ -8,7 +9,8 @@ whole, of what training prints between failures (framework config dumps, step an
 progress bars, warnings) and, at the end, rank 5's CUDA OOM while the others' watchdogs time out.
 Each side (this tree, and ``--baseline``'s ``hangscope/`` exported with ``git archive``) runs as
 ``python -m hangscope analyze DIR --json`` in a fresh process, rounds alternating, best wall time
-of each; both must name rank 5's OOM.
+of each; both must name rank 5's OOM. ``--bundle`` files the same logs in a bundle (each under
+its rank in the manifest, as attach writes them) and analyzes that instead of the folder.
 """
 
 from __future__ import annotations
@@ -94,6 +96,21 @@ def generate(folder: Path, ranks: int, megabytes: float, seed: int = 11) -> int:
     return total
 
 
+def as_bundle(folder: Path, ranks: int) -> Path:
+    """The logs of ``folder`` as a bundle next to it: ``ranks/N/stdout.log``, listed per rank."""
+    root = folder.parent / "bundle"
+    entries = {}
+    for rank in range(ranks):
+        (root / "ranks" / str(rank)).mkdir(parents=True)
+        (folder / f"rank{rank}.log").rename(root / "ranks" / str(rank) / "stdout.log")
+        entries[str(rank)] = {"host": "bench", "files": [
+            {"kind": "log", "path": f"ranks/{rank}/stdout.log"}]}
+    manifest = {"schema": "hangscope.bundle/1", "world_size": ranks, "ranks": entries,
+                "job_files": [], "gaps": []}
+    (root / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return root
+
+
 def time_analyze(tree: Path, folder: Path, out: Path) -> dict[str, object]:
     """One ``hangscope analyze`` of ``folder`` by the package in ``tree``, in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -118,6 +135,7 @@ def main() -> int:
     parser.add_argument("--mb", type=float, default=1.5, help="MiB of log per rank")
     parser.add_argument("--baseline", metavar="GIT_REF", help="also time this revision")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each; the best counts")
+    parser.add_argument("--bundle", action="store_true", help="the logs filed in a bundle")
     parser.add_argument("--append-docs", action="store_true")
     args = parser.parse_args()
     best: dict[str, dict[str, object]] = {}
@@ -125,6 +143,8 @@ def main() -> int:
         folder = Path(tmp) / "logs"
         folder.mkdir()
         size = generate(folder, args.ranks, args.mb)
+        if args.bundle:
+            folder = as_bundle(folder, args.ranks)
         sides = {"this tree": ROOT}
         if args.baseline:
             sides[f"baseline `{args.baseline}`"] = export_revision(args.baseline, tmp)
