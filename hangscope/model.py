@@ -94,6 +94,10 @@ class ProcessState:
     # set where the state was not read from the process's own /proc entry (it was gone before
     # the look, its pid unknown: 0): what told it, e.g. an orphan of it that carries its identity
     told_by: str | None = None
+    # bytes the main thread read and wrote through system calls so far (rchar + wchar of
+    # /proc/PID/task/PID/io: files, pipes and sockets alike): a thread that sleeps between
+    # writes of a rate-limited copy is doing I/O, not waiting
+    main_io_bytes: int | None = None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -121,6 +121,25 @@ def test_a_rank_its_launcher_has_not_reaped_is_numbered_and_named_dead(tmp_path)
     assert told and f"pid {zombie} status Z, exit code 1" in told[0], told
 
 
+def test_a_rank_writing_a_slow_checkpoint_is_busy_not_stuck(tmp_path) -> None:
+    # GIVEN rank 0 copying a checkpoint to a slow volume (sleeping between fsync'd chunks, one
+    # frame, 1% CPU) while ranks 1 and 2 wait for it in a barrier
+    ready = tmp_path / "ready"
+    script = Path(__file__).parent / "procs" / "slow_checkpoint.py"
+    with started([str(script), str(ready), str(free_port())], ready, timeout=90.0) as job:
+        # WHEN attached by the launcher's process group
+        code = main(["attach", "--pid-group", str(job.pid), "--out", str(tmp_path / "out"),
+                     "--force"])
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    # THEN the bytes its main thread writes say rank 0 moves: the job is slow while the write
+    # lasts, not hung on a rank that is elsewhere
+    root = verdict["findings"][0]
+    assert (verdict["status"], code) == ("slow", ExitCode.NO_HANG), root["summary"]
+    assert (root["kind"], root["culprit_ranks"], root["waiting_ranks"]) == (
+        "straggler", [0], [1, 2]), root["summary"]
+    assert "KiB/s read+written" in root["summary"], root["summary"]
+
+
 def test_healthy_training_is_healthy_with_default_options(tmp_path) -> None:
     with running_job("healthy_training", ready_dir=tmp_path / "ready") as job:
         time.sleep(1.0)

@@ -37,6 +37,14 @@ MOVING_SWITCHES = 1.0  # per second
 MIN_SWITCH_WINDOW_S = 1.5
 MIN_SHORT_SWITCHES = 3  # own wake-ups that tell over a shorter window
 SWITCHING_WAITS = frozenset({"collective", "p2p", "io", "dataloader"})
+# A main thread that reads or writes this many bytes a second through system calls (files, pipes,
+# sockets) moves, wherever its stack sits: a rate-limited copy sleeps between chunks, a slow
+# volume's write blocks in the same frame every time. A poll loop that checks a file or prints
+# "still waiting" moves tens of bytes. Not read where the wait itself does I/O: process-group
+# set-up polls its store over a socket, and the DataLoader's and the collectives' own reads are
+# told by their wake-ups.
+MOVING_IO_BPS = 16 << 10
+OWN_IO_KINDS = frozenset({"sleep", "io", "lock", "compute", "cuda_sync", "idle"})
 # ProcessGroupNCCL's blocking wait polls its work every 10 ms: a hung collective switches there
 _BLOCKING_WAIT_ENV = ("env:TORCH_NCCL_BLOCKING_WAIT", "env:NCCL_BLOCKING_WAIT")
 
@@ -51,6 +59,7 @@ class RankStackState:
     threads: list[ThreadActivity] = field(default_factory=list)  # every thread, latest sample
     progress: Progress = "unknown"
     cpu_share: float | None = None  # CPU seconds gained per wall second over the samples
+    io_rate: float | None = None  # bytes the main thread read and wrote per second, over them
     samples: int = 0
     last_status: str | None = None  # proc status letter, "gone"
     gone_at: float | None = None  # when a /proc sample first found the process exited
@@ -74,6 +83,12 @@ class RankStackState:
     def gone(self) -> bool:
         return self.last_status in ("gone", "Z")
 
+    def does_io(self) -> bool:
+        """Its main thread moves data (at least :data:`MOVING_IO_BPS`) outside a wait whose own
+        transport that could be."""
+        return self.main is not None and self.main.kind in OWN_IO_KINDS \
+            and (self.io_rate or 0.0) >= MOVING_IO_BPS
+
     def keeps_waking(self) -> bool:
         """The main thread blocked and woke at least :data:`MOVING_SWITCHES` times a second,
         and not because NCCL's blocking wait polls the collective it sits in: its waits end."""
@@ -93,6 +108,8 @@ class RankStackState:
             text += f"; {self.p2p.clause()}"
         if self.progress != "unknown":
             share = f", {self.cpu_share:.0%} CPU" if self.cpu_share is not None else ""
+            if self.does_io():
+                share += f", {(self.io_rate or 0.0) / 1024:.0f} KiB/s read+written"
             text += f" [{self.progress}{share}]"
         return text
 
@@ -225,6 +242,9 @@ def _state(rank_ev: RankEvidence, lines: Mapping[str, Mapping[int, str]]) -> Ran
     if len(procs) >= 2:
         state.window_s = max(0.0, procs[-1].sampled_at - procs[0].sampled_at)
     state.progress = _progress(samples, state.cpu_share)
+    state.io_rate = main_io_rate(procs)
+    if state.progress != "moving" and state.does_io():
+        state.progress = "moving"  # the same frame, but bytes go through it
     state.switch_rate = _switch_rate(procs, everything)
     state.polls_collectives = any(
         fact.key in _BLOCKING_WAIT_ENV and fact.value.strip().lower() in ("1", "true", "yes")
@@ -356,6 +376,18 @@ def _switch_rate(procs: list[ProcessState], samples: list[StackSample]) -> float
     if wall < MIN_SWITCH_WINDOW_S and own < MIN_SHORT_SWITCHES:
         return None
     return own / wall
+
+
+def main_io_rate(procs: list[ProcessState]) -> float | None:
+    """Bytes per second the main thread read and wrote between the first and the last state
+    that read its counters, over at least :data:`MIN_SWITCH_WINDOW_S`."""
+    read = [p for p in procs if p.main_io_bytes is not None and p.status not in ("gone", "Z")]
+    if len(read) < 2:
+        return None
+    wall = read[-1].sampled_at - read[0].sampled_at
+    if wall < MIN_SWITCH_WINDOW_S:
+        return None
+    return max(0, (read[-1].main_io_bytes or 0) - (read[0].main_io_bytes or 0)) / wall
 
 
 def _cpu_share(procs: list[ProcessState]) -> float | None:

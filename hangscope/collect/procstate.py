@@ -11,7 +11,7 @@ Bundle file kind ``proc`` (one file per process)::
     {"pid": 456, "worker_of": null, "states": [{"pid": 456, "sampled_at": 1790000000.0,
       "status": "S", "cpu_time_s": 12.5, "rss_bytes": 1048576, "num_threads": 9,
       "wchan": "futex_wait_queue", "children": [470, 471], "exit_code": null,
-      "exit_signal": null, "voluntary_switches": 1234}, ...]}
+      "exit_signal": null, "voluntary_switches": 1234, "main_io_bytes": 52428800}, ...]}
 
 A rank whose process was gone before the look (only an orphan of it told so) has one state with
 ``"pid": 0``, ``"status": "gone"`` and ``"told_by"``: what told it.
@@ -66,7 +66,28 @@ def sample_process(pid: int, children: tuple[int, ...] | None = None,
         rss_bytes=int(fields[21]) * _PAGE_SIZE, num_threads=int(fields[17]),
         wchan=_read_wchan(pid, proc_root), children=children,
         exit_code=exit_code, exit_signal=exit_signal,
-        voluntary_switches=read_voluntary_switches(pid, proc_root))
+        voluntary_switches=read_voluntary_switches(pid, proc_root),
+        main_io_bytes=read_main_io(pid, proc_root))
+
+
+def read_main_io(pid: int, proc_root: str = "/proc") -> int | None:
+    """``rchar`` + ``wchar`` of the main thread (``/proc/PID/task/PID/io``, the thread's own);
+    None where unreadable (another user's process without ptrace rights)."""
+    try:
+        with open(f"{proc_root}/{pid}/task/{pid}/io", "rb") as handle:
+            text = handle.read(1024)
+    except OSError:
+        return None
+    total = 0
+    for key in (b"rchar:", b"wchar:"):
+        at = text.find(key)
+        if at < 0:
+            return None
+        value = text[at + len(key):text.find(b"\n", at)].strip()
+        if not value.isdigit():
+            return None
+        total += int(value)
+    return total
 
 
 def read_voluntary_switches(pid: int, proc_root: str = "/proc") -> int | None:
@@ -188,6 +209,7 @@ def state_to_dict(state: ProcessState) -> dict[str, Any]:
             "num_threads": state.num_threads, "wchan": state.wchan,
             "children": list(state.children), "exit_code": state.exit_code,
             "exit_signal": state.exit_signal, "voluntary_switches": state.voluntary_switches,
+            "main_io_bytes": state.main_io_bytes,
             **({"told_by": state.told_by} if state.told_by else {})}
 
 
@@ -237,6 +259,7 @@ def _state_from_dict(item: Any, path: str, index: int) -> ProcessState:
         children=tuple(_req_int(c, path, f"{where}.children") for c in children),
         exit_code=_opt_int(item.get("exit_code")), exit_signal=_opt_int(item.get("exit_signal")),
         voluntary_switches=_opt_int(item.get("voluntary_switches")),
+        main_io_bytes=_opt_int(item.get("main_io_bytes")),
         told_by=str(told)[:500] if (told := item.get("told_by")) else None)
 
 

@@ -4,18 +4,20 @@ Three samples a second apart tell a stuck job (every rank's stack the same each 
 gained) from one that moves. They do not tell a slow rank from its peers: in a DDP job the peers
 wait for it inside ``loss.backward()``, where their Python stacks look like its own, and three
 samples of a 30 ms step land anywhere in it. What does tell them apart is where each rank spends
-its time over a longer window: the CPU time it gains and how often its stack changes. So while
-the ranks differ in that way (one moves while another sits; one burns several times the CPU of
-another), ``attach`` keeps sampling, up to ``--max-samples``. A job whose ranks all sit still
-(a hang), or all move alike (healthy), stops at ``--samples``, once the samples span at least
-``MIN_STILL_WINDOW_S``: over a shorter window (``--interval 0.2``) a rank that computes on a
-crowded machine can gain no CPU tick and keep one stack, and look as still as a hung one.
+its time over a longer window: the CPU time it gains, how often its stack changes and the bytes
+its main thread reads and writes. So while the ranks differ in that way (one moves while another
+sits; one burns several times the CPU of another), ``attach`` keeps sampling, up to
+``--max-samples``. A job whose ranks all sit still (a hang), or all move alike (healthy), stops
+at ``--samples``, once the samples span at least ``MIN_STILL_WINDOW_S``: over a shorter window
+(``--interval 0.2``) a rank that computes on a crowded machine can gain no CPU tick and keep one
+stack, and look as still as a hung one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from hangscope.analysis.rank_state import MOVING_IO_BPS, main_io_rate
 from hangscope.analysis.stacks import main_thread
 from hangscope.analysis.stacktree import stack_key
 from hangscope.collect.pyspy import DumpResult
@@ -40,7 +42,9 @@ def worth_more(dumps: Mapping[int, Sequence[DumpResult]],
         share = cpu_share(list(states.get(pid, ())))
         if share is not None:
             shares.append(share)
-        changed.append(len(keys) > 1)
+        # a main thread that moves data in one frame (a rate-limited copy) moves too
+        changed.append(len(keys) > 1 or (main_io_rate(list(states.get(pid, ()))) or 0.0)
+                       >= MOVING_IO_BPS)
     if len(changed) < 2:
         return False
     moving = any(changed) or any(share >= MOVING_CPU_SHARE for share in shares)

@@ -1,7 +1,9 @@
 """straggler (busy, not stuck): the ranks the others wait for are computing, so the job is slow.
 
 Signal: a wait of the graph (FR or stacks) whose targets all run the CPU in the job's or a
-library's code: main thread ``compute`` and, over several samples, moving with at least half a core,
+library's code, or move data through their main thread (``RankStackState.does_io``: a write to
+a slow volume that sleeps or blocks in one frame): main thread ``compute`` and, over several
+samples, moving with at least half a core,
 (or, on a loaded machine, at least 12% and four times the CPU of the ranks waiting for it),
 or, in a single snapshot, py-spy's ``active`` flag (on the CPU when dumped). A rank 0 writing a
 checkpoint while the others wait in a barrier looks like this for as long as the checkpoint
@@ -29,7 +31,11 @@ RELATIVE = 4.0
 
 def busy(state: RankStackState | None, waiters_share: float | None = None) -> bool:
     """On the CPU in its own work, not in a wait."""
-    if state is None or state.gone or state.main is None or state.main.kind != "compute":
+    if state is None or state.gone or state.main is None:
+        return False
+    if state.does_io():
+        return True  # reading or writing its own data: a slow volume, a checkpoint
+    if state.main.kind != "compute":
         return False
     if state.samples >= 2 and state.cpu_share is not None:
         share = state.cpu_share

@@ -42,8 +42,9 @@ def detect(ctx: Context) -> list[Finding]:
     last = max(bars, key=lambda e: e.line_no, default=None)
     if last is None or not _short(last) or any(e.line_no <= last.line_no for e in ends):
         return []
+    how = str(ends[0].fields["how"]).title()
     summary = (f"rule {RULE}: {ranks_phrase(sorted(torn))} tore their NCCL communicator down "
-               f"({len(ends)} '{str(ends[0].fields['how']).title()} COMPLETE' line(s)) with no error "
+               f"({len(ends)} '{how} COMPLETE' line(s)) with no error "
                f"after the last progress line, which stops short of its total (step "
                f"{last.fields['step']} of {last.fields['total']}); {ranks_phrase(left)} of the "
                f"{size} did not: those ranks ran out of work and exited while "
