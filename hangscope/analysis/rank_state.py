@@ -43,8 +43,10 @@ SWITCHING_WAITS = frozenset({"collective", "p2p", "io", "dataloader"})
 # "still waiting" moves tens of bytes. Not read where the wait itself does I/O: process-group
 # set-up polls its store over a socket, and the DataLoader's and the collectives' own reads are
 # told by their wake-ups.
+# Read only in a frame that would otherwise say the thread waits: a computing thread's own
+# output (a log line a step) says nothing its CPU time does not.
 MOVING_IO_BPS = 16 << 10
-OWN_IO_KINDS = frozenset({"sleep", "io", "lock", "compute", "cuda_sync", "idle"})
+OWN_IO_KINDS = frozenset({"sleep", "io", "lock", "idle"})
 # ProcessGroupNCCL's blocking wait polls its work every 10 ms: a hung collective switches there
 _BLOCKING_WAIT_ENV = ("env:TORCH_NCCL_BLOCKING_WAIT", "env:NCCL_BLOCKING_WAIT")
 

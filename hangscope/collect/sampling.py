@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hangscope.analysis.rank_state import MOVING_IO_BPS, main_io_rate
-from hangscope.analysis.stacks import main_thread
+from hangscope.analysis.rank_state import MOVING_IO_BPS, OWN_IO_KINDS, main_io_rate
+from hangscope.analysis.stacks import classify_thread, main_thread
 from hangscope.analysis.stacktree import stack_key
 from hangscope.collect.pyspy import DumpResult
 from hangscope.model import ProcessState
@@ -36,15 +36,17 @@ def worth_more(dumps: Mapping[int, Sequence[DumpResult]],
     changed: list[bool] = []
     shares: list[float] = []
     for pid in rank_pids:
-        keys = {stack_key(main.frames) for result in dumps.get(pid, ())
-                if result.ok and result.sample is not None
-                and (main := main_thread(result.sample)) is not None}
+        mains = [main for result in dumps.get(pid, ()) if result.ok and result.sample is not None
+                 and (main := main_thread(result.sample)) is not None]
+        keys = {stack_key(main.frames) for main in mains}
         share = cpu_share(list(states.get(pid, ())))
         if share is not None:
             shares.append(share)
-        # a main thread that moves data in one frame (a rate-limited copy) moves too
-        changed.append(len(keys) > 1 or (main_io_rate(list(states.get(pid, ()))) or 0.0)
-                       >= MOVING_IO_BPS)
+        # a main thread that moves data while its frame says it waits (a rate-limited copy
+        # sleeping between chunks) moves too
+        changed.append(len(keys) > 1 or (
+            bool(mains) and classify_thread(mains[-1]).kind in OWN_IO_KINDS
+            and (main_io_rate(list(states.get(pid, ()))) or 0.0) >= MOVING_IO_BPS))
     if len(changed) < 2:
         return False
     moving = any(changed) or any(share >= MOVING_CPU_SHARE for share in shares)
