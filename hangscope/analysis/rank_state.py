@@ -38,13 +38,12 @@ MIN_SWITCH_WINDOW_S = 1.5
 MIN_SHORT_SWITCHES = 3  # own wake-ups that tell over a shorter window
 SWITCHING_WAITS = frozenset({"collective", "p2p", "io", "dataloader"})
 # A main thread that reads or writes this many bytes a second through system calls (files, pipes,
-# sockets) moves, wherever its stack sits: a rate-limited copy sleeps between chunks, a slow
-# volume's write blocks in the same frame every time. A poll loop that checks a file or prints
-# "still waiting" moves tens of bytes. Not read where the wait itself does I/O: process-group
-# set-up polls its store over a socket, and the DataLoader's and the collectives' own reads are
-# told by their wake-ups.
-# Read only in a frame that would otherwise say the thread waits: a computing thread's own
-# output (a log line a step) says nothing its CPU time does not.
+# sockets) while its frame says it waits (OWN_IO_KINDS) moves: a rate-limited copy sleeps between
+# chunks, a slow volume's write blocks in the same frame every time. A poll loop that checks a
+# file or prints "still waiting" moves tens of bytes. Not read in waits that do I/O of their own
+# (set-up polls its store over a socket; the DataLoader's and the collectives' reads are told by
+# their wake-ups), nor in a computing frame, whose own output (a log line a step) says nothing
+# its CPU time does not.
 MOVING_IO_BPS = 16 << 10
 OWN_IO_KINDS = frozenset({"sleep", "io", "lock", "idle"})
 # ProcessGroupNCCL's blocking wait polls its work every 10 ms: a hung collective switches there
@@ -86,10 +85,8 @@ class RankStackState:
         return self.last_status in ("gone", "Z")
 
     def does_io(self) -> bool:
-        """Its main thread moves data (at least :data:`MOVING_IO_BPS`) outside a wait whose own
-        transport that could be."""
-        return self.main is not None and self.main.kind in OWN_IO_KINDS \
-            and (self.io_rate or 0.0) >= MOVING_IO_BPS
+        """Its main thread moves data while its frame says it waits (:func:`moves_data`)."""
+        return self.main is not None and moves_data(self.main.kind, self.io_rate)
 
     def keeps_waking(self) -> bool:
         """The main thread blocked and woke at least :data:`MOVING_SWITCHES` times a second,
@@ -240,7 +237,7 @@ def _state(rank_ev: RankEvidence, lines: Mapping[str, Mapping[int, str]]) -> Ran
     alive = [p.sampled_at for p in procs if p.status not in ("gone", "Z")]
     alive += [s.taken_at for s in everything]
     state.seen_until = max(alive, default=None)
-    state.cpu_share = _cpu_share(procs)
+    state.cpu_share = cpu_share(procs)
     if len(procs) >= 2:
         state.window_s = max(0.0, procs[-1].sampled_at - procs[0].sampled_at)
     state.progress = _progress(samples, state.cpu_share)
@@ -380,7 +377,13 @@ def _switch_rate(procs: list[ProcessState], samples: list[StackSample]) -> float
     return own / wall
 
 
-def main_io_rate(procs: list[ProcessState]) -> float | None:
+def moves_data(kind: str, io_rate: float | None) -> bool:
+    """A main thread in a ``kind`` frame that reads and writes ``io_rate`` bytes a second moves
+    (see :data:`MOVING_IO_BPS`); attach's sampling and the analysis ask the same question."""
+    return kind in OWN_IO_KINDS and (io_rate or 0.0) >= MOVING_IO_BPS
+
+
+def main_io_rate(procs: Sequence[ProcessState]) -> float | None:
     """Bytes per second the main thread read and wrote between the first and the last state
     that read its counters, over at least :data:`MIN_SWITCH_WINDOW_S`."""
     read = [p for p in procs if p.main_io_bytes is not None and p.status not in ("gone", "Z")]
@@ -392,7 +395,8 @@ def main_io_rate(procs: list[ProcessState]) -> float | None:
     return max(0, (read[-1].main_io_bytes or 0) - (read[0].main_io_bytes or 0)) / wall
 
 
-def _cpu_share(procs: list[ProcessState]) -> float | None:
+def cpu_share(procs: Sequence[ProcessState]) -> float | None:
+    """CPU seconds gained per wall second between the first and the last state."""
     timed = [p for p in procs if p.cpu_time_s is not None and p.status != "gone"]
     if len(timed) < 2:
         return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hangscope.analysis.rank_state import MOVING_IO_BPS, OWN_IO_KINDS, main_io_rate
+from hangscope.analysis.rank_state import cpu_share, main_io_rate, moves_data
 from hangscope.analysis.stacks import classify_thread, main_thread
 from hangscope.analysis.stacktree import stack_key
 from hangscope.collect.pyspy import DumpResult
@@ -39,14 +39,14 @@ def worth_more(dumps: Mapping[int, Sequence[DumpResult]],
         mains = [main for result in dumps.get(pid, ()) if result.ok and result.sample is not None
                  and (main := main_thread(result.sample)) is not None]
         keys = {stack_key(main.frames) for main in mains}
-        share = cpu_share(list(states.get(pid, ())))
+        held = states.get(pid, ())
+        share = cpu_share(held)
         if share is not None:
             shares.append(share)
         # a main thread that moves data while its frame says it waits (a rate-limited copy
         # sleeping between chunks) moves too
         changed.append(len(keys) > 1 or (
-            bool(mains) and classify_thread(mains[-1]).kind in OWN_IO_KINDS
-            and (main_io_rate(list(states.get(pid, ()))) or 0.0) >= MOVING_IO_BPS))
+            bool(mains) and moves_data(classify_thread(mains[-1]).kind, main_io_rate(held))))
     if len(changed) < 2:
         return False
     moving = any(changed) or any(share >= MOVING_CPU_SHARE for share in shares)
@@ -66,12 +66,3 @@ def _window(states: Mapping[int, Sequence[ProcessState]], rank_pids: Sequence[in
     spans = [s[-1].sampled_at - s[0].sampled_at for pid in rank_pids
              if len(s := states.get(pid, ())) >= 2]
     return max(spans, default=0.0)
-
-
-def cpu_share(states: Sequence[ProcessState]) -> float | None:
-    """CPU seconds gained per wall second between the first and the last state."""
-    timed = [s for s in states if s.cpu_time_s is not None and s.status != "gone"]
-    if len(timed) < 2 or timed[-1].sampled_at <= timed[0].sampled_at:
-        return None
-    gained = (timed[-1].cpu_time_s or 0.0) - (timed[0].cpu_time_s or 0.0)
-    return max(0.0, gained) / (timed[-1].sampled_at - timed[0].sampled_at)

@@ -27,7 +27,7 @@ from hangscope.analysis.observations import WAITING_STATES
 from hangscope.analysis.rank_state import died_first, exited_cleanly, outlived_by
 from hangscope.analysis.ras_facts import seen_alive
 from hangscope.analysis.verdict import EvidenceItem, Finding, Kind
-from hangscope.model import LogEvent
+from hangscope.model import LogEvent, ProcessState
 from hangscope.ranges import ranks_do, ranks_phrase
 
 _STRENGTH = {"gpu": 0.92, "signal": 0.9, "exception": 0.9, "dead": 0.85, "exit": 0.5,
@@ -88,12 +88,7 @@ def detect(ctx: Context) -> list[Finding]:
                                            if alive else ""))
             proc = ctx.evidence.ranks[rank].proc
             if proc:
-                last = proc[-1]
-                status = f"pid {last.pid} status {last.status}" \
-                    + _exit_text(last.exit_code, last.exit_signal)
-                evidence.append(EvidenceItem("proc", rank, (
-                    status if not last.told_by else f"{status}: {last.told_by}" if last.pid
-                    else f"its process had exited before the look: {last.told_by}")))
+                evidence.append(EvidenceItem("proc", rank, _proc_text(proc[-1])))
             cited = ctx.stack_evidence(rank, "main thread: ")
             if cited is not None and not state.gone:
                 evidence.append(cited)
@@ -147,6 +142,17 @@ def _cited(items: list[Failure]) -> list[Failure]:
 def _first_time(items: list[Failure]) -> float | None:
     times = [f.event.time for f in items if f.event.time is not None]
     return min(times) if times else None
+
+
+def _proc_text(last: ProcessState) -> str:
+    """The rank's last /proc state, with what told it where that was not its own entry (an
+    orphan of a rank gone before the look: pid 0; a zombie numbered by elimination)."""
+    status = f"pid {last.pid} status {last.status}" + _exit_text(last.exit_code, last.exit_signal)
+    if not last.told_by:
+        return status
+    if not last.pid:
+        return f"its process had exited before the look: {last.told_by}"
+    return f"{status}: {last.told_by}"
 
 
 def _exit_text(code: int | None, signal: int | None) -> str:
