@@ -47,14 +47,12 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.common import Line, make_event
+from hangscope.sources.logs.nccl_debug import COMM_END
 from hangscope.sources.logs.tail import LogicalTail, tail_candidates
 
 _CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|done training|successfully finished|epoch|\[=|"
                         rb"success|succeeded|finished|NOT been destroyed|was not called before program exit|(?:training|total|run) (?:time|duration)|"
                         rb"Destroy COMPLETE|\d/\d+ \[")
-# NCCL's own word that a communicator was torn down in order (ncclCommDestroy; an abort says
-# "Abort COMPLETE"): "comm 0x3ab1b680 rank 1 nranks 2 cudaDev 1 busId d000 - Destroy COMPLETE"
-_COMM_DESTROYED = re.compile(r"\bcomm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) nranks (?P<n>\d+)\b.* - Destroy COMPLETE\b")
 # a rank's own line that it is through: "[MPI Rank 5] runCount: 10000 Success"; never a negated
 # one ("not finished", "didn't finish", "unsuccessful")
 _RANK_NAMED = re.compile(r"(?i)\brank[\s:=#]*(?P<rank>\d+)\b")
@@ -97,7 +95,8 @@ def scan_finish(path: str, rank_hint: int | None = None,
     destroyed: dict[int, dict[int, Line]] = {}  # nranks -> rank in the communicator -> its line
     for line in lines:
         body = line.body.strip()
-        if (comm := _COMM_DESTROYED.search(body)) is not None:
+        # NCCL's own word that a communicator was torn down in order (an abort is no such word)
+        if (comm := COMM_END.search(body)) is not None and comm.group("how") == "Destroy":
             destroyed.setdefault(int(comm.group("n")), {})[int(comm.group("rank"))] = line
             continue
         if _RANK_DONE.search(body) and not _FAILED_WORDS.search(body):

@@ -172,13 +172,15 @@ def local_peer_closed(line: Line, ctx: Context, follow: Follow) -> list[LogEvent
                         "cuda_dev": int(m.group("dev")), "peer_local": int(peer.group(1))})]
 
 
-_COMM_END = re.compile(r"\bcomm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) nranks (?P<n>\d+)\b.* - "
-                       r"(?P<how>Abort|Destroy) COMPLETE\b")
+# a communicator torn down: "comm 0x3ab1b680 rank 1 nranks 2 cudaDev 1 busId d000 - Destroy
+# COMPLETE" (ncclCommDestroy; ncclCommAbort says "Abort COMPLETE"); finish.py reads it too
+COMM_END = re.compile(r"\bcomm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) nranks (?P<n>\d+)\b.* - "
+                      r"(?P<how>Abort|Destroy) COMPLETE\b")
 
 
 def comm_end(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     m = nccl_line(line.body)
-    end = _COMM_END.search(line.body)
+    end = COMM_END.search(line.body)
     if m is None or end is None or m.group("level") != "INFO":
         return []
     return [make_event("nccl_comm_end", line, ctx, "info", {
