@@ -128,7 +128,8 @@ def cli() -> None:
                    "usable core).")
 @click.option("--profile", is_flag=True,
               help="After the verdict, print to stderr the wall and CPU seconds this run spent "
-                   "reading, unpickling, reducing, matching, in the detectors and rendering.")
+                   "reading, scanning logs, unpickling, reducing, matching, in the detectors and "
+                   "rendering.")
 @quiet_option
 @output_options
 def analyze(paths: tuple[str, ...], prefix: str | None, world_size: int | None, quiet: bool,

@@ -25,9 +25,10 @@ T = TypeVar("T")
 # (name, what it counts), in the order a run goes through them
 PHASES: tuple[tuple[str, str], ...] = (
     ("read", "finding, sniffing and reading files"),
+    ("logs", "reading and scanning rank, launcher and NCCL logs for events"),
     ("unpickle", "decoding dumps (pickle or JSON), and freeing them"),
     ("reduce", "per-record work: digests by columns, or converting records"),
-    ("wait", "waiting for the worker processes"),
+    ("wait", "waiting for the worker processes (dumps or logs)"),
     ("hydrate", "building dumps from digests, sharing histories"),
     ("match", "cross-rank matching: groups, histories, divergence, p2p, wait graph"),
     ("detect", "detectors and ranking the findings"),
@@ -152,7 +153,7 @@ def format_profile(profile: Profile) -> Iterator[str]:
     if workers:
         line += (f" {sum(profile.worker_wall.values()):13.3f}"
                  f" {sum(profile.worker_cpu.values()):12.3f}")
-    yield line + (f"  ({profile.worker_items} dumps reduced by workers)" if workers else "")
+    yield line + (f"  ({profile.worker_items} files read by workers)" if workers else "")
 
 
 __all__ = ["PHASES", "PHASE_NAMES", "Profile", "current", "format_profile", "measured", "phase",

@@ -13,6 +13,7 @@ import pytest
 from hangscope import timing
 from hangscope.cli import main
 from hangscope.sources import fr_stream
+from hangscope.sources.logs import pool as log_pool
 
 from fixtures import fr_shapes
 
@@ -74,11 +75,52 @@ class TestAnalyzeProfile:
         assert code == 3
         assert _verdict(tmp_path / "out")["findings"][0]["culprit_ranks"] == \
             truth["culprit_ranks"]
-        assert "(32 dumps reduced by workers)" in err
+        assert "(32 files read by workers)" in err
         rows = _rows(err)
         assert all(len(rows[name]) == 4 for name in timing.PHASE_NAMES), rows
         assert rows["unpickle"][3] > 0 and rows["reduce"][3] > 0, rows
         assert rows["hydrate"][1] > 0, rows
+
+    @pytest.mark.parametrize("jobs", [1, 2])
+    def test_log_scanning_is_its_own_phase(self, tmp_path: Path, jobs: int,
+                                           capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+        # GIVEN four rank logs of training lines, rank 2's ending in a CUDA OOM and the others'
+        # in watchdog timeouts (read by two workers when --jobs 2)
+        assert threading.active_count() == 1  # else the pool is not used
+        monkeypatch.setattr(log_pool, "POOL_FROM_BYTES", 0)
+        logs = tmp_path / "logs"
+        logs.mkdir()
+        for rank in range(4):
+            lines = [f"[rank{rank}] step {step} loss {1.0 / step:.4f} lr 3e-4"
+                     for step in range(1, 3000)]
+            lines += (["Traceback (most recent call last):",
+                       '  File "/workspace/train.py", line 190, in main',
+                       "    loss.backward()",
+                       "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
+                      if rank == 2 else
+                      [f"[rank{rank}]:[E102 16:12:33.000000000 ProcessGroupNCCL.cpp:632] [Rank "
+                       f"{rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=91, "
+                       "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+                       "600093 milliseconds before timing out."])
+            (logs / f"rank{rank}.log").write_text("\n".join(lines) + "\n")
+        # WHEN analyzed with --profile
+        code = main(["analyze", str(logs), "--out", str(tmp_path / "out"), "--jobs", str(jobs),
+                     "--profile", "-q"])
+        err = capsys.readouterr().err
+        # THEN the OOM is read, and the time spent scanning the logs is its own row: in this
+        # process at --jobs 1, summed over the workers at --jobs 2 (who read all four)
+        assert code == 3
+        finding = _verdict(tmp_path / "out")["findings"][0]
+        assert (finding["kind"], finding["culprit_ranks"]) == ("rank_oom", [2])
+        rows = _rows(err)
+        if jobs == 1:
+            assert rows["logs"][1] > 0, rows
+        else:
+            assert "(4 files read by workers)" in err
+            assert rows["logs"][3] > 0 and rows["logs"][1] == 0, rows
+        assert sum(rows[name][0] for name in (*timing.PHASE_NAMES, "other")) == \
+            pytest.approx(rows["total"][0], abs=0.01)
 
     def test_phases_are_exclusive(self) -> None:
         # GIVEN a phase opened inside another

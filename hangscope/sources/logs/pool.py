@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
+from hangscope import timing
 from hangscope.cores import can_fork, usable_cores
 from hangscope.errors import BadInputError
 from hangscope.model import LogEvent
@@ -32,11 +33,23 @@ def scan_files(paths: list[str], jobs: int | None = None,
     items = list(zip(paths, ranks or [None] * len(paths), strict=True))
     workers = min(jobs or usable_cores(), len(items))
     if workers <= 1 or not can_fork() or _size(paths) < POOL_FROM_BYTES:
-        yield from map(_scan_one, items)
+        for item in items:
+            with timing.phase("logs"):
+                result = _scan_one(item)
+            yield result
         return
     with ProcessPoolExecutor(max_workers=workers,
                              mp_context=multiprocessing.get_context("fork")) as pool:
-        yield from pool.map(_scan_one, items)
+        profile = timing.current()
+        if profile is None:
+            yield from pool.map(_scan_one, items)
+            return
+        timed = pool.map(_scan_one_timed, items)
+        for _item in items:
+            with timing.phase("wait"):
+                result, times = next(timed)
+            profile.add_worker(times)
+            yield result
 
 
 def _scan_one(item: tuple[str, int | None]) -> ScanResult:
@@ -45,6 +58,16 @@ def _scan_one(item: tuple[str, int | None]) -> ScanResult:
         return path, scan_log_file(path, rank), None
     except BadInputError as exc:
         return path, [], str(exc)
+
+
+def _scan_one_timed(item: tuple[str, int | None]) -> tuple[ScanResult, timing.Times]:
+    """``_scan_one`` with the worker's own phase times, which the parent adds up."""
+    return timing.measured(_scan_one_phased, item)
+
+
+def _scan_one_phased(item: tuple[str, int | None]) -> ScanResult:
+    with timing.phase("logs"):
+        return _scan_one(item)
 
 
 def _size(paths: list[str]) -> int:
