@@ -16,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,6 +148,71 @@ class TestAnswer:
         finally:
             sys.setswitchinterval(interval)
             (gc.enable if collecting else gc.disable)()
+
+    def test_walk_runs_no_code_of_the_programs_classes(self) -> None:
+        # GIVEN threads blocked on a held lock inside methods of classes that run code when their
+        # attributes are read: one overrides __getattribute__, one makes __dict__ a property
+        from hangscope.probe import answer
+        ran: list[str] = []
+        walking = threading.Event()  # set while the probe walks: only then is a read the walk's
+        held, release = threading.Lock(), threading.Event()
+
+        class Guarded:
+            def __init__(self, lock: threading.Lock) -> None:
+                self.lock = lock
+
+            def __getattribute__(self, name: str) -> object:
+                if walking.is_set() and threading.current_thread() is threading.main_thread():
+                    ran.append(f"Guarded.{name}")
+                return object.__getattribute__(self, name)
+
+            def wait(self) -> None:
+                lock = object.__getattribute__(self, "lock")
+                with lock:
+                    pass
+
+        class Proxied:
+            def __init__(self, lock: threading.Lock) -> None:
+                self.lock = lock
+
+            @property  # type: ignore[misc]
+            def __dict__(self) -> dict[str, object]:
+                if walking.is_set():
+                    ran.append("Proxied.__dict__")
+                return {}
+
+            def wait(self) -> None:
+                with self.lock:
+                    pass
+
+        def hold() -> None:
+            with held:
+                release.wait()
+
+        threads = [threading.Thread(target=hold, name="holder"),
+                   threading.Thread(target=Guarded(held).wait, name="guarded"),
+                   threading.Thread(target=Proxied(held).wait, name="proxied")]
+        threads[0].start()
+        while not held.locked():
+            time.sleep(0.01)
+        for thread in threads[1:]:
+            thread.start()
+        try:
+            time.sleep(0.2)
+            # WHEN the probe answers (walking their frames from this thread)
+            walking.set()
+            header, _ = answer.build(wire.WANT_ALL, None, 0.0, wire.MAX_FR)
+        finally:
+            walking.clear()
+            release.set()
+            for thread in threads:
+                thread.join(5)
+        # THEN none of their attribute code ran, and the wait whose lock is in the frame's own
+        # locals is still named (the proxied one's lock sits where only its class's code could
+        # read it: not named, rather than run that code)
+        assert ran == []
+        by_name = {t["name"]: t for t in header["threads"]}
+        assert by_name["guarded"]["waits_on"]["kind"] == "lock"
 
     def test_imports_nothing_heavy_to_start_or_to_answer(self, tmp_path: Path) -> None:
         body = """

@@ -219,13 +219,28 @@ def _wait_of(waited: Any, user: Any, threads: dict[int | None, threading.Thread]
 
 def _nearby_values(frame: types.FrameType) -> list[Any]:
     values = list(frame.f_locals.values())
-    me = frame.f_locals.get("self")
-    attrs = getattr(me, "__dict__", None)
-    if isinstance(attrs, dict):
+    attrs = _instance_dict(frame.f_locals.get("self"))
+    if attrs is not None:
         values.extend(attrs.values())
     module = frame.f_globals
     values.extend(v for v in list(module.values())[:500] if _is_lock(v))
     return values
+
+
+def _instance_dict(obj: Any) -> dict[str, Any] | None:
+    """``obj``'s own attributes, read without running any code of its class (the walk holds the
+    GIL): ``getattr`` would call a ``__getattribute__`` or a ``__dict__`` property the class
+    defines. None unless ``__dict__`` is the interpreter's own slot on every class in the way."""
+    if obj is None:
+        return None
+    for klass in type.__getattribute__(type(obj), "__mro__"):
+        own = type.__getattribute__(klass, "__dict__")
+        if "__dict__" in own:
+            if type(own["__dict__"]) is not types.GetSetDescriptorType:
+                return None  # a property or other user descriptor: its code would run
+            attrs = object.__getattribute__(obj, "__dict__")
+            return attrs if type(attrs) is dict else None
+    return None  # __slots__ only, or a builtin without instance attributes
 
 
 _LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
@@ -336,9 +351,9 @@ def _iterators_in(frame: types.FrameType, base: type, loader: type,
     current: types.FrameType | None = frame
     while current is not None:
         for value in current.f_locals.values():
-            if issubclass(type(value), loader) and isinstance(
-                    getattr(value, "__dict__", None), dict):
-                value = value.__dict__.get("_iterator")
+            if issubclass(type(value), loader):
+                attrs = _instance_dict(value)  # a subclass may define attribute access
+                value = attrs.get("_iterator") if attrs is not None else None
             if issubclass(type(value), base):
                 found.setdefault(id(value), value)
         current = current.f_back
