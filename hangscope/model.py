@@ -341,15 +341,23 @@ class JobEvidence:
     def fr_dumps(self) -> dict[int, FrDump]:
         return {r: ev.fr for r, ev in self.ranks.items() if ev.fr is not None}
 
+    def declared_worlds(self) -> list[LogEvent]:
+        """Lines where a launcher or framework states the job's size (``declared_world``: the
+        job as a whole, never a subgroup's communicator)."""
+        return [e for e in self.all_logs()
+                if e.kind == "declared_world" and isinstance(e.fields.get("world"), int)]
+
+    def _communicator_sizes(self) -> list[int]:
+        # a communicator NCCL set up ("rank 2 nranks 8 ... Init COMPLETE") spans at most the job
+        return [int(e.fields["nranks"]) for e in self.all_logs()
+                if e.kind in _COMM_SETUP and isinstance(e.fields.get("nranks"), int)]
+
     def stated_world_size(self) -> int | None:
         """The job's size as something that knows it says so: a bundle's manifest, a launcher's
         or framework's set-up line (``declared_world``), NCCL's communicator set-up (``nranks``,
         its largest); never inferred from the rank numbers seen."""
-        sizes = [self.world_size or 0]
-        sizes.extend(int(e.fields["world"]) for e in self.all_logs()
-                     if e.kind == "declared_world" and isinstance(e.fields.get("world"), int))
-        sizes.extend(int(e.fields["nranks"]) for e in self.all_logs()
-                     if e.kind in _COMM_SETUP and isinstance(e.fields.get("nranks"), int))
+        sizes = [self.world_size or 0, *self._communicator_sizes()]
+        sizes.extend(int(e.fields["world"]) for e in self.declared_worlds())
         return max(sizes) or None
 
     def expected_world_size(self) -> int | None:
@@ -360,8 +368,6 @@ class JobEvidence:
         # a log's list of every process's value (Accelerate's shape check: process 0 to N-1)
         sizes.extend(int(e.fields["processes"]) for e in self.all_logs()
                      if e.kind == "shape_check" and isinstance(e.fields.get("processes"), int))
-        # a communicator NCCL set up ("rank 2 nranks 8 ... Init COMPLETE") spans at most the job
-        sizes.extend(int(e.fields["nranks"]) for e in self.all_logs()
-                     if e.kind in _COMM_SETUP and isinstance(e.fields.get("nranks"), int))
+        sizes.extend(self._communicator_sizes())
         best = max(sizes)
         return best or None

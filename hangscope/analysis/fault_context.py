@@ -22,13 +22,21 @@ SETUP_FUNCTIONS = frozenset({
     "_create_tcp_store", "init_distributed", "_init_dist_pytorch", "_init_dist_slurm"})
 
 
+# set-up's own words in the exception: torch_xla's client of its mesh service (the rendezvous of
+# xmp.spawn's processes) never connecting ("mesh_service.cc:172 : Check failed:
+# impl_->channel->WaitForConnected(...)")
+_SETUP_MESSAGE = re.compile(r"mesh_service\.cc:\d+ : Check failed: \S*WaitForConnected")
+
+
 def setup_failure(event: LogEvent) -> bool:
     """Rule ``setup-exception``: a traceback whose innermost frame is process-group set-up (one of
-    :data:`SETUP_FUNCTIONS`) records set-up failing on that process (a store it could not reach
-    or that reset, an interface that does not exist, a rank out of range), not a death of its
-    own: its launcher's exit record follows from it."""
-    return event.kind == "traceback" and event.fields.get("last_function") in SETUP_FUNCTIONS \
-        and not event.fields.get("thread")
+    :data:`SETUP_FUNCTIONS`), or whose exception is set-up's own (:data:`_SETUP_MESSAGE`), records
+    set-up failing on that process (a store it could not reach or that reset, an interface that
+    does not exist, a rank out of range), not a death of its own: its launcher's exit record
+    follows from it."""
+    return event.kind == "traceback" and not event.fields.get("thread") and (
+        event.fields.get("last_function") in SETUP_FUNCTIONS
+        or _SETUP_MESSAGE.search(str(event.fields.get("exc_message", ""))) is not None)
 
 
 def outlived(event: LogEvent, moving: list[LogEvent]) -> bool:

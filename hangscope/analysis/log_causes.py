@@ -36,7 +36,10 @@ _ECHO = re.compile(r"Connection (closed|reset) by peer|Broken pipe|Timed out wai
                    r"remote process exited|ChildFailedError|Socket Timeout|recvBytes|"
                    r"Application timeout caused pair closure|failed to pass monitoredBarrier|"
                    r"Detected mismatch between collectives|Read timeout \[|"
-                   r"received errors while waiting for send/recv from rank", re.I)
+                   r"received errors while waiting for send/recv from rank|"
+                   # Horovod's own words: "caused by an exception on one of the ranks or an
+                   # attempt to allreduce ... after one of the ranks finished execution"
+                   r"Horovod has been shut down", re.I)
 # a traceback that ends in the DataLoader's own report of its workers (the same words as
 # sources/logs/dataloader.py's events): the loader's failure, whoever raised it
 _LOADER_EXC = re.compile(r"DataLoader worker \(pid|DataLoader timed out after \d")
@@ -60,6 +63,10 @@ _OOM_MESSAGE = re.compile(r"^(?:CUDA|HIP) out of memory|^CUDA error: out of memo
 # fetches, and the sequences differ) and Accelerate's debug mode (utils/operations.py
 # verify_operation: every rank gathers the shapes of its tensors before the operation)
 RANKS_DISAGREE = re.compile(r"disagreement between rank ?\d+ and rank ?\d+|"
+                            # DDP's constructor (_verify_param_shape_across_processes) compares
+                            # each parameter's sizes with process 0's
+                            r"appears not to match (?:sizes|strides) of the same param in "
+                            r"process \d+|"
                             r"due to shape mismatches\. All shapes across devices must be valid|"
                             r"due to inadequate shapes\. All shapes on the devices must be valid")
 
@@ -338,7 +345,11 @@ _PEER_CLOSED = re.compile(r"(?i)Connection (?:closed|reset) by (?:remote )?peer|
 def peer_closed(failure: Failure) -> bool:
     """A transport failure that is a peer closing its end (its death's echo), not the rank's own
     transport failing."""
-    return _PEER_CLOSED.search(failure.event.message) is not None
+    return _closed_by_peer(failure.event)
+
+
+def _closed_by_peer(event: LogEvent) -> bool:
+    return _PEER_CLOSED.search(event.message) is not None
 
 
 def _without_transport_echoes(evidence: JobEvidence, found: dict[int, list[Failure]],
@@ -353,8 +364,8 @@ def _without_transport_echoes(evidence: JobEvidence, found: dict[int, list[Failu
     # (a peer closing its end is that peer's death, whose echoes the death rules read)
     transport = any(f.what == "transport" and not peer_closed(f)
                     for items in found.values() for f in items) or any(
-        classify(e) == "transport" and not came_up_after(e, ready)
-        and _PEER_CLOSED.search(e.message) is None for e in evidence.unattributed_logs)
+        classify(e) == "transport" and not came_up_after(e, ready) and not _closed_by_peer(e)
+        for e in evidence.unattributed_logs)
     if not transport:
         return found
     kept: dict[int, list[Failure]] = {}

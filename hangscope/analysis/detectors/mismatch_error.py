@@ -121,15 +121,21 @@ def _disagreement(ctx: Context) -> list[Finding]:
     evaluation on some ranks). Accelerate's debug mode ("Cannot apply desired operation due to
     shape mismatches", with each process's input shape: ``sources/logs/shape_checks.py``): the
     ranks' tensors for one operation have other shapes. Either way the collectives no longer pair
-    up: a collective mismatch. Which side is odd the check does not say; where Accelerate's list
+    up: a collective mismatch. DDP's constructor ("params[0] in this process with sizes [...]
+    appears not to match sizes of the same param in process 0"): the ranks built different
+    models. A check raised on a line no rank is known for counts too. Which side is odd the check
+    does not say; where Accelerate's list
     shows most processes with one shape and a few with others, those few are named (0.7)."""
     checks: list[tuple[Failure, str]] = []  # each raising failure, with the words of its check
-    for items in failures(ctx.evidence).values():
-        for f in items:
-            found = RANKS_DISAGREE.search(f.event.message + str(f.event.fields)) \
-                if f.what == "collective_error" else None
-            if found is not None:
-                checks.append((f, found.group(0)))
+    raising = [f for items in failures(ctx.evidence).values() for f in items]
+    # (a check raised on a line no rank is known for: the paste of one process's traceback)
+    raising += [Failure(-1, e, "collective_error")
+                for e in unranked(ctx.evidence, frozenset({"collective_error"}))]
+    for f in raising:
+        found = RANKS_DISAGREE.search(f.event.message + str(f.event.fields)) \
+            if f.what == "collective_error" else None
+        if found is not None:
+            checks.append((f, found.group(0)))
     checks.sort(key=lambda check: (check[0].event.path, check[0].event.line_no))
     tables = [e for e in ctx.evidence.all_logs() if e.kind == "shape_check"]
     if not checks and not tables:
@@ -137,11 +143,18 @@ def _disagreement(ctx: Context) -> list[Finding]:
     odd = _odd_shapes(tables[0]) if tables else []
     cited = checks[0][0].event if checks else tables[0]
     said = checks[0][1] if checks else ""
-    what = ("DeepSpeed's cross-rank check found the ranks' sequences of gathered parameters "
-            f"differ ({said}): the ranks ran different modules, so their ZeRO-3 all-gathers do "
-            "not pair up") if said.startswith("disagreement") else (
-            "Accelerate's debug-mode check found the ranks called one operation with tensors of "
-            "other shapes: the collective would not pair up")
+    if said.startswith("disagreement"):
+        what = ("DeepSpeed's cross-rank check found the ranks' sequences of gathered parameters "
+                f"differ ({said}): the ranks ran different modules, so their ZeRO-3 all-gathers "
+                "do not pair up")
+    elif said.startswith("appears"):
+        what = ("DDP's constructor compared each parameter with process 0's and found one of "
+                f"another shape ({said}): the ranks built different models (a config, vocabulary "
+                "or checkpoint that differs per rank), so their broadcasts and all-reduces do "
+                "not pair up")
+    else:
+        what = ("Accelerate's debug-mode check found the ranks called one operation with "
+                "tensors of other shapes: the collective would not pair up")
     if odd:
         shapes = parse_shapes(str(tables[0].fields["shapes"]))
         common = next(shape for rank, shape in shapes.items() if rank not in odd)
@@ -151,13 +164,15 @@ def _disagreement(ctx: Context) -> list[Finding]:
                  f"{ranks_phrase(odd)} took another path")
     else:
         which = "; which rank is odd the check does not say"
+    usual = "" if said.startswith("appears") else (
+        ". A data-dependent branch is the usual cause (text-only and image batches on a "
+        "multimodal model, MoE routing, evaluation or a last uneven batch on some ranks only)")
     summary = (f"rule `ranks-disagree`: {describe(cited, 160)} ({cited.where()}): "
-               f"{what}. A data-dependent branch is the usual cause (text-only and image batches "
-               "on a multimodal model, MoE routing, evaluation or a last uneven batch on some "
-               f"ranks only){which}")
-    evidence = [EvidenceItem("log", f.rank, f.describe(), f.event.where()) for f, _ in checks[:3]]
+               f"{what}{usual}{which}")
+    evidence = [EvidenceItem("log", f.rank if f.rank >= 0 else None, f.describe(),
+                             f.event.where()) for f, _ in checks[:3]]
     evidence += [log_evidence(e) for e in tables[:1]]
-    raised = sorted({f.rank for f, _ in checks if f.rank is not None} |
+    raised = sorted({f.rank for f, _ in checks if f.rank >= 0} |
                     {e.rank for e in tables if e.rank is not None})
     return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=odd,
                     waiting_ranks=[r for r in raised if r not in odd],

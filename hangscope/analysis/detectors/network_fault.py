@@ -157,7 +157,10 @@ def _transport(ctx: Context) -> list[Finding]:
     if _after_the_waits(ctx, [f for r in reporters for f in transport[r]]):
         return []
     # rule nccl-error-echo: a rank whose NCCL call raised ("NCCL error in: ..., unhandled system
-    # error") after NCCL logged its transport WARNs raised because of them: no cause of its own
+    # error") after NCCL logged its transport WARNs raised because of them: no cause of its own.
+    # failures() already drops such exceptions where a rank's own transport failed; where every
+    # transport line is a peer closing, it keeps them (the peer's death may be what they echo),
+    # and here they still do not lower the transport finding's confidence
     other_causes = any(f.what in ("oom", "signal", "exception", "dead", "gpu")
                        and not nccl_raised(f) for items in per_rank.values() for f in items)
     # rule closed-by-peer: ranks that only saw a peer close its end are that peer's victims

@@ -25,8 +25,8 @@ CONFIDENCE = 0.4
 
 
 def detect(ctx: Context) -> list[Finding]:
-    every = list(ctx.evidence.all_logs())
-    stated = [e for e in every if e.kind == "declared_world"]
+    # the job's size as its launcher states it; NCCL's nranks may be a subgroup's
+    stated = ctx.evidence.declared_worlds()
     if not stated:
         return []
     world = max(int(e.fields["world"]) for e in stated)
@@ -39,7 +39,7 @@ def detect(ctx: Context) -> list[Finding]:
     if len(spots) != 1 or len({o.seq for o in seen}) != 1:
         return []
     first = min(seen, key=lambda o: o.where)
-    statuses = [e for e in every
+    statuses = [e for e in ctx.evidence.all_logs()
                 if e.kind == "nccl_work_status" and e.fields.get("seq") == first.seq]
     never = bool(statuses) and all(e.fields.get("last_completed") == -1 for e in statuses)
     if not (first.seq == 1 or never):

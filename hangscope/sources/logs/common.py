@@ -255,7 +255,9 @@ def parse_line(text: str, line_no: int, ctx: Context) -> Line:
             rank, source, pos = int(m.group(1)), "prefix", m.end()
             continue
         break
-    key = text[:pos]
+    # (a prefix's one optional blank after its colon, eaten or not, is the same stream: Open MPI
+    # writes "[1,0]<stderr>:" then the line as printed, frames' indent included)
+    key = text[:pos].rstrip(" ") or text[:pos]
     rest = text[pos:]
     line = Line(raw=text, body=rest, line_no=line_no, key=key, rank=rank, rank_source=source,
                 local_rank=local, stream_text=rest)

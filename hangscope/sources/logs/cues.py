@@ -49,9 +49,13 @@ _AFTER_TIMEOUT = re.compile(r"(?i)Watchdog caught|timed[ -]out|timing out|Timeou
 # out waiting for another rank to write a key: a wait (or, at connect, rendezvous), not the network
 # (c10d's store socket's own words, also where an exception carries them without c10d's head:
 # "The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use)")
+# torch_xla's mesh service (mesh_service.cc) failing a rendezvous because a peer process's
+# socket closed: "Failed to meet rendezvous 'loss_reduce': Socket closed (14)" (its maintainers: a
+# process exited early, a segfault, and the others fail to meet it): the peer's death
+_XLA_PEER_CLOSED = r"Failed to meet rendezvous '[^']{0,200}': Socket closed"
 _NOT_NETWORK = re.compile(r"\bN?CCL INFO\b|\[c10d\]|waitForInput|\bTCPStore\b|\bPrefixStore\b|"
                           r"\b(?:server|client) socket (?:has failed to|cannot be initialized|"
-                          r"has timed out)")
+                          r"has timed out)|" + _XLA_PEER_CLOSED)
 _DIST = re.compile(r"(?i)all[_-]?reduce|all[_-]?gather|reduce[_-]?scatter|broadcast|barrier|all[_-]?to[_-]?all|"
                    r"collective|\bnccl|\bgloo|\brccl|\bhccl|\brank|process[_ ]group|c10d|distributed|\bddp\b|fsdp|deepspeed|megatron")
 
@@ -153,7 +157,8 @@ CUES: tuple[Cue, ...] = (
     Cue("peer-gone", "rank_died", "echo", re.compile(
         r"(?i)Connection (?:closed|reset) by (?:remote )?peer|ncclRemoteError|remote process exited|"
         r"peer (?:process )?(?:\w+ )?(?:closed|died|exited|hung up|disconnected)|Broken pipe|EPIPE|"
-        r"ECONNRESET|lost connection to|other side closed|worker \w+ (?:has )?(?:died|disconnected|exited)")),
+        r"ECONNRESET|lost connection to|other side closed|worker \w+ (?:has )?(?:died|disconnected|exited)|"
+        + _XLA_PEER_CLOSED)),
     # Ray's words for a worker or a whole node gone: its GCS stopped hearing the node's heartbeats,
     # or an actor (a training worker) died in the middle of a task
     Cue("node-dead", "rank_died", "cause", re.compile(
@@ -236,8 +241,12 @@ CUES: tuple[Cue, ...] = (
         # (NCCL >= 2.2x: "ncclOsSocketStartConnect: connect to 127.0.0.1<52243> returned
         # Connection refused, retrying (1/34) after sleep for 100 msec")
         r"(?:Call to connect|connect to \S+) returned Connection (?:refused|timed out), retrying"),
-        # c10d's own line that the store-based barrier of init_process_group passed
-        unless=re.compile(r"(?i)Completed store-based barrier")),
+        # c10d's own line that the store-based barrier of init_process_group passed; the NCCL
+        # heartbeat monitor's poll of a store that went away ("Failed to check the "should dump"
+        # flag on TCPStore, (maybe TCPStore server has shut down too early)"): the store was up,
+        # and its host (rank 0) has exited, at the job's end or in its failure, not set-up
+        unless=re.compile(r"(?i)Completed store-based barrier|"
+                          r"TCPStore server has shut down too early")),
     Cue("mismatch-words", "collective_mismatch", "cause", re.compile(
         r"(?i)\bmismatch(?:ed|es)?\b|do(?:es)?(?: not|n't) match|different (?:shape|size|dtype|number of|order|sequence)|"
         r"inconsistent|unequal|uneven|sizes? differ|expected .{0,40} but (?:got|received)|"
@@ -335,6 +344,13 @@ _MSG_RANK = re.compile(r"(?i)where the (?:task|worker|actor) \([^)]{0,300}?\bran
                        r"\bRankID\s*[:=]\s*(?P<r4>\d+)|"
                        r"\b(?:global[_ ]?)?rank\s*[=:#]?\s*\[?(?P<r>\d+)\]?|"
                        r"\bprocess (?P<r2>\d+) terminated with\b")
+# a frame of c10's C++ backtrace under "Exception raised from X at file:line (most recent call
+# first):" ("frame #4: c10d::TCPStore::check(...) + 0x371 (0x7fff in libtorch_cpu.so)"): a
+# store's own method there is how any read of a key looks (the NCCL heartbeat monitor polling
+# the store at the job's end, too), so it says nothing of set-up; the caller's frame does
+# (broadcastUniqueNCCLID: the wait for the NCCL id)
+_CXX_FRAME = re.compile(r"\s*frame #\d+: ")
+_STORE_CALL = re.compile(r"c10d::(?:TCP|Prefix|Hash|File)Store::\w+")
 # torch.multiprocessing.spawn's header over the traceback of the process that raised
 _SPAWN_HEADER = re.compile(r"^\W{0,4}Process (\d+) terminated with the following error:")
 # the job's size as set-up lines state it: Lightning's "MEMBER: 2/8", "world_size=8", "nranks 8"
@@ -388,7 +404,10 @@ def scan_cues(path: str, rank_hint: int | None = None,
         if not at_end and not possible:
             continue
         line = parse_line(text, tail.line_no(index), ctx)
-        cue = classify(line.body[:2000], [CUES[i] for i in possible])
+        body = line.body[:2000]
+        if possible and _CXX_FRAME.match(body):
+            body = _STORE_CALL.sub("", body)
+        cue = classify(body, [CUES[i] for i in possible])
         if cue is None and at_end:
             cue = SETUP_CUE
         if cue is None:

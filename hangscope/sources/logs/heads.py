@@ -56,7 +56,7 @@ _SELF_EVIDENT = frozenset({"cri", "kubectl"})
 # its zone (kubectl --timestamps, docker logs -t, CI runners, log stores), or journald's / syslog's
 # short form with the host and the program (``May 01 12:00:00 node-3 python[4242]: ``).
 _STAMPS = (
-    ("stamp", re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d) ")),
+    ("stamp", re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d):? ")),
     ("journal", re.compile(r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d "
                            r"\d\d:\d\d:\d\d [\w.\-]{1,100} "
                            r"(?!kernel:)[\w.\-/]{1,100}(?:\[\d{1,10}\])?: ")),

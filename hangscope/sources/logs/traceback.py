@@ -40,6 +40,7 @@ main_first, frames)::
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 
@@ -231,23 +232,54 @@ def thread_exception(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]
     m = _THREAD.search(line.body)
     if not m:
         return []
-    for nxt in follow.lines():
-        if nxt.key != line.key:
+    events = _traceback_under(line, ctx, follow, over_blanks=False)
+    for event in events:
+        event.fields["thread"] = m.group("name")[:120]
+    return events
+
+
+# torch.multiprocessing.spawn's header over the traceback of the process that raised
+_SPAWN_HEADER = re.compile(r"^\W{0,4}Process (?P<n>\d+) terminated with the following error:")
+
+
+def spawned_exception(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """``torch.multiprocessing.spawn``'s parent re-raises a child's exception under ``-- Process
+    N terminated with the following error:``: the traceback below is process N's (the rank of
+    a one-node job; ``launcher``, as good as that process's own prefix), wherever it is pasted
+    without one."""
+    m = _SPAWN_HEADER.search(line.body)
+    if not m:
+        return []
+    named = int(m.group("n"))
+    out = []
+    for event in _traceback_under(line, ctx, follow, over_blanks=True):
+        if event.rank is None or event.fields.get("rank_source") in (None, "", "path"):
+            event.fields["rank_source"] = "launcher"
+            event = dataclasses.replace(event, rank=named)
+        out.append(event)
+    return out
+
+
+def _traceback_under(line: Line, ctx: Context, follow: Follow,
+                     over_blanks: bool) -> list[LogEvent]:
+    """The traceback that opens on the next line of ``line``'s stream (or the next non-blank
+    one), read as its block; nothing where that line opens none."""
+    for index, nxt in enumerate(follow.lines()):
+        if nxt.key != line.key or (over_blanks and not nxt.body.strip()):
             continue
         if not nxt.body.lstrip().startswith("Traceback (most recent call last):"):
             return []
-        rest = Follow(lambda: itertools.islice(follow.lines(), 1, None))
+        rest = Follow(lambda: itertools.islice(follow.lines(), index + 1, None))
         events = traceback_block(nxt, ctx, rest)
         follow.consumed |= rest.consumed
         follow.consume(nxt.line_no)
-        for event in events:
-            event.fields["thread"] = m.group("name")[:120]
         return events
     return []
 
 
 HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Exception in thread ", thread_exception),
+    (b"terminated with the following error", spawned_exception),
     (b"Traceback (most recent call last):", traceback_block),
     (b'File "', headless_traceback),
 ]
