@@ -155,6 +155,11 @@ _SCREEN_OF_SCREEN = (
 
 # (log stem, variant): what the variant gives today instead of the original's verdict.
 DIFFERS: dict[tuple[str, str], str] = {
+    ("zq_bagel_zebra_cot_run_err_healthy_fsdp", "interleaved"):
+        "init_hang (cue) instead of healthy: rank 7's one prefixed record, ProcessGroupNCCL's "
+        "'using GPU 7 to perform barrier' warning (line 10), is dealt last in the round-robin, "
+        "after all the unprefixed training output: the log then ends in a set-up line with "
+        "nothing after it (setup-stops), which is what a job stuck in its first barrier shows",
     ("j_ultralytics_12905_zero_first_barrier_rank0_caching", "wrap80"):
         "rank_died (cue) instead of missing_rank [0]: the paste is itself hard-wrapped at 117 "
         "(its frames cut before ', in train'); cut again at 80, the 117-column cuts fall "

@@ -88,7 +88,7 @@ _ANCHORS = re.compile(
     rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal |glers? detected|glers found)"
     rb"|j(?:ob process|oining collective)|N(?:VRM: )|O(?:ut Of Memory|OM when alloc)|H(?:W Exception by GPU)"
     rb"|x(?:pectedly)|l(?:ocalRank \d)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')"
-    rb"|\*(?:\*\* STEP |\*\* JOB )|(?:noticed that |srun: |The first process to do so was|RUNNING AT |comm op: |Matrix \(us\)|watchdog hang|the following error)"
+    rb"|\*(?:\*\* STEP |\*\* JOB )|(?:noticed that |srun: |The first process to do so was|RUNNING AT |comm op: |Matrix \(us\)|watchdog hang|the following error|recorder dump)"
     rb"|G(?:B/s|bps)|bw|BW|k(?:B, limit )"
     rb"|S(?:endF|endB|END_F|END_B|hard \d)|R(?:ecvF|ecvB|ECV_F|ECV_B)|C(?:onnected all)|: (?:\[Horovod)")
 _PREFILTER = _ANCHORS
