@@ -393,6 +393,24 @@ def test_another_librarys_data_iterator_blocked_on_its_queue_is_a_dataloader_wai
     assert classify_thread(inside).kind == "collective"
 
 
+def test_a_scripts_own_loader_class_blocked_on_its_queue_is_a_dataloader_wait() -> None:
+    # GIVEN py-spy's view (Python 3.11+: qualified names) of a main thread waiting for batches
+    # from a loader class the training script defines itself (its prefetch thread died: blind
+    # live jobs 41's prefetch_thread_corrupt_record)
+    def stack(owner: str) -> ThreadStack:
+        return ThreadStack(1, (_f("Condition.wait", "threading.py", 327),
+                               _f("Queue.get", "queue.py", 171),
+                               _f(f"{owner}.__iter__", "/job/train.py", 105),
+                               _f("main", "/job/train.py", 240)), "MainThread", False, False)
+    # THEN the class's name says it is the data pipeline: a dataloader wait
+    for owner in ("PrefetchLoader", "ShardDataset", "AsyncBatcher"):
+        activity = classify_thread(stack(owner))
+        assert activity.kind == "dataloader", owner
+    # AND an iterator of some other class over a queue stays a queue wait
+    for owner in ("MetricsStream", "EventLog", "LoaderStats"):
+        assert classify_thread(stack(owner)).kind == "lock", owner
+
+
 def test_library_wrappers_name_the_collective() -> None:
     # GIVEN DeepSpeed's wrappers (py-spy short paths), once with and once without the c10d frame
     c10d = "torch/distributed/distributed_c10d.py"

@@ -146,12 +146,19 @@ _DATA_MODULE = re.compile(r"(?:^|/)(?:data|datasets?|dataloaders?|loaders?|input
 _DATA_ITER_FUNCS = frozenset({"__next__", "__iter__", "_next_data", "next_batch", "get_batch"})
 
 
+# ... or a class named for one, wherever its module is (a training script's own
+# ``PrefetchLoader.__iter__``, ``ShardDataset.__next__``; py-spy names the class on Python 3.11+)
+_DATA_CLASS = re.compile(r"(?:Loader|Prefetch(?:er)?|Dataset|DataPipe|Batcher|Feeder)$")
+
+
 def is_data_iterator(frame: Frame) -> bool:
     """A frame of a data pipeline's iterator outside torch's DataLoader (whose own frames
     ``is_dataloader_wait`` reads)."""
-    return not frame.native and _func(frame) in _DATA_ITER_FUNCS \
-        and _DATA_MODULE.search(frame.filename.replace("\\", "/")) is not None \
-        and not _under(frame, "torch/utils/data/")
+    if frame.native or _func(frame) not in _DATA_ITER_FUNCS or _under(frame, "torch/utils/data/"):
+        return False
+    owner = frame.name.rsplit(".", 1)[0] if "." in frame.name else ""
+    return _DATA_MODULE.search(frame.filename.replace("\\", "/")) is not None \
+        or _DATA_CLASS.search(owner.rsplit(".", 1)[-1]) is not None
 
 
 def _in_child_process(frames: Sequence[Frame]) -> bool:
