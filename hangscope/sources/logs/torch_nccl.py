@@ -125,9 +125,22 @@ def watchdog(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     if m.start() > 0 and "terminated with exception" in line.body[:m.start()] \
             or "DistBackendError" in line.body[:m.start()]:
         fields["repeat"] = 1
+    span = _CONDENSED.search(line.body[:m.start()])
+    if span is not None and 0 <= int(span.group("lo")) < int(span.group("hi")) <= MAX_CONDENSED:
+        # a person's summary of many ranks' identical lines ("[Rank 1-7] Watchdog caught ..."):
+        # each rank of the range timed out
+        return [make_event("nccl_watchdog_timeout", line, ctx, "error", dict(fields), rank=r,
+                           rank_source="content")
+                for r in range(int(span.group("lo")), int(span.group("hi")) + 1)]
     rank, source = _pg_fields(line, ctx, fields)
     return [make_event("nccl_watchdog_timeout", line, ctx, "error", fields, rank=rank,
                        rank_source=source)]
+
+
+# no program writes a range of ranks as a line's head; people condensing eight ranks' copies of
+# one line do ("[Rank 1-7]", "[Ranks 8-15]")
+_CONDENSED = re.compile(r"\[Ranks? (?P<lo>\d+) ?[-\u2013] ?(?P<hi>\d+)\]")
+MAX_CONDENSED = 4095
 
 
 _STATUS = re.compile(

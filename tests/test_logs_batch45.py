@@ -1,0 +1,46 @@
+"""Rules from blind batch 45's first look, on wordings other than the case it was written for,
+each with a log that must not trip it: a person's condensed head over many ranks' copies of one
+watchdog line ("[Rank 1-7] Watchdog caught ...") is each of those ranks' timeout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from _logs_helpers import kind_and_culprits
+
+from hangscope.analysis.engine import analyze
+from hangscope.options import LoadOptions
+from hangscope.sources.load import load_paths
+from hangscope.sources.logs import scan_log
+
+_WATCHDOG = ("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=812, "
+             "OpType=_ALLGATHER_BASE, NumelIn=4096, NumelOut=65536, Timeout(ms)=1800000) ran for "
+             "1800042 milliseconds before timing out.")
+
+
+def _write(folder: Path, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "paste.log"
+    path.write_text(text)
+    return path
+
+
+def _timeouts(path: Path) -> list[int | None]:
+    return [e.rank for e in scan_log(str(path)) if e.kind == "nccl_watchdog_timeout"]
+
+
+def test_a_condensed_range_of_ranks_is_each_ranks_timeout(tmp_path: Path) -> None:
+    # GIVEN a write-up's summary of 16 ranks' watchdog lines, rank 8 left out of it
+    text = f"[Rank 0-7] {_WATCHDOG}\n[Ranks 9-15] {_WATCHDOG}\n"
+    path = _write(tmp_path / "a", text)
+    # THEN every rank of both ranges timed out, and the one no range names is the culprit
+    assert _timeouts(path) == [*range(8), *range(9, 16)]
+    verdict = analyze(load_paths([str(path)], LoadOptions())[0])[0]
+    assert kind_and_culprits(verdict) == ("missing_rank", [8])
+
+
+def test_a_single_rank_or_a_range_no_one_writes_is_not_expanded(tmp_path: Path) -> None:
+    # torch's own head names one rank; a backwards or an absurd range is no summary of ranks
+    assert _timeouts(_write(tmp_path / "a", f"[Rank 3] {_WATCHDOG}\n")) == [3]
+    assert _timeouts(_write(tmp_path / "b", f"[Rank 7-1] {_WATCHDOG}\n")) != list(range(1, 8))
+    assert len(_timeouts(_write(tmp_path / "c", f"[Rank 0-99999] {_WATCHDOG}\n"))) == 1
