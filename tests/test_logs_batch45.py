@@ -12,6 +12,7 @@ from hangscope.analysis.engine import analyze
 from hangscope.options import LoadOptions
 from hangscope.sources.load import load_paths
 from hangscope.sources.logs import scan_log
+from hangscope.sources.logs.cues import scan_cues
 
 _WATCHDOG = ("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=812, "
              "OpType=_ALLGATHER_BASE, NumelIn=4096, NumelOut=65536, Timeout(ms)=1800000) ran for "
@@ -44,3 +45,18 @@ def test_a_single_rank_or_a_range_no_one_writes_is_not_expanded(tmp_path: Path) 
     assert _timeouts(_write(tmp_path / "a", f"[Rank 3] {_WATCHDOG}\n")) == [3]
     assert _timeouts(_write(tmp_path / "b", f"[Rank 7-1] {_WATCHDOG}\n")) != list(range(1, 8))
     assert len(_timeouts(_write(tmp_path / "c", f"[Rank 0-99999] {_WATCHDOG}\n"))) == 1
+
+
+def test_a_counter_of_stragglers_that_reads_none_is_no_slow_cue(tmp_path: Path) -> None:
+    # GIVEN a run's epoch lines with its straggler counter at none (batch 45: a baseline run of a
+    # straggler-experiment repository read as a straggler from the counter's name)
+    lines = [f"[Epoch {e:03d}] train_loss={1.0 / (e + 1):.4f} epoch_time=47.{e}s "
+             f"step_time=0.13 straggle_events=none" for e in range(6)]
+    path = _write(tmp_path / "a", "\n".join(lines) + "\n")
+    verdict = analyze(load_paths([str(path)], LoadOptions())[0])[0]
+    assert verdict.root is None or verdict.root.kind.value != "straggler"
+    # AND the same counter with events in it is still a word about slow ranks
+    slow = "\n".join(line.replace("straggle_events=none", f"straggle_events={700 + i}")
+                     for i, line in enumerate(lines)) + "\n"
+    cues = scan_cues(str(_write(tmp_path / "b", slow)))
+    assert any(e.fields.get("cue") == "slow-words" for e in cues)

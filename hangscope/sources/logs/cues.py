@@ -282,7 +282,9 @@ CUES: tuple[Cue, ...] = (
         r"(?:iteration|step) time (?:increas|grow|jump)\w*"),
         # a straggler detector's own heading or all-clear names the word, not a slow rank
         # (its findings are read in full: sources/logs/perf_reports.py)
-        unless=re.compile(r"(?i)straggler (?:report|detection\b(?! warning))|no stragglers?\b")),
+        # (and a counter of them that reads none: "straggle_events=none", "stragglers: 0")
+        unless=re.compile(r"(?i)straggler (?:report|detection\b(?! warning))|no stragglers?\b|"
+                          r"\bstraggl\w*\s*[=:]\s*(?:none|0|\[\])(?![\w.])")),
     # Horovod's stall inspector (stall_inspector.cc) with no per-rank list after it: some ranks
     # submitted a tensor 60 s before the rest; the lists, where a paste has them, say who
     # (sources/logs/stall_reports.py); alone it says a rank is behind, not which or why
