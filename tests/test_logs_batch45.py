@@ -60,3 +60,25 @@ def test_a_counter_of_stragglers_that_reads_none_is_no_slow_cue(tmp_path: Path) 
                      for i, line in enumerate(lines)) + "\n"
     cues = scan_cues(str(_write(tmp_path / "b", slow)))
     assert any(e.fields.get("cue") == "slow-words" for e in cues)
+
+
+def test_a_bar_drawn_on_its_own_line_after_a_ranks_warning_is_no_continuation(
+        tmp_path: Path) -> None:
+    # GIVEN a rank's warning, then tqdm's bar drawn on lines of its own (its padded percentage
+    # indents it), as a paste shows a bar whose carriage returns became line ends
+    text = ("[rank0]:[W330 02:38:51.149050472 reducer.cpp:1500] Warning: find_unused_parameters="
+            "True was specified in DDP constructor, but did not find any unused parameters\n"
+            "\n"
+            "  0%|          | 1/801 [00:28<6:20:52, 28.57s/it]\n"
+            "  0%|          | 2/801 [00:56<6:18:07, 28.39s/it]\n")
+    path = _write(tmp_path / "a", text)
+    # THEN the bar is its own stream, which moved: training is under way, nothing failed
+    verdict = analyze(load_paths([str(path)], LoadOptions())[0])[0]
+    assert verdict.status.value == "healthy", [f.summary for f in verdict.findings]
+    # AND an indented line under a rank's report is still that report's continuation
+    from hangscope.sources.logs.tail import tail_lines
+    report = text.split("\n", 1)[0] + "\n    frame #0: c10::Error::Error() + 0x88\n"
+    read = tail_lines(str(_write(tmp_path / "b", report)))
+    assert read is not None and read[3] == {1}
+    read = tail_lines(str(path))
+    assert read is not None and read[3] == set()

@@ -121,7 +121,7 @@ def _continuations(lines: list[bytes]) -> set[int]:
     for index, raw in enumerate(lines):
         if not raw.strip():
             continue
-        if raw[:1] in (b" ", b"\t") and not _STAMPED.match(raw):
+        if raw[:1] in (b" ", b"\t") and not _STAMPED.match(raw) and not _BAR_START.match(raw):
             if prefixed:
                 found.add(index)
             continue
@@ -132,6 +132,9 @@ def _continuations(lines: list[bytes]) -> set[int]:
 # an indented line that opens with its own date is a record of its own, not a continuation
 # (Megatron's " [2024-04-06 02:55:45] iteration 2/100 | ..." after a "[Rank 1] memory" line)
 _STAMPED = re.compile(rb"[ \t]+\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d")
+# nor one that is a progress bar's drawing (tqdm pads its percentage: "  0%|          | 1/801"):
+# the bar's own stream, drawn after the record above it
+_BAR_START = re.compile(rb"[ \t]*\d{1,3}%\|")
 
 
 # a process's head (``[rank3]:``, ``[default0]:``, ``[1,0]<stderr>:``, ``[3] ``, Ray's
