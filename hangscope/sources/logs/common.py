@@ -95,6 +95,9 @@ _P_RAY = re.compile(r"\((?:(?P<who>[\w.\-]+(?: (?:TP\d+|rank=\d+))?) )?pid=\d+(?
 # ``[2025-07-25 07:53:08 DP1 TP3 EP3] ``
 _T_SGLANG = re.compile(r"\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?P<tags>(?: (?:DP|PP|TP|EP|CP)\d+)+)\] ")
 _PARALLEL_TAG = re.compile(r"(?<![A-Za-z])(DP|PP|TP|EP|CP|rank=)(\d+)")
+# torch.multiprocessing.spawn's header over the traceback of the process that raised (read by the
+# traceback handler, which gives that traceback the process, and by the cue scan)
+SPAWN_HEADER = re.compile(r"^\W{0,4}Process (\d+) terminated with the following error:")
 SRUN_PATTERN = r" {0,5}(\d{1,6}): "  # ``srun -l``'s task label (normalize peels it too)
 _P_SRUN = re.compile(SRUN_PATTERN)
 

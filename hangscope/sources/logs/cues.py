@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hangscope.model import LogEvent
-from hangscope.sources.logs.common import make_event, parse_line
+from hangscope.sources.logs.common import SPAWN_HEADER, make_event, parse_line
 from hangscope.sources.logs.literal_gate import LiteralGate
 from hangscope.sources.logs.tail import LogicalTail, logical_tail
 
@@ -353,8 +353,6 @@ _MSG_RANK = re.compile(r"(?i)where the (?:task|worker|actor) \([^)]{0,300}?\bran
 # (broadcastUniqueNCCLID: the wait for the NCCL id)
 _CXX_FRAME = re.compile(r"\s*frame #\d+: ")
 _STORE_CALL = re.compile(r"c10d::(?:TCP|Prefix|Hash|File)Store::\w+")
-# torch.multiprocessing.spawn's header over the traceback of the process that raised
-_SPAWN_HEADER = re.compile(r"^\W{0,4}Process (\d+) terminated with the following error:")
 # the job's size as set-up lines state it: Lightning's "MEMBER: 2/8", "world_size=8", "nranks 8"
 _WORLD = re.compile(r"(?i)\bMEMBER: \d+/(?P<a>\d+)|\bworld[_ ]size\s*[=:]?\s*(?P<b>\d+)|"
                     r"\bnranks\s*[=:]?\s*(?P<c>\d+)")
@@ -397,7 +395,7 @@ def scan_cues(path: str, rank_hint: int | None = None,
             continue
         text = tail.text(index)
         if "terminated with the following error" in text and \
-                (header := _SPAWN_HEADER.search(text)) is not None:
+                (header := SPAWN_HEADER.search(text)) is not None:
             spawned = int(header.group(1))
             continue
         at_end = index in last and _SETUP.search(text) is not None

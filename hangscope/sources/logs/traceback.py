@@ -46,7 +46,7 @@ import re
 
 from hangscope.model import LogEvent
 from hangscope.sources.logs.base import Follow, Handler
-from hangscope.sources.logs.common import Context, Line, make_event
+from hangscope.sources.logs.common import SPAWN_HEADER, Context, Line, make_event
 
 MAX_BLOCK_LINES = 2000
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?$')
@@ -238,19 +238,15 @@ def thread_exception(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]
     return events
 
 
-# torch.multiprocessing.spawn's header over the traceback of the process that raised
-_SPAWN_HEADER = re.compile(r"^\W{0,4}Process (?P<n>\d+) terminated with the following error:")
-
-
 def spawned_exception(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     """``torch.multiprocessing.spawn``'s parent re-raises a child's exception under ``-- Process
     N terminated with the following error:``: the traceback below is process N's (the rank of
     a one-node job; ``launcher``, as good as that process's own prefix), wherever it is pasted
     without one."""
-    m = _SPAWN_HEADER.search(line.body)
+    m = SPAWN_HEADER.search(line.body)
     if not m:
         return []
-    named = int(m.group("n"))
+    named = int(m.group(1))
     out = []
     for event in _traceback_under(line, ctx, follow, over_blanks=True):
         if event.rank is None or event.fields.get("rank_source") in (None, "", "path"):
