@@ -117,11 +117,12 @@ def scan_benign(path: str, tail: LogicalTail | None) -> list[LogEvent]:
     names: list[str] = []
     after_warning = False
     last = None
-    records = list(_records(tail))
-    # the width a paste was hard-wrapped at: its longest line, where that is a terminal's width
-    width = max((len(text) for _line, text in records), default=0)
+    # the width a paste was hard-wrapped at: its longest record's first line, where that is a
+    # terminal's width (the records are parsed one by one after: most logs stop at the first)
+    width = max((len(tail.text(index)) for index in range(len(tail.lines))
+                 if index == 0 or index not in tail.skip), default=0)
     previous = ""
-    for line, text in records:
+    for line, text in _records(tail):
         body = line.body.strip()
         cut = width >= _MIN_WRAP and len(previous) >= width - _WRAP_SLACK
         previous = text

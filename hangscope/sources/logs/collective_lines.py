@@ -25,12 +25,14 @@ from __future__ import annotations
 import re
 
 from hangscope.model import LogEvent
+from hangscope.sources.logs.casefold import twin
 from hangscope.sources.logs.common import Line, make_event, parse_line
 from hangscope.sources.logs.tail import LogicalTail, logical_tail
 
 MAX_EVENTS = 4096
 _OPS = re.compile(rb"(?i)all[_-]?reduce|all[_-]?gather|reduce[_-]?scatter|broadcast|all[_-]?to[_-]?all"
-                  rb"|\bbarrier\b|\breduce\b|(?-i:Send|Recv): opCount")
+                  rb"|\bbarrier\b|\breduce\b|(?:send|recv): opcount")  # (_P2P: cased)
+_OPS_FOLDED = twin(_OPS)
 # NCCL_DEBUG_SUBSYS=COLL's point-to-point calls (``enqueue.cc``, 2.7+; RCCL alike): ``Send: opCount 1
 # sendbuff ... count 1572864 datatype 7 op 0 root 1 comm 0x5574e8f68900 [nranks=2] stream 0x...``;
 # ``root`` is the peer
@@ -71,8 +73,8 @@ def scan_collective_lines(path: str, rank_hint: int | None = None,
         return []
     ctx = tail.ctx
     found: list[tuple[Line, dict[str, str | int | float], str, str | None]] = []
-    for index, raw in enumerate(tail.lines):
-        if index in tail.skip or not _OPS.search(raw):
+    for index in range(len(tail.lines)):
+        if index in tail.skip or not _OPS_FOLDED.search(tail.lowered[index]):
             continue
         number = tail.line_no(index)
         line = parse_line(tail.text(index), number, ctx)

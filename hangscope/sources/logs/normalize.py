@@ -142,7 +142,7 @@ _OPEN_RECORDS = (
 _OPEN_TRIGGER = re.compile(b"|".join(re.escape(s.encode()) for s, _ in _OPEN_RECORDS))
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Normalized:
     """The logical lines as bytes, and where each starts in the original file (1-based)."""
 
@@ -242,10 +242,25 @@ def _as_text(line: bytes | str) -> str:
     return line if isinstance(line, str) else line.decode("utf-8", errors="replace")
 
 
+# the last text normalized and its result: one file's scans (its events, its tail's logical
+# lines, its progress) each ask for the same bytes, and rebuilding a megabyte takes milliseconds
+_last: tuple[bytes, Normalized | None] | None = None
+
+
 def normalize(raw: bytes) -> Normalized | None:
     """The paste's logical lines, or None when it needs no repair (the common, fast case)."""
+    global _last
     if len(raw) > NORMALIZE_MAX or not raw:
         return None
+    last = _last
+    if last is not None and len(last[0]) == len(raw) and last[0] == raw:
+        return last[1]
+    fixed = _normalize(raw)
+    _last = (raw, fixed)
+    return fixed
+
+
+def _normalize(raw: bytes) -> Normalized | None:
     data = raw
     if b"\r" in data:
         data = data.replace(b"\r\n", b"\n")

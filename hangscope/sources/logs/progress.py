@@ -329,11 +329,10 @@ def _named_streams(lines: list[bytes], skip: set[int]
     streams are named this way; one name is one process, whose lines stay one stream."""
     found: dict[int, tuple[int | None, int | None]] = {}
     for index, raw in enumerate(lines):
-        if index in skip or _HEADED.match(raw) or not _CANDIDATE.search(raw):
-            continue  # (a prefixed line's stream is its prefix's)
         ranked, device = b"ank" in raw or b"ANK" in raw, b"cuda:" in raw
-        if not (ranked or device):
-            continue
+        if not (ranked or device) or index in skip or _HEADED.match(raw) \
+                or not _CANDIDATE.search(raw):
+            continue  # (a prefixed line's stream is its prefix's)
         text = decode(raw, MAX_LINE)
         if parse_progress(text) is None:
             continue  # (a wrapped line's continuation names the device but is no progress)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 
 from hangscope.model import LogEvent
+from hangscope.sources.logs.casefold import twin
 from hangscope.sources.logs.collective_lines import canonical_op
 from hangscope.sources.logs.common import Context, Line, make_event, parse_line
 from hangscope.sources.logs.tail import MAX_LINE, LogicalTail
@@ -45,6 +46,7 @@ _FRAME = re.compile(r"^[\s`*\-]*(?P<op>" + _OPS + r")\s*(?:\(|→|->|<-|`)")
 _WAITING = re.compile(r"(?i)\b(?:stuck|waiting|waits?|blocked|blocks|hangs?|hanging|sits?|sitting)"
                       r"(?: forever)? (?:in|on|at) (?:the |a |an )?`?(?P<op>" + _OPS + r")\b")
 _CANDIDATE = re.compile(rb"(?i)\b(?:tp|ranks?)\s?\d")
+_FOLDED = twin(_CANDIDATE)
 _JOINED = re.compile(r"^\s*(?:,|and|&|/|\+|as well as)?\s*$")
 
 
@@ -54,7 +56,7 @@ def scan_rank_positions(path: str, tail: LogicalTail | None) -> list[LogEvent]:
     said = [index for index in range(len(tail.lines)) if index not in tail.skip]
     out: list[LogEvent] = []
     for at, index in enumerate(said):
-        if not _CANDIDATE.search(tail.lines[index], 0, MAX_LINE):
+        if not _FOLDED.search(tail.lowered[index], 0, MAX_LINE):
             continue
         text = tail.text(index)
         labels = list(_LABEL.finditer(text))

@@ -59,14 +59,14 @@ def scan_rank_timings(tail: LogicalTail | None) -> list[LogEvent]:
     last: dict[str, Line] = {}  # the template's last line
     for _index, line in unheaded_candidates(tail, _CANDIDATE):
         body = line.body.strip()
-        if _NOT_MEASURED.search(body) or parse_progress(body) is not None:
-            continue  # a step's time is a progress line's, read with its samples by progress.py
+        if _NOT_MEASURED.search(body):
+            continue
         who = _who(body)
         if who is None:
             continue
         found = _value(body, who[3])
-        if found is None:
-            continue
+        if found is None or parse_progress(body) is not None:
+            continue  # a step's time is a progress line's, read with its samples by progress.py
         value, unit = found
         template = _NUMBER.sub("#", body)[:200]
         if template not in seen and len(seen) >= MAX_TEMPLATES:

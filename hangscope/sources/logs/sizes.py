@@ -23,8 +23,9 @@ from __future__ import annotations
 import re
 
 from hangscope.model import LogEvent
+from hangscope.sources.logs.casefold import twin
 from hangscope.sources.logs.common import Line, decode, make_event, parse_line
-from hangscope.sources.logs.tail import MAX_LINE, tail_lines
+from hangscope.sources.logs.tail import MAX_LINE, lowered_lines, tail_lines
 
 MAX_TEMPLATES = 32  # per stream: the latest ones
 _SIZE_WORDS = re.compile(rb"(?i)size|shape|numel|vocab|classes|params|parameters|elements|"
@@ -39,10 +40,11 @@ def scan_sizes(path: str, rank_hint: int | None = None) -> list[LogEvent]:
     if read is None:
         return []
     ctx, first_line, lines, skip = read
+    lowered, search = lowered_lines(lines), twin(_SIZE_WORDS).search
     kept: dict[tuple[int | None, int | None], dict[str, tuple[Line, str]]] = {}
     for index in range(len(lines) - 1, -1, -1):
         raw = lines[index]
-        if index in skip or not _SIZE_WORDS.search(raw):
+        if index in skip or not search(lowered[index]):
             continue
         line = parse_line(decode(raw.split(b"\r")[-1], MAX_LINE), first_line + index, ctx)
         body = _RANK.sub(lambda m: m.group(1) + "#", line.body.strip())

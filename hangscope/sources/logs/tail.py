@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from hangscope.sources.logs.casefold import twin
 from hangscope.sources.logs.common import (
     Context,
     Line,
@@ -50,6 +51,7 @@ class LogicalTail:
     skip: set[int]  # indexes of continuation lines (only where nothing was rebuilt)
     first_line: int
     fixed: Normalized | None
+    lowered: list[bytes]  # ``lines`` lowered, for the candidate tests (``casefold``)
 
     def text(self, index: int) -> str:
         """``lines[index]`` decoded; a line redrawn with carriage returns: its last drawing."""
@@ -83,7 +85,12 @@ def logical_tail(path: str, rank_hint: int | None = None) -> LogicalTail | None:
     fixed = normalize(b"\n".join(lines))
     if fixed is not None:
         lines, skip = fixed.data.split(b"\n"), set()
-    return LogicalTail(ctx, lines, skip, first_line, fixed)
+    return LogicalTail(ctx, lines, skip, first_line, fixed, lowered_lines(lines))
+
+
+def lowered_lines(lines: list[bytes]) -> list[bytes]:
+    """``lines`` lowered (ASCII), one by one, in one pass over their bytes."""
+    return b"\n".join(lines).lower().split(b"\n")
 
 
 def unheaded_candidates(tail: LogicalTail, candidate: re.Pattern[bytes]
@@ -91,8 +98,9 @@ def unheaded_candidates(tail: LogicalTail, candidate: re.Pattern[bytes]
     """(index, parsed line) of the tail's lines that ``candidate`` finds a word in and whose
     process head names no rank or local rank: lines a user's own print numbers in its text
     (``rank 4, fetch sample 1469``), where a head's rank would make the line its stream's."""
+    search, lowered = twin(candidate).search, tail.lowered
     for index in range(len(tail.lines)):
-        if index in tail.skip or not candidate.search(tail.lines[index], 0, MAX_LINE):
+        if index in tail.skip or not search(lowered[index], 0, MAX_LINE):
             continue
         line = parse_line(tail.text(index), tail.line_no(index), tail.ctx)
         if line.rank is None and line.local_rank is None:
@@ -108,9 +116,10 @@ def tail_candidates(path: str, rank_hint: int | None, candidate: re.Pattern[byte
     tail = tail or logical_tail(path, rank_hint)
     if tail is None:
         return None
+    search = twin(candidate).search
     return tail.ctx, [parse_line(tail.text(index), tail.line_no(index), tail.ctx)
-                      for index, raw in enumerate(tail.lines)
-                      if index not in tail.skip and candidate.search(raw, 0, MAX_LINE)]
+                      for index, folded in enumerate(tail.lowered)
+                      if index not in tail.skip and search(folded, 0, MAX_LINE)]
 
 
 def _continuations(lines: list[bytes]) -> set[int]:
