@@ -112,8 +112,8 @@ def classify(event: LogEvent) -> str | None:
         return "gpu"
     if kind == "traceback":
         message = f"{event.fields.get('exc_type', '')}: {event.fields.get('exc_message', '')}"
-        if _LOADER_EXC.search(message):
-            return "dataloader"
+        if _LOADER_EXC.search(message) or event.fields.get("queue_feeder"):
+            return "dataloader"  # (a queue's feeder thread dropped what a worker put)
         if setup_failure(event):  # before the echoes: a store that reset in set-up is set-up
             return "setup"  # failing (an OOM raised there was told apart above)
         if _ECHO.search(message) or "ChildFailedError" in message or \

@@ -112,6 +112,12 @@ def _erratic(event: LogEvent) -> bool:
 _NOT_A_FAULT = frozenset({"busy-phase", "scheduler-stop"})
 
 
+# finish wordings that every exit prints, a failed one's too (sources/logs/finish.py): NCCL's
+# abort of every member's communicator (torch aborts at a process's exit, and its watchdog after a
+# timeout or an error); an end only where no log shows a failure at all
+_ENDS_ANY_EXIT = frozenset({"nccl_aborted"})
+
+
 def logs_finished(evidence: JobEvidence) -> str | None:
     """Rule ``run-finished``: where the logs are all there is, a note when one says the run
     finished (``sources/logs/finish.py``: the trainer's own words, or the declared last epoch's
@@ -130,6 +136,8 @@ def logs_finished(evidence: JobEvidence) -> str | None:
     bad = _failed_or_echoed(evidence, every)
     if any(not _before(e, finish) for e in bad):
         return None
+    if bad and finish.fields.get("how") in _ENDS_ANY_EXIT:
+        return None  # an end that a failed process reaches too: the failure before it is why
     return (f"rule run-finished: the log says the run finished ({finish.message.strip()[:120]}, "
             f"{finish.where()}) and nothing after it failed or timed out: the training loop "
             "reached its end" + (f" ({len(bad)} earlier warning(s) or error(s) it outlived)"

@@ -200,9 +200,31 @@ def parse_xml(text: str, where: str = "") -> list[GpuReading]:
     return readings
 
 
+# lines of nvidia-smi's table output besides its rows: the date it prints first, a shell prompt
+_TABLE_EXTRAS = re.compile(rb"^(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}|"
+                           rb"\S*[$#] .*nvidia-smi.*)$")
+FOREIGN_LINES = 3  # lines no nvidia-smi table holds that make a file a log that shows one
+
+
+def in_a_log(head: bytes) -> bool:
+    """The table is part of a console log (a job script ran nvidia-smi before training): lines
+    that are neither the table's rows nor its date. Such a file is read as the log it is; its
+    table is a snapshot of unknown time (the job's start, mostly), so no GPU state is taken
+    from it."""
+    foreign = 0
+    for raw in head.split(b"\n"):
+        line = raw.strip()
+        if line and line[:1] not in (b"|", b"+", b"=") and not _TABLE_EXTRAS.match(line):
+            foreign += 1
+            if foreign >= FOREIGN_LINES:
+                return True
+    return False
+
+
 def sniff(head: bytes) -> bool:
     text = head.lstrip()
-    return (b"NVIDIA-SMI " in head[:600] and b"Driver Version" in head[:600]) \
+    return (b"NVIDIA-SMI " in head[:600] and b"Driver Version" in head[:600]
+            and not in_a_log(head)) \
         or text.startswith(b"==============NVSMI LOG==============") \
         or (text.startswith(b"<?xml") and b"<nvidia_smi_log>" in head[:600]) \
         or (text.startswith(b"index,") and b"pci.bus_id" in head[:400]) \

@@ -21,7 +21,8 @@ finding says what to check. Rules, named in ``measures["rule"]``:
   protocol problem between unlike nodes), not a rank that is missing.
 * ``every-rank-timed-out`` (0.35): the watchdogs of ranks 0 to N (two at least, none missing
   between) all timed out in the same collective (one op and sequence number, the same sizes) of
-  one group, no other rank or device is named anywhere, and either a declared world size is
+  one group (the default group whether a line names it or not), no other rank or device is
+  named anywhere, and either a stated world size (a launcher's line, NCCL's ``nranks``) is
   N + 1 or the collective is among the job's first ``EARLY_SEQ`` (where NCCL first connects its
   peers, so where a broken peer path, PCIe ACS or an IOMMU stalls a job). Basis: the ranks the
   logs know all entered it and none finished; the transport under them stalled. A paste of some
@@ -34,6 +35,7 @@ from __future__ import annotations
 from hangscope.analysis.context import Context, log_evidence
 from hangscope.analysis.log_causes import failures
 from hangscope.analysis.log_health import clean_rows
+from hangscope.analysis.observations import DEFAULT_PG
 from hangscope.analysis.verdict import Finding, Kind
 from hangscope.model import LogEvent
 
@@ -51,7 +53,6 @@ def detect(ctx: Context) -> list[Finding]:
         _every_rank(ctx, every)
 
 
-_DEFAULT_PG = ("", "0", "0:default_pg", "default_pg")
 EARLY_SEQ = 8
 
 
@@ -61,16 +62,17 @@ def _every_rank(ctx: Context, every: list[LogEvent]) -> list[Finding]:
     ranks = sorted({e.rank for e in timeouts if e.rank is not None})
     if len(ranks) < 2 or ranks != list(range(len(ranks))):
         return []
+    # (the default group named or not: torch's timeout line names none, the lines after it do)
     spots = {(str(e.fields.get("op", "")).upper(), e.fields.get("seq"),
-              e.fields.get("numel_in"), str(e.fields.get("pg", ""))) for e in timeouts}
+              e.fields.get("numel_in"), _group(str(e.fields.get("pg", "")))) for e in timeouts}
     if len(spots) != 1:
         return []
     op, seq, _numel, pg = spots.pop()
     named = {e.rank for e in every if e.rank is not None} | set(ctx.evidence.ranks)
     named |= {int(e.fields[k]) for e in every for k in ("local_rank", "cuda_dev", "gpu")
               if isinstance(e.fields.get(k), int)}  # another process's device on the host
-    declared = ctx.evidence.world_size or 0
-    if pg not in _DEFAULT_PG or not isinstance(seq, int) or not op or named - set(ranks) \
+    declared = ctx.evidence.stated_world_size() or 0
+    if pg not in DEFAULT_PG or not isinstance(seq, int) or not op or named - set(ranks) \
             or declared > len(ranks) or (declared != len(ranks) and seq > EARLY_SEQ):
         return []
     summary = (f"rule every-rank-timed-out: ranks {ranks[0]}-{ranks[-1]}, every rank these "
@@ -79,12 +81,18 @@ def _every_rank(ctx: Context, every: list[LogEvent]) -> list[Finding]:
                "rather than a rank staying away" + (" (it was the job's first collective, "
                                                     "where NCCL first connects its peers)"
                                                     if seq == 1 else "")
-               + ". If the job has more ranks than these, the ones not shown are the ones "
-               "waited for: fetch their logs. Else " + _CHECK)
+               + (f". The job's stated size is {declared}: no rank is missing. Else "
+                  if declared == len(ranks) else
+                  ". If the job has more ranks than these, the ones not shown are the ones "
+                  "waited for: fetch their logs. Else ") + _CHECK)
     return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=ranks,
                     confidence=0.35, summary=summary,
                     evidence=[log_evidence(e, fold=True) for e in timeouts[:2]],
                     measures={"rule": "every-rank-timed-out"})]
+
+
+def _group(pg: str) -> str:
+    return "" if pg in DEFAULT_PG else pg
 
 
 def _ras_clean(every: list[LogEvent]) -> list[Finding]:

@@ -27,10 +27,14 @@ progress bar reached its total::
     rank 3 finished successfully                                                       # benchmark
     Process 31 - Training time: 10.09 seconds                                         # a summary
 
-NCCL's teardown of a communicator by every one of its ranks (``ncclCommDestroy``; an abort
-prints ``Abort COMPLETE`` instead)::
+NCCL's teardown of a communicator by every one of its ranks (``ncclCommDestroy``)::
 
     TARS:829508:829627 [1] NCCL INFO comm 0x3ab1b680 rank 1 nranks 2 cudaDev 1 busId d000 - Destroy COMPLETE
+
+or its abort by every one (``Abort COMPLETE``, ``how`` ``nccl_aborted``): torch's process group
+aborts its communicators when a process exits without destroying them, and so does its watchdog
+after a timeout or an error, so ``log_health`` reads it as an end only where no log shows a
+failure at all.
 
 DeepSpeed's launcher, which logs each worker that exits 0 and stops the rest at the first that
 does not (``exits with return code = N``): every worker its launchers started (``num_local_procs=N``, one
@@ -60,7 +64,7 @@ from hangscope.sources.logs.tail import LogicalTail, logical_tail, tail_candidat
 _CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|done training|successfully finished|epoch|\[=|"
                         rb"exits (?:successfully|with return code)|num_local_procs=|"
                         rb"success|succeeded|finished|NOT been destroyed|was not called before program exit|(?:training|total|run) (?:time|duration)|"
-                        rb"Destroy COMPLETE|\d/\d+ \[")
+                        rb"(?:Destroy|Abort) COMPLETE|\d/\d+ \[")
 # a rank's own line that it is through: "[MPI Rank 5] runCount: 10000 Success"; never a negated
 # one ("not finished", "didn't finish", "unsuccessful")
 _RANK_NAMED = re.compile(r"(?i)\brank[\s:=#]*(?P<rank>\d+)\b")
@@ -106,6 +110,7 @@ def scan_finish(path: str, rank_hint: int | None = None,
     bar_at_total = -1  # line number of the latest bar at its total
     done: dict[int, Line] = {}
     destroyed: dict[int, dict[int, Line]] = {}  # nranks -> rank in the communicator -> its line
+    aborted: dict[int, dict[int, Line]] = {}  # the same, for "Abort COMPLETE"
     exited: dict[int, Line] = {}  # DeepSpeed's launcher: pid -> its "exits successfully" line
     failed_exit = False
     local_procs = 0
@@ -118,8 +123,9 @@ def scan_finish(path: str, rank_hint: int | None = None,
         if (procs := _DS_LOCAL.search(body)) is not None:
             local_procs += int(procs.group("n"))  # each node's launcher says its own
         # NCCL's own word that a communicator was torn down in order (an abort is no such word)
-        if (comm := COMM_END.search(body)) is not None and comm.group("how") == "Destroy":
-            destroyed.setdefault(int(comm.group("n")), {})[int(comm.group("rank"))] = line
+        if (comm := COMM_END.search(body)) is not None:
+            ended = destroyed if comm.group("how") == "Destroy" else aborted
+            ended.setdefault(int(comm.group("n")), {})[int(comm.group("rank"))] = line
             continue
         if _RANK_DONE.search(body) and not _FAILED_WORDS.search(body):
             named = _RANK_NAMED.search(body)
@@ -143,13 +149,17 @@ def scan_finish(path: str, rank_hint: int | None = None,
         last = max(exited.values(), key=lambda item: item.line_no)
         events.append(make_event("run_finished", last, ctx, "info",
                                  {"how": "launcher_exits", "workers": len(exited)}))
-    whole = [ranks for n, ranks in destroyed.items() if n >= 2 and sorted(ranks) == list(range(n))]
-    if not events and whole:
-        # every member of a communicator destroyed it in order: the job tore NCCL down itself
-        ranks = max(whole, key=len)
-        last = max(ranks.values(), key=lambda item: item.line_no)
-        events.append(make_event("run_finished", last, ctx, "info",
-                                 {"how": "nccl_destroyed", "ranks": ",".join(map(str, sorted(ranks)))}))
+    for how, ended in (("nccl_destroyed", destroyed), ("nccl_aborted", aborted)):
+        whole = [ranks for n, ranks in ended.items() if n >= 2 and sorted(ranks) == list(range(n))]
+        if not events and whole:
+            # every member of a communicator destroyed it in order: the job tore NCCL down
+            # itself; or aborted it, as torch's process group does at a process's exit when the
+            # program never destroyed it (and as its watchdog does after a timeout or an
+            # error: log_health reads an abort as an end only where no log shows one)
+            ranks = max(whole, key=len)
+            last = max(ranks.values(), key=lambda item: item.line_no)
+            events.append(make_event("run_finished", last, ctx, "info",
+                                     {"how": how, "ranks": ",".join(map(str, sorted(ranks)))}))
     if not events and len(done) >= 2:
         # 0..N all said so; else the ranks that did, which counts only where they are every
         # rank the logs show (log_health.logs_finished checks)

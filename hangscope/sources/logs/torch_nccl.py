@@ -149,14 +149,21 @@ _STATUS = re.compile(
     r"last completed (?:NCCL )?work: (?P<done>-?\d+)")
 
 
+def _completed(done: int, enqueued: int) -> dict[str, int]:
+    """``last_completed`` as the line states it, or nothing where no rank could have completed
+    it: past the last work it enqueued (torch 2.3 printed its counter unset before any work
+    completed: ``last enqueued NCCL work: 1, last completed NCCL work: 1225212205848461568``)."""
+    return {"last_completed": done} if done <= max(enqueued, 0) else {}
+
+
 def work_status(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     m = _STATUS.search(line.body)
     if not m:
         return []
     fields: dict[str, str | int | float] = {
         "seq": int(m.group("seq")), "last_enqueued": int(m.group("enq")),
-        "last_completed": int(m.group("done")),
         "timeout": 1 if "Timeout at" in line.body else 0}
+    fields.update(_completed(int(m.group("done")), int(m.group("enq"))))
     rank, source = _pg_fields(line, ctx, fields)
     return [make_event("nccl_work_status", line, ctx, "error", fields, rank=rank,
                        rank_source=source)]
@@ -404,7 +411,7 @@ def fr_dump(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         fields["action"] = "signal"
         fields["from"] = "local" if src.startswith("this") else src.split()[-1]
         fields["last_enqueued"] = int(m.group("enq"))
-        fields["last_completed"] = int(m.group("done"))
+        fields.update(_completed(int(m.group("done")), int(m.group("enq"))))
     elif (w := _DUMP_WRITTEN.search(body)) is not None:
         fields["action"] = "written"
         fields["dump_path"] = w.group("path")

@@ -16,7 +16,9 @@ above exception was the direct cause of the following exception:") continue the 
 reports the LAST exception (the one that killed the process) and ``chained`` counts the earlier ones.
 
 fields: exc_type, exc_message (first line, clipped), last_frame ("file:line"), last_function,
-frames (count), chained, first_exc_type (when chained).
+frames (count), chained, first_exc_type (when chained), queue_feeder (set where the block starts
+in a multiprocessing queue's feeder thread: ``Queue._feed`` prints its own failure and drops the
+object, so a DataLoader worker's batch is lost and its rank waits for it forever).
 
 A block cut before its exception line (the paste ends, or the next record starts) gives no
 ``traceback`` event: what killed the process is not there. One such block is still evidence
@@ -50,6 +52,10 @@ from hangscope.sources.logs.common import SPAWN_HEADER, Context, Line, make_even
 
 MAX_BLOCK_LINES = 2000
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?$')
+# a frame whose indentation was lost on the way (a README or a web page rendered the paste): its
+# source line and carets stand flush left too, one source line per frame
+_FLAT_FRAME = re.compile(r'^File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?$')
+_CARETS = re.compile(r"^\s*[~^]+\s*$")
 # The last line's type: ``...Error`` and the like, or a module's lowercase ``error`` class
 # (``zlib.error``, ``struct.error``, ``socket.error``).
 _EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning|"
@@ -59,6 +65,10 @@ _LOADER_FILE = "torch/utils/data/dataloader.py"
 # (and _shutdown_workers, which joins its workers at the end of an epoch: a worker that never
 # exits holds it there)
 _LOADER_WAITS = frozenset({"_try_get_data", "_get_data", "_shutdown_workers"})
+# a multiprocessing queue's feeder thread (``Queue._feed``), which pickles what ``put`` was given
+# and writes it to the pipe: where that raises, it prints the traceback from its own frame down
+# and drops the object; the process lives on, and whoever waits for the object waits forever
+_QUEUES_FILE = "multiprocessing/queues.py"
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 # blocks the main process runs first while every other rank waits in a barrier (transformers'
 # TrainingArguments.main_process_first, its torch_distributed_zero_first, accelerate's
@@ -130,6 +140,8 @@ def _block(line: Line, ctx: Context, follow: Follow, indent: int) -> list[LogEve
     waits_at: tuple[Line, str, str] | None = None
     main_first: tuple[Line, str] | None = None
     to_end = True  # the block ran to the end of the paste (no other record broke it off)
+    flat, source_lines = False, 0  # frames flush left; source lines read since the last frame
+    feeder = False  # the block starts in a multiprocessing queue's feeder thread
     for nxt in follow.lines():
         seen += 1
         if seen > MAX_BLOCK_LINES:
@@ -156,16 +168,26 @@ def _block(line: Line, ctx: Context, follow: Follow, indent: int) -> list[LogEve
                 continue
             break
         fm = _FRAME.match(text)
+        if fm is None and (frames == 0 or flat) and (fm := _FLAT_FRAME.match(text)):
+            flat = True
         if fm:
             frames += 1
+            source_lines = 0
             last_file, last_line = fm.group("file"), int(fm.group("line"))
             last_func = (fm.group("func") or "").strip()
+            if frames == 1 and not chained_starts:
+                feeder = last_func == "_feed" and last_file.replace("\\", "/").endswith(
+                    _QUEUES_FILE)
             if last_func in MAIN_FIRST and main_first is None:
                 main_first = (nxt, last_func)
             if waits_at is None and last_func in _LOADER_WAITS \
                     and last_file.replace("\\", "/").endswith(_LOADER_FILE):
                 waits_at = (nxt, f"{last_file}:{last_line}", last_func)
             continue
+        if flat and text.strip() and (_CARETS.match(text) or not source_lines
+                                      and not _EXC.match(text)):
+            source_lines += 1
+            continue  # a flush-left frame's source line, or its carets
         if text.startswith((" ", "\t")) or not text.strip():
             if main_first is None and (mf := _MAIN_FIRST_CALL.search(text)):
                 main_first = (nxt, mf.group(1))  # "with training_args.main_process_first(...):"
@@ -194,6 +216,8 @@ def _block(line: Line, ctx: Context, follow: Follow, indent: int) -> list[LogEve
         fields["first_exc_type"] = first_exc
     if main_first is not None:
         fields["main_first"] = main_first[1]
+    if feeder:
+        fields["queue_feeder"] = 1
     return [make_event("traceback", line, ctx, "error", fields)]
 
 
