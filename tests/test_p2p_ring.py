@@ -61,9 +61,10 @@ def test_only_peer_ints_and_work_names_survive_sanitizing() -> None:
                      "repr": "<torch._C._distributed_c10d.Work at 0x7f01>"}]}]}]
     # WHEN sanitized as the collector does before storing it
     kept = sanitize_dump(json.loads(json.dumps(doc)))
-    # THEN only the p2p argument, the peer-named int and the Work's name are left
+    # THEN only the p2p arguments (peer, tag), the peer-named int and the Work's name are left
     frames = kept[0]["frames"]
-    assert frames[0]["locals"] == [{"name": "src", "arg": True, "repr": "2"}]
+    assert frames[0]["locals"] == [{"name": "src", "arg": True, "repr": "2"},
+                                   {"name": "tag", "arg": True, "repr": "0"}]
     assert frames[1]["locals"] == [{"name": "prev_rank", "arg": False, "repr": "1"},
                                    {"name": "req", "arg": False, "repr": "<Work>"}]
     assert "hf_abcdef" not in json.dumps(kept) and "4321" not in json.dumps(kept)
@@ -187,6 +188,60 @@ def test_a_pasted_ring_of_blocking_sends_says_receive_first(tmp_path) -> None:
     assert root.measures["p2p_edges"] == "0 send to 1; 1 send to 2; 2 send to 0"
     assert "receive before it sends" in root.summary
     assert all(e.where == "/gone/pipe.py:12" for e in root.evidence)
+
+
+def _blocked(rank: int, op: str, peer: int, tag: int | None) -> list[str]:
+    """A rank's pasted py-spy dump blocked in dist.send/recv with its peer (and tag) read."""
+    arg = "dst" if op == "send" else "src"
+    tagged = [f"[rank{rank}]:             tag: {tag}"] if tag is not None else []
+    return [f"[rank{rank}]: Process {300 + rank}: python pipe.py",
+            f'[rank{rank}]: Thread {300 + rank} (idle): "MainThread"',
+            f"[rank{rank}]:     {op} (torch/distributed/distributed_c10d.py:2799)",
+            f"[rank{rank}]:         Arguments:",
+            f"[rank{rank}]:             tensor: <Tensor at 0x7f01>",
+            f"[rank{rank}]:             {arg}: {peer}", *tagged,
+            f"[rank{rank}]:     run_stage (/gone/pipe.py:149)"]
+
+
+def test_a_send_and_a_receive_that_face_each_other_with_other_tags_deadlock(tmp_path) -> None:
+    # GIVEN a pipeline's stages 0-2 each receiving micro-batch 3's gradient (tag 1003) from the
+    # next, and the last stage sending micro-batch 2's (tag 1002): it skipped one
+    lines = _blocked(0, "recv", 1, 1003) + _blocked(1, "recv", 2, 1003) + \
+        _blocked(2, "recv", 3, 1003) + _blocked(3, "send", 2, 1002)
+    paste = tmp_path / "stacks.txt"
+    paste.write_text("\n".join(lines) + "\n")
+    # WHEN analyzed
+    root = _verdict([paste]).findings[0]
+    # THEN ranks 2 and 3 wait on each other, and rank 3, whose tag no other waiting rank holds,
+    # is the one out of step
+    assert (root.kind.value, root.culprit_ranks) == ("p2p_deadlock", [3]), root.summary
+    assert "(tag 1003)" in root.summary and "(tag 1002)" in root.summary
+    # AND with the same tag on both sides the pair is one transfer in flight: no cycle
+    lines = _blocked(2, "recv", 3, 1003) + _blocked(3, "send", 2, 1003)
+    paste.write_text("\n".join(lines) + "\n")
+    assert all(f.kind.value != "p2p_deadlock" for f in _verdict([paste]).findings)
+    # AND with no other rank to count, the pair is named and neither is blamed
+    lines = _blocked(2, "recv", 3, 1003) + _blocked(3, "send", 2, 1002)
+    paste.write_text("\n".join(lines) + "\n")
+    root = _verdict([paste]).findings[0]
+    assert (root.kind.value, root.culprit_ranks) == ("p2p_deadlock", [2, 3]), root.summary
+
+
+def test_a_facing_pair_without_tags_deadlocks_only_when_both_stayed_still() -> None:
+    # GIVEN rank 2 in recv from 3 and rank 3 in send to 2, no tags read (py-spy's text, older
+    # bundles), as live samples leave them
+    from hangscope.analysis.p2p_frames import P2pWait
+    from hangscope.analysis.rank_state import RankStackState
+    from hangscope.analysis.waitgraph import _unmatched
+
+    def state(rank: int, op: str, peer: int, progress: str, samples: int) -> RankStackState:
+        return RankStackState(rank, None, (), progress=progress, samples=samples,  # type: ignore[arg-type]
+                              p2p=P2pWait(op, peer, op, None, "test"))
+    # THEN still over three samples each, they cannot be one transfer
+    assert _unmatched(state(2, "recv", 3, "stuck", 3), state(3, "send", 2, "stuck", 3))
+    # AND one sample, or one side moving, is a transfer that may be in flight
+    assert not _unmatched(state(2, "recv", 3, "stuck", 1), state(3, "send", 2, "stuck", 1))
+    assert not _unmatched(state(2, "recv", 3, "stuck", 3), state(3, "send", 2, "moving", 3))
 
 
 def test_pasted_locals_keep_only_peers() -> None:

@@ -57,6 +57,7 @@ class P2pWait:
     call: str
     frame: Frame | None
     how: str
+    tag: int | None = None  # the call's ``tag`` argument, where py-spy read it
 
     def clause(self) -> str:
         """``waits to receive from rank 2`` / ``waits to send to rank 1``."""
@@ -66,8 +67,9 @@ class P2pWait:
             what = "to send to"
         else:
             what = "in p2p with"
-        return f"waits {what} rank {self.peer}" if self.peer is not None else \
-            f"waits in {self.call} (peer unknown)"
+        tag = f" (tag {self.tag})" if self.tag is not None else ""
+        return f"waits {what} rank {self.peer}{tag}" if self.peer is not None else \
+            f"waits in {self.call} (peer unknown){tag}"
 
 
 def p2p_wait(thread: ThreadStack, lines: Mapping[str, Mapping[int, str]],
@@ -106,6 +108,8 @@ def _inside_call(thread: ThreadStack, inside: list[int]) -> P2pWait:
     outer = thread.frames[inside[-1]]
     op = "send" if outer.name in _SENDS else "recv" if outer.name in _RECVS else None
     caller = next((f for f in thread.frames[inside[-1] + 1:] if not f.native), None)
+    tag = next((loc.value for index in inside for loc in thread.locals
+                if loc.frame == index and loc.name == "tag" and loc.value is not None), None)
     for index in reversed(inside):  # outermost first: send_object_list's own dst before send's
         kept = {loc.name: loc.value for loc in thread.locals if loc.frame == index}
         for names, note in ((_GLOBAL_ARGS, ""), (_GROUP_ARGS, ", a group rank")):
@@ -114,9 +118,9 @@ def _inside_call(thread: ThreadStack, inside: list[int]) -> P2pWait:
                 if value is not None:
                     where = thread.frames[index].name
                     return P2pWait(op, value, outer.name, caller or outer,
-                                   f"{where}({name}={value}){note}, a local py-spy read")
+                                   f"{where}({name}={value}){note}, a local py-spy read", tag)
     return P2pWait(op, None, outer.name, caller or outer,
-                   "no peer argument in the dump (taken without --locals?)")
+                   "no peer argument in the dump (taken without --locals?)", tag)
 
 
 def _native_direction(thread: ThreadStack) -> str | None:

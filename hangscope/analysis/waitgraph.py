@@ -404,6 +404,19 @@ def add_stack_waits(graph: WaitGraph, picture: Picture,
         graph.add_mutual_wait(WaitReason("stack-p2p", "", "", -1, next(iter(ops))), unknown)
 
 
+def _unmatched(mine: RankStackState, theirs: RankStackState) -> bool:
+    """Rule ``facing-p2p-unmatched``: a send and the receive it faces that cannot be one
+    transfer: their tags differ (gloo pairs a send with a receive by tag), or both ranks stayed in
+    them, still, over every sample (a posted pair completes in milliseconds). Each then waits on
+    the other: a p2p deadlock between the two."""
+    a, b = mine.p2p, theirs.p2p
+    if a is None or b is None:
+        return False
+    if a.tag is not None and b.tag is not None:
+        return a.tag != b.tag
+    return mine.progress == theirs.progress == "stuck" and min(mine.samples, theirs.samples) >= 2
+
+
 def _add_peer_waits(graph: WaitGraph, stacks: dict[int, RankStackState],
                     p2p_ranks: list[int]) -> set[int]:
     """rank -> peer edges of the p2p ranks whose peer is known; returns those ranks."""
@@ -416,7 +429,7 @@ def _add_peer_waits(graph: WaitGraph, stacks: dict[int, RankStackState],
         directed.add(rank)
         theirs = stacks[wait.peer].p2p if wait.peer in stacks else None
         if theirs is not None and theirs.peer == rank and None not in (theirs.op, wait.op) \
-                and theirs.op != wait.op:
+                and theirs.op != wait.op and not _unmatched(stacks[rank], stacks[wait.peer]):
             continue  # a send and its recv both posted: in flight, not a wait on the peer
         graph.add_wait(WaitReason("stack-p2p", "", "", -1, wait.op or wait.call), [rank],
                        [wait.peer])

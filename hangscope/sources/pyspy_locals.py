@@ -7,7 +7,8 @@ every other local is dropped before anything is stored or analyzed, because loca
 secrets (tokens, paths, user data) and a bundle travels:
 
 - in a torch.distributed p2p frame (``send``/``recv``/``isend``/``irecv``/...): the int arguments
-  ``dst``, ``src``, ``peer``, ``group_dst``, ``group_src``;
+  ``dst``, ``src``, ``peer``, ``group_dst``, ``group_src``, and ``tag`` (gloo matches a send to a
+  receive by it: two ranks that face each other with different tags wait for ever);
 - in any other frame outside installed packages (the job's own code): int locals whose name reads
   like a peer or a rank (``prev_stage``, ``next_rank``, ``src``, ``peer``, ``left``, ``to_rank``);
 - a local whose value is a torch ``Work`` (``<torch._C._distributed_c10d.Work at 0x...>``): its
@@ -30,6 +31,7 @@ P2P_FUNCS = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "s
                        "recv_object_list", "_coalescing_manager", "P2POp.__init__",
                        "P2POp.__new__"})
 P2P_PEER_ARGS = frozenset({"dst", "src", "peer", "group_dst", "group_src", "group_peer"})
+P2P_KEPT_ARGS = P2P_PEER_ARGS | {"tag"}
 _PEER_WORDS = frozenset({"src", "dst", "peer", "prev", "previous", "next", "nxt", "left", "right",
                          "rank", "stage", "neighbor", "neighbour", "dest", "source", "target",
                          "sender", "receiver", "from", "to", "upstream", "downstream", "pred",
@@ -58,7 +60,7 @@ def keep_local(func: str, filename: str, name: str, text: str) -> str | None:
     if not _INT.match(text):
         return None
     if is_p2p_frame(func, filename):
-        return text if name in P2P_PEER_ARGS else None
+        return text if name in P2P_KEPT_ARGS else None
     if _INSTALLED.search(filename):
         return None
     return text if peer_like(name) else None

@@ -8,13 +8,19 @@ members' (``analysis/pg_order.py``: majority of the members of both groups, from
 on a tie both sides are named with lower confidence, and where no rank's order can be compared
 (stacks or logs only, or no rank in two of the groups) every rank of the cycle is. A p2p cycle
 whose every edge a stack's peer argument gives (``analysis/p2p_frames.py``) is walked in order,
-with 0.85 (0.75 where a peer is guessed from local names). Cites: the
+with 0.85 (0.75 where a peer is guessed from local names). Two ranks that face each other, one
+in a send to the other and the other in a receive from the first, are a cycle where the two calls
+cannot be one transfer (``waitgraph._unmatched``: their tags differ, or both stayed in them over
+every sample); where their tags differ and the other ranks waiting in p2p hold one of the two,
+the rank with the other tag is the culprit (rule ``odd-tag``). Cites: the
 pending FR entry of one rank per class in the cycle. False positives: p2p ops that NCCL would
 complete because both sides are in one ``batch_isend_irecv`` group (torch records them as separate
 entries); a snapshot taken between two legitimately overlapping async collectives.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import networkx as nx
 
@@ -56,6 +62,12 @@ def detect(ctx: Context) -> list[Finding]:
                                         for r in ring):
             confidence = CONFIDENCE_FR  # every edge read from a frame's own peer argument
         culprits = in_cycle
+        if ring is not None and _facing(ctx, ring):
+            odd = odd_tag(ctx, ring)
+            if odd:
+                culprits = odd  # two ranks facing with different tags: the one out of step
+            elif not _tags_differ(ctx, ring):
+                confidence = CONFIDENCE_STACKS  # read from their stillness alone
         if kind is Kind.PG_ORDER_DEADLOCK and from_fr:
             order = order_verdict(ctx.picture, in_cycle)
             if order.tie:
@@ -110,6 +122,16 @@ def _ring_sentence(ctx: Context, ring: list[int]) -> tuple[list[EvidenceItem], s
         clauses.append(f"rank {rank} {wait.clause()}")
     path = " -> ".join(str(r) for r in [*ring, ring[0]])
     ops = {ctx.stacks[rank].p2p.op for rank in ring}  # type: ignore[union-attr]
+    if _facing(ctx, ring):
+        odd = odd_tag(ctx, ring)
+        blame = (f": rank {odd[0]}'s tag is the one no other waiting rank uses, so it is the "
+                 "one that skipped or added a message" if odd else "")
+        summary = (f"ranks {ring[0]} and {ring[1]} face each other and neither call completes: "
+                   + "; ".join(clauses) + ". A posted send and its receive complete at once, so "
+                   "these two are not one transfer (another tag, size or group): each waits on "
+                   f"the other for ever{blame}. Look for a send or receive that one side skips "
+                   "or adds (a step guarded on local data, an uneven number of micro-batches)")
+        return evidence, summary
     fix = ("make one rank of the cycle send before it receives" if ops == {"recv"} else
            "make one rank of the cycle receive before it sends" if ops == {"send"} else
            "order each pair's send and recv the same way on both sides")
@@ -117,6 +139,31 @@ def _ring_sentence(ctx: Context, ring: list[int]) -> tuple[list[EvidenceItem], s
                + "; ".join(clauses) + f". Nobody posts the matching op first, so none of them "
                f"can proceed: {fix} (or post the exchange with batch_isend_irecv)")
     return evidence, summary
+
+
+def _facing(ctx: Context, ring: list[int]) -> bool:
+    ops = {ctx.stacks[rank].p2p.op for rank in ring}  # type: ignore[union-attr]
+    return len(ring) == 2 and ops == {"send", "recv"}
+
+
+def _tags_differ(ctx: Context, ring: list[int]) -> bool:
+    tags = [ctx.stacks[rank].p2p.tag for rank in ring]  # type: ignore[union-attr]
+    return None not in tags and tags[0] != tags[1]
+
+
+def odd_tag(ctx: Context, ring: list[int]) -> list[int] | None:
+    """Of two ranks that face each other with different tags, the one whose tag fewer of the
+    ranks waiting in p2p ops hold (a pipeline's stages all wait on one micro-batch's tag, and the
+    stage that skipped it sends the next one's); None where the count does not tell."""
+    tags = {rank: state.p2p.tag for rank, state in ctx.stacks.items()
+            if state.p2p is not None and state.p2p.tag is not None}
+    a, b = ring
+    if a not in tags or b not in tags or tags[a] == tags[b]:
+        return None
+    held = Counter(tags.values())
+    if held[tags[a]] == held[tags[b]]:
+        return None
+    return [a] if held[tags[a]] < held[tags[b]] else [b]
 
 
 def _ring_measures(ctx: Context, ring: list[int]) -> dict[str, float | str]:
