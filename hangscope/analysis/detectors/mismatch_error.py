@@ -126,23 +126,22 @@ def _disagreement(ctx: Context) -> list[Finding]:
     models. A check raised on a line no rank is known for counts too. Which side is odd the check
     does not say; where Accelerate's list
     shows most processes with one shape and a few with others, those few are named (0.7)."""
-    checks: list[tuple[Failure, str]] = []  # each raising failure, with the words of its check
-    raising = [f for items in failures(ctx.evidence).values() for f in items]
-    # (a check raised on a line no rank is known for: the paste of one process's traceback)
-    raising += [Failure(-1, e, "collective_error")
+    # each check raised: its rank (None: a line no rank is known for, the paste of one
+    # process's traceback), its event, the words of its check
+    raising: list[tuple[int | None, LogEvent, str]] = [
+        (f.rank, f.event, f.describe()) for items in failures(ctx.evidence).values()
+        for f in items if f.what == "collective_error"]
+    raising += [(None, e, describe(e))
                 for e in unranked(ctx.evidence, frozenset({"collective_error"}))]
-    for f in raising:
-        found = RANKS_DISAGREE.search(f.event.message + str(f.event.fields)) \
-            if f.what == "collective_error" else None
-        if found is not None:
-            checks.append((f, found.group(0)))
-    checks.sort(key=lambda check: (check[0].event.path, check[0].event.line_no))
+    checks = [(rank, event, text, found.group(0)) for rank, event, text in raising
+              if (found := RANKS_DISAGREE.search(event.message + str(event.fields)))]
+    checks.sort(key=lambda check: (check[1].path, check[1].line_no))
     tables = [e for e in ctx.evidence.all_logs() if e.kind == "shape_check"]
     if not checks and not tables:
         return []
     odd = _odd_shapes(tables[0]) if tables else []
-    cited = checks[0][0].event if checks else tables[0]
-    said = checks[0][1] if checks else ""
+    cited = checks[0][1] if checks else tables[0]
+    said = checks[0][3] if checks else ""
     if said.startswith("disagreement"):
         what = ("DeepSpeed's cross-rank check found the ranks' sequences of gathered parameters "
                 f"differ ({said}): the ranks ran different modules, so their ZeRO-3 all-gathers "
@@ -169,10 +168,10 @@ def _disagreement(ctx: Context) -> list[Finding]:
         "multimodal model, MoE routing, evaluation or a last uneven batch on some ranks only)")
     summary = (f"rule `ranks-disagree`: {describe(cited, 160)} ({cited.where()}): "
                f"{what}{usual}{which}")
-    evidence = [EvidenceItem("log", f.rank if f.rank >= 0 else None, f.describe(),
-                             f.event.where()) for f, _ in checks[:3]]
+    evidence = [EvidenceItem("log", rank, text, event.where())
+                for rank, event, text, _ in checks[:3]]
     evidence += [log_evidence(e) for e in tables[:1]]
-    raised = sorted({f.rank for f, _ in checks if f.rank >= 0} |
+    raised = sorted({rank for rank, *_ in checks if rank is not None} |
                     {e.rank for e in tables if e.rank is not None})
     return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=odd,
                     waiting_ranks=[r for r in raised if r not in odd],
