@@ -76,10 +76,11 @@ _TIMINGS = re.compile(r"Init timings: rank (\d+) nranks (\d+) total ([\d.]+)")
 MAX_COMMS = 100_000  # communicators whose START is remembered per file
 _INIT = re.compile(r"comm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)")
 _TRANSPORT = re.compile(
-    r"^(?P<transport>NET/IB|NET/Socket|NET/\w+|Net|socketProgress|socketPoll|socketWait|"
+    r"^(?P<transport>NET/IB|NET/Socket|NET/\w+|Net|socket\w+|"
     r"Call to ibv_\w+|ibv_\w+|IB)\b")
 _PEER = re.compile(
-    r"(?:remote peer|from peer|peer|Connect to) (?P<peer>[\w.:%\-]+?)<(?P<port>\d+)>")
+    r"(?:remote peer|from peer|peer|[Cc]onnect to|recv from|send to) "
+    r"(?P<peer>[\w.:%\-]+?)<(?P<port>\d+)>")
 _IB_ERR = re.compile(r"with (?:error|status=)\s*(?P<err>\d+)")
 _VENDOR = re.compile(r"vendor err (?P<v>\d+)")
 _DIRECTION = re.compile(r"\((?P<dir>Send|Recv)\)")
@@ -235,34 +236,7 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
                                             "text": msg[:300]}
     if key is not None:
         fields.update({"tid": int(m.group("tid")), "cuda_dev": int(m.group("dev"))})
-    kind = "nccl_warn"
-    t = _TRANSPORT.search(msg)
-    cuda = _CUDA_FAILURE.search(msg)
-    if cuda:  # NCCL's own CUDA call failed on this rank's GPU: ``Cuda failure 'out of memory'``
-        kind = "cuda_error"
-        fields["error"] = cuda.group("error")
-    elif _ASYNC_READ.search(msg):
-        pass  # the async-event thread's read failed: an echo (module docstring)
-    elif t or any(word in msg for word in _TRANSPORT_WORDS):
-        kind = "nccl_transport_error"
-        fields["transport"] = t.group("transport") if t else ""
-        p = _PEER.search(msg)
-        if p:
-            fields["peer"] = p.group("peer")
-            fields["peer_port"] = int(p.group("port"))
-        e = _IB_ERR.search(msg)
-        if e:
-            fields["error"] = int(e.group("err"))
-        v = _VENDOR.search(msg)
-        if v:
-            fields["vendor_err"] = int(v.group("v"))
-        d = _DIRECTION.search(msg)
-        if d:
-            fields["direction"] = d.group("dir")
-        cut = _TRUNCATED.search(msg)
-        if cut:  # NCCL: "... there may be a mismatch in collective sizes ... between ranks"
-            fields.update({"truncated": 1, "got_bytes": int(cut.group("got")),
-                           "want_bytes": int(cut.group("want"))})
+    kind = _warn_kind(msg, fields)
     rank, source = None, ""
     if line.rank is not None:
         rank, source = line.rank, line.rank_source
@@ -273,6 +247,65 @@ def warn(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         elif ctx.rank_hint is not None:
             rank, source = ctx.rank_hint, ctx.rank_hint_source
     return [make_event(kind, line, ctx, "warning", fields, rank=rank, rank_source=source)]
+
+
+def _warn_kind(msg: str, fields: dict[str, str | int | float]) -> str:
+    """The event kind a WARN's message makes (``cuda_error``, ``nccl_transport_error`` or
+    ``nccl_warn``), its details added to ``fields``."""
+    t = _TRANSPORT.search(msg)
+    cuda = _CUDA_FAILURE.search(msg)
+    if cuda:  # NCCL's own CUDA call failed on this rank's GPU: ``Cuda failure 'out of memory'``
+        fields["error"] = cuda.group("error")
+        return "cuda_error"
+    if _ASYNC_READ.search(msg) or not (t or any(word in msg for word in _TRANSPORT_WORDS)):
+        return "nccl_warn"  # (the async-event thread's read failing: an echo, module docstring)
+    fields["transport"] = t.group("transport") if t else ""
+    p = _PEER.search(msg)
+    if p:
+        fields["peer"] = p.group("peer")
+        fields["peer_port"] = int(p.group("port"))
+    e = _IB_ERR.search(msg)
+    if e:
+        fields["error"] = int(e.group("err"))
+    v = _VENDOR.search(msg)
+    if v:
+        fields["vendor_err"] = int(v.group("v"))
+    d = _DIRECTION.search(msg)
+    if d:
+        fields["direction"] = d.group("dir")
+    cut = _TRUNCATED.search(msg)
+    if cut:  # NCCL: "... there may be a mismatch in collective sizes ... between ranks"
+        fields.update({"truncated": 1, "got_bytes": int(cut.group("got")),
+                       "want_bytes": int(cut.group("want"))})
+    return "nccl_transport_error"
+
+
+# NCCL's last error as torch's exception quotes it (ncclGetLastError, torch >= 1.13): "NCCL
+# error in: ..., internal error ... Last error:" and, on its own line, the WARN's message
+# without its head ("Net : Call to recv from 10.0.0.2<56843> failed : Connection refused")
+_LAST_ERROR = re.compile(r"\bLast error:\s*(?P<msg>.*)$")
+
+
+def last_error(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """A transport or CUDA failure that torch's NCCL exception quotes as NCCL's last error: the
+    same event as the WARN line it comes from (``last_error`` set), on the line that says it."""
+    m = _LAST_ERROR.search(line.body)
+    if m is None:
+        return []
+    said, msg = line, m.group("msg").strip()
+    if not msg:
+        below = next((nxt for nxt in follow.lines() if nxt.key == line.key and nxt.body.strip()),
+                     None)
+        if below is None:
+            return []
+        said, msg = below, below.body.strip()
+    if nccl_line(msg) is not None:
+        return []  # a WARN line of its own, read as one
+    fields: dict[str, str | int | float] = {"text": msg[:300], "last_error": 1}
+    kind = _warn_kind(msg, fields)
+    if kind == "nccl_warn" or (kind == "nccl_transport_error" and not _TRANSPORT.search(msg)):
+        return []  # (only NCCL's own wordings: "Net : ...", "NET/IB : ...", a Cuda failure)
+    return [make_event(kind, said, ctx, "warning", fields)]
 
 
 _TRUNCATED = re.compile(r"message truncated : receiving (?P<got>\d+) bytes instead of (?P<want>\d+)")
@@ -323,4 +356,5 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Abort COMPLETE", comm_end),
     (b"Destroy COMPLETE", comm_end),
     (b"NCCL INFO Connected all", connected),
+    (b"Last error:", last_error),
 ]

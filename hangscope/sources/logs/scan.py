@@ -80,7 +80,7 @@ _ANCHORS = re.compile(
     rb"E(?:rror|xception \(either|xception in thread|RROR|nforceNotMet)"
     rb"|W(?:atchdog|ARN |aiting in store)|w(?:idth|atchdog|een collectives|aiting on [Rr]ank|aiting for [Rr]ank|aits on rank|aits for rank)|v(?:ersion:? \d)|V(?:ersion \d)"
     rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node |hread )|A(?:vg bus bandwidth)|#(?:wrong)|H(?:eartbeat monitor)"
-    rb"|K(?:illed process)|=(?:CONSTRAINT_)"
+    rb"|K(?:illed process)|L(?:ast error:)|=(?:CONSTRAINT_)"
     rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: |elements\))|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks|TRAGGLER DETECTION)"
     rb"|F(?:ailures:|ile \")|P(?:G on this rank|G debug info|U relative performance:|U individual performance:)|I(?:nit timings|nput shapes:)|R(?:unning collective: C|ecorder|eceived a dump|eceived \d+ death|eceived Signals\.|ead timeout \[)|i(?:ng to dump d|ng ncclUniqueId)"
     rb"|M(?:ISMATCH|ismatched collective d|issing communicator|issing ranks:|EMBER: |PLETE)|S(?:TART\b)|B(?:arrier in|arrier, but)"
