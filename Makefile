@@ -61,9 +61,10 @@ demo: $(CORE)
 	$(RUN) -m fixtures.demo
 
 # -u: piped into a CI log, pytest's progress would otherwise arrive 8 KiB at a time, and a
-# run cut short would not show how far it got.
+# run cut short would not show how far it got. --durations: the slowest tests, where the
+# suite's time goes as it grows.
 test: $(STAMP)
-	$(RUN) -u -m pytest -q -p no:cacheprovider
+	$(RUN) -u -m pytest -q -p no:cacheprovider --durations=15
 
 lint: $(STAMP)
 	$(RUN) -m ruff check hangscope tests

@@ -11,6 +11,7 @@ taken off the list.
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -148,6 +149,26 @@ VARIANTS: dict[str, Callable[[str], str]] = {
     "cat-n": _numbered,
 }
 
+# Variants that re-paste a log the same way but for a detail (which head with no rank, which
+# Markdown form, which collector's stamp): each log is re-pasted in one of each family, chosen by
+# its name, so that every variant still meets a third to a half of the corpus while the suite
+# does not grow by twenty analyses per new log. Wraps, rank heads and the rest run on every log,
+# and every (log, variant) in DIFFERS runs whatever the choice.
+FAMILIES: tuple[tuple[str, ...], ...] = (
+    ("kubectl", "compose", "pytest"),
+    ("md-indented", "md-fenced", "md-quoted"),
+    ("kubectl-ts", "journald"),
+)
+
+
+def _chosen(stem: str) -> list[str]:
+    """The variants a log is re-pasted in: all but one of each family's, by its name's CRC."""
+    left_out = {name for family in FAMILIES for i, name in enumerate(family)
+                if i != zlib.crc32(f"{stem}/{family[0]}".encode()) % len(family)}
+    return [name for name in VARIANTS if name not in left_out
+            or (stem, name) in DIFFERS]
+
+
 _SCREEN_OF_SCREEN = (
     "the paste is itself a screen copy (rows padded to about 190 columns); wrapped again at 120 "
     "and padded, each row's padding goes on over rows of blanks, which are then kept as blank "
@@ -215,6 +236,11 @@ DIFFERS: dict[tuple[str, str], str] = {
         "as at 100",
     ("zo_verl_agent2_dp_actor_v1_sft_branch_mismatch", "screen120"):
         "as at 100",
+    ("zt_bigscience_meg_ds_3d_perf_n16_ds_on_healthy", "wrap100"):
+        "missing_rank [38] (absent-from-round) instead of healthy: rank 38's '(after 1 iterations) "
+        "memory (MB)' record is glued mid-line after rank 39's (two processes' output on one "
+        "line); cut at 100, its text runs across the cut ('| all' / 'ocated:'), so its print no "
+        "longer matches the round's line and rank 38 reads as the one that did not print it",
     ("h_deepep_106_ib_error12_multinode_wrapped", "wrap100"):
         "network_fault [5] instead of network_fault []: as at 200, the screen rows' padding split "
         "by a second wrap starts one IB error's line on its own, read with rank 5's prefix",
@@ -249,8 +275,9 @@ def _original(path: Path, tmp_path: Path) -> tuple[str | None, tuple[int, ...]]:
     return _ORIGINAL[path]
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("path", LOGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(("path", "variant"),
+                         [pytest.param(path, variant, id=f"{path.stem}-{variant}")
+                          for path in LOGS for variant in _chosen(path.stem)])
 def test_a_log_pasted_another_way_gives_the_same_verdict(path: Path, variant: str,
                                                          tmp_path: Path) -> None:
     text = path.read_text(encoding="utf-8", errors="replace")
@@ -266,6 +293,16 @@ def test_a_log_pasted_another_way_gives_the_same_verdict(path: Path, variant: st
         assert not same, f"now gives the original's verdict: remove it from DIFFERS ({known})"
         pytest.xfail(known)
     assert same
+
+
+def test_each_family_is_shared_out_over_the_corpus() -> None:
+    # every variant of a family meets a fair share of the logs, and a log gets one of each
+    for family in FAMILIES:
+        counts = {name: sum(name in _chosen(p.stem) for p in LOGS) for name in family}
+        assert min(counts.values()) >= len(LOGS) // (2 * len(family)), counts
+    assert all(sum(name in _chosen(p.stem) for name in family) >= 1
+               for p in LOGS for family in FAMILIES)
+    assert {name for family in FAMILIES for name in family} <= set(VARIANTS)
 
 
 def test_the_variants_change_what_they_claim() -> None:
