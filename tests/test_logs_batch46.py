@@ -123,6 +123,15 @@ def test_a_console_log_that_starts_with_nvidia_smis_table_is_read_as_a_log(
     assert verdict.findings, "the log's lines were not read"
     evidence, _ = load_paths([str(tmp_path / "a" / "paste.log")], LoadOptions())
     assert not evidence.gpus
+    # AND a table of eight GPUs and their processes (more than a sniff's head) read first
+    rows = _SMI.split("|=====")[1].split("\n", 1)[1]
+    big = _SMI + rows * 7 + "".join(
+        f"|    {g}   N/A  N/A   {4000 + g}      C   python{' ' * 60}18304MiB |\n"
+        for g in range(8)) * 3
+    assert len(big.encode()) > 4096
+    path = _write(tmp_path / "c", big + "Epoch 0:  15%| | 189/1252 [03:11<17:55]\n"
+                  + "HPU available: False, using: 0 HPUs\n" + _timeout(1, seq=3120))
+    assert _verdict(path).findings, "a log under a long table was not read"
     # AND nvidia-smi's output alone, a prompt above it, is still read as GPU state
     alone = _write(tmp_path / "b", "$ nvidia-smi\n" + _SMI, name="nvidia-smi.txt")
     evidence, _ = load_paths([str(alone)], LoadOptions())

@@ -95,6 +95,14 @@ def _files_under(path: str, skip: set[str]) -> list[tuple[str, bool]]:
     return found
 
 
+def _head(path: str, size: int) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(size)
+    except OSError:
+        return b""
+
+
 def _sniff(path: str, named: bool = False) -> tuple[str | None, bool]:
     """The file's kind from its first bytes, and whether it (also) holds a gdb or faulthandler
     stack paste: a rank's log may carry a faulthandler dump beside its watchdog lines."""
@@ -109,8 +117,9 @@ def _sniff(path: str, named: bool = False) -> tuple[str | None, bool]:
         return "pyspy", False
     if head.lstrip().startswith(b"{") and f'"{oswaits.SCHEMA}"'.encode() in head:
         return oswaits.KIND, False
-    if nvsmi.sniff(head):
-        return nvsmi.KIND, False
+    if nvsmi.sniff(head) and not (nvsmi.is_table(head) and nvsmi.in_a_log(
+            _head(path, nvsmi.TABLE_LOOK_BYTES))):
+        return nvsmi.KIND, False  # (a log that opens with a table is read as the log it is)
     if runtime.sniff_runtime(head):
         return "runtime", False
     logical = logical_bytes(head)  # a paste behind a tool's head, or hard-wrapped

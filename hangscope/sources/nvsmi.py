@@ -204,6 +204,8 @@ def parse_xml(text: str, where: str = "") -> list[GpuReading]:
 _TABLE_EXTRAS = re.compile(rb"^(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}|"
                            rb"\S*[$#] .*nvidia-smi.*)$")
 FOREIGN_LINES = 3  # lines no nvidia-smi table holds that make a file a log that shows one
+TABLE_LOOK_BYTES = 64 << 10  # read this much of a file that opens with a table (8 GPUs, their
+# processes: several KiB) to find the lines after it
 
 
 def in_a_log(head: bytes) -> bool:
@@ -221,10 +223,16 @@ def in_a_log(head: bytes) -> bool:
     return False
 
 
+def is_table(head: bytes) -> bool:
+    """nvidia-smi's default output, its table (whether alone or at the top of a log)."""
+    return b"NVIDIA-SMI " in head[:600] and b"Driver Version" in head[:600]
+
+
 def sniff(head: bytes) -> bool:
+    """nvidia-smi output in one of its formats; a table at the top of a log is told apart by
+    the caller, from more of the file than a sniff's head (``in_a_log``)."""
     text = head.lstrip()
-    return (b"NVIDIA-SMI " in head[:600] and b"Driver Version" in head[:600]
-            and not in_a_log(head)) \
+    return is_table(head) \
         or text.startswith(b"==============NVSMI LOG==============") \
         or (text.startswith(b"<?xml") and b"<nvidia_smi_log>" in head[:600]) \
         or (text.startswith(b"index,") and b"pci.bus_id" in head[:400]) \
