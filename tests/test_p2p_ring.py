@@ -244,6 +244,29 @@ def test_a_facing_pair_without_tags_deadlocks_only_when_both_stayed_still() -> N
     assert not _unmatched(state(2, "recv", 3, "stuck", 3), state(3, "send", 2, "moving", 3))
 
 
+def test_other_tags_are_no_mismatch_where_the_backend_is_nccl() -> None:
+    # GIVEN a facing pair with other tags in one sample each: gloo pairs by tag, NCCL has none
+    from types import SimpleNamespace
+
+    from hangscope.analysis.p2p_frames import P2pWait
+    from hangscope.analysis.rank_state import RankStackState
+    from hangscope.analysis.waitgraph import _unmatched, pairs_by_tag
+
+    def state(rank: int, op: str, peer: int, tag: int,
+              frames: tuple[Frame, ...] = ()) -> RankStackState:
+        return RankStackState(rank, None, frames, samples=1,
+                              p2p=P2pWait(op, peer, op, None, "test", tag))
+    recv, send = state(2, "recv", 3, 1003), state(3, "send", 2, 1002)
+    assert _unmatched(recv, send, by_tag=True)
+    assert not _unmatched(recv, send, by_tag=False)
+    # THEN an NCCL flight-recorder dump, or a native ProcessGroupNCCL frame, says NCCL
+    gloo = SimpleNamespace(backends={"gloo"})
+    assert pairs_by_tag(gloo, {2: recv, 3: send})  # type: ignore[arg-type]
+    assert not pairs_by_tag(SimpleNamespace(backends={"nccl"}), {2: recv})  # type: ignore[arg-type]
+    native = Frame("c10d::ProcessGroupNCCL::recv", "libtorch_cuda.so", 0, native=True)
+    assert not pairs_by_tag(gloo, {2: state(2, "recv", 3, 1003, (native,))})  # type: ignore[arg-type]
+
+
 def test_pasted_locals_keep_only_peers() -> None:
     text = textwrap.dedent("""\
         Thread 5 (idle): "MainThread"

@@ -396,7 +396,7 @@ def add_stack_waits(graph: WaitGraph, picture: Picture,
     if in_init:
         graph.add_wait(WaitReason("stack-init", "", "", -1, "init_process_group"), in_init,
                        elsewhere)
-    directed = _add_peer_waits(graph, stacks, p2p_ranks)
+    directed = _add_peer_waits(graph, stacks, p2p_ranks, pairs_by_tag(picture, stacks))
     unknown = [r for r in p2p_ranks if r not in directed]
     ops = {op.removeprefix("i") for op, ranks in in_p2p.items() if set(ranks) - directed}
     if len(unknown) >= 2 and len(ops) == 1:
@@ -404,21 +404,30 @@ def add_stack_waits(graph: WaitGraph, picture: Picture,
         graph.add_mutual_wait(WaitReason("stack-p2p", "", "", -1, next(iter(ops))), unknown)
 
 
-def _unmatched(mine: RankStackState, theirs: RankStackState) -> bool:
+def pairs_by_tag(picture: Picture, stacks: dict[int, RankStackState]) -> bool:
+    """Whether the job's backend pairs a send with a receive by tag: gloo and MPI do, NCCL has no
+    tags (known from a flight-recorder dump, or a native frame of ProcessGroupNCCL)."""
+    return "nccl" not in picture.backends and not any(
+        "ProcessGroupNCCL" in frame.name for state in stacks.values()
+        for frame in state.main_frames if frame.native)
+
+
+def _unmatched(mine: RankStackState, theirs: RankStackState, by_tag: bool = True) -> bool:
     """Rule ``facing-p2p-unmatched``: a send and the receive it faces that cannot be one
-    transfer: their tags differ (gloo pairs a send with a receive by tag), or both ranks stayed in
-    them, still, over every sample (a posted pair completes in milliseconds). Each then waits on
-    the other: a p2p deadlock between the two."""
+    transfer: their tags differ where the backend pairs them by tag (gloo, MPI; ``by_tag``: no
+    sign of NCCL, which has no tags), or both ranks stayed in them, still, over every sample (a
+    posted pair completes in milliseconds). Each then waits on the other: a p2p deadlock between
+    the two."""
     a, b = mine.p2p, theirs.p2p
     if a is None or b is None:
         return False
-    if a.tag is not None and b.tag is not None:
-        return a.tag != b.tag
+    if by_tag and a.tag is not None and b.tag is not None and a.tag != b.tag:
+        return True
     return mine.progress == theirs.progress == "stuck" and min(mine.samples, theirs.samples) >= 2
 
 
 def _add_peer_waits(graph: WaitGraph, stacks: dict[int, RankStackState],
-                    p2p_ranks: list[int]) -> set[int]:
+                    p2p_ranks: list[int], by_tag: bool = True) -> set[int]:
     """rank -> peer edges of the p2p ranks whose peer is known; returns those ranks."""
     directed: set[int] = set()
     for rank in p2p_ranks:
@@ -429,7 +438,8 @@ def _add_peer_waits(graph: WaitGraph, stacks: dict[int, RankStackState],
         directed.add(rank)
         theirs = stacks[wait.peer].p2p if wait.peer in stacks else None
         if theirs is not None and theirs.peer == rank and None not in (theirs.op, wait.op) \
-                and theirs.op != wait.op and not _unmatched(stacks[rank], stacks[wait.peer]):
+                and theirs.op != wait.op \
+                and not _unmatched(stacks[rank], stacks[wait.peer], by_tag):
             continue  # a send and its recv both posted: in flight, not a wait on the peer
         graph.add_wait(WaitReason("stack-p2p", "", "", -1, wait.op or wait.call), [rank],
                        [wait.peer])

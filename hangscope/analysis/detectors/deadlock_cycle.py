@@ -10,9 +10,10 @@ on a tie both sides are named with lower confidence, and where no rank's order c
 whose every edge a stack's peer argument gives (``analysis/p2p_frames.py``) is walked in order,
 with 0.85 (0.75 where a peer is guessed from local names). Two ranks that face each other, one
 in a send to the other and the other in a receive from the first, are a cycle where the two calls
-cannot be one transfer (``waitgraph._unmatched``: their tags differ, or both stayed in them over
-every sample); where their tags differ and the other ranks waiting in p2p hold one of the two,
-the rank with the other tag is the culprit (rule ``odd-tag``). Cites: the
+cannot be one transfer (``waitgraph._unmatched``: their tags differ where the backend pairs by
+tag, gloo or MPI, not NCCL; or both stayed in them over every sample); where their tags differ
+and the other ranks waiting in p2p hold one of the two, the rank with the other tag is the
+culprit (rule ``odd-tag``). Cites: the
 pending FR entry of one rank per class in the cycle. False positives: p2p ops that NCCL would
 complete because both sides are in one ``batch_isend_irecv`` group (torch records them as separate
 entries); a snapshot taken between two legitimately overlapping async collectives.
@@ -27,6 +28,7 @@ import networkx as nx
 from hangscope.analysis.context import Context
 from hangscope.analysis.pg_order import order_verdict
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
+from hangscope.analysis.waitgraph import pairs_by_tag
 from hangscope.ranges import format_ranks, ranks_phrase
 
 CONFIDENCE_FR = 0.85
@@ -148,7 +150,7 @@ def _facing(ctx: Context, ring: list[int]) -> bool:
 
 def _tags_differ(ctx: Context, ring: list[int]) -> bool:
     tags = [ctx.stacks[rank].p2p.tag for rank in ring]  # type: ignore[union-attr]
-    return None not in tags and tags[0] != tags[1]
+    return None not in tags and tags[0] != tags[1] and pairs_by_tag(ctx.picture, ctx.stacks)
 
 
 def odd_tag(ctx: Context, ring: list[int]) -> list[int] | None:
@@ -158,7 +160,7 @@ def odd_tag(ctx: Context, ring: list[int]) -> list[int] | None:
     tags = {rank: state.p2p.tag for rank, state in ctx.stacks.items()
             if state.p2p is not None and state.p2p.tag is not None}
     a, b = ring
-    if a not in tags or b not in tags or tags[a] == tags[b]:
+    if not _tags_differ(ctx, ring):
         return None
     held = Counter(tags.values())
     if held[tags[a]] == held[tags[b]]:
