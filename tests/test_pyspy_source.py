@@ -321,3 +321,20 @@ def test_a_dump_pasted_with_its_thread_line_shifted_is_read(tmp_path: Path) -> N
         [(rank, sample)] = load_pyspy_file(str(path))
         assert rank is None and sample.pid == 30560
         assert [f.name for f in sample.threads[0].frames] == ["irecv", "batch_isend_irecv"]
+
+
+def test_a_dump_whose_indentation_was_lost_is_read_frame_by_frame(tmp_path: Path) -> None:
+    # GIVEN a py-spy text dump pasted flush left (a chat or a rendered README lost its indents),
+    # a line of prose among its frames
+    text = ('Process 4242: python train.py\n'
+            'Thread 4242 (idle): "MainThread"\n'
+            "wait (threading.py:320)\n"
+            "get (queue.py:171)\n"
+            "_try_get_data (torch/utils/data/dataloader.py:1133)\n"
+            "pthread_cond_wait (libc.so.6)\n"
+            "it hangs here for hours (see the log above)\n")
+    [sample] = parse_pyspy_text(text, "paste.txt", 0.0)
+    # THEN its frames are the thread's, the native one too, and the prose is none of them
+    assert [f.name for f in sample.threads[0].frames] == \
+        ["wait", "get", "_try_get_data", "pthread_cond_wait"]
+    assert sample.threads[0].frames[-1].native

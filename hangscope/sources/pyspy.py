@@ -176,6 +176,9 @@ _PREFIX = re.compile(r"^\[(?:rank)?(\d{1,7})\]:")
 _PROCESS = re.compile(r"^Process (\d+):")
 _THREAD = re.compile(r'^Thread (?:(0x[0-9A-Fa-f]+|\d+) )?\(([a-z+]*)\)(?::\s*"(.*)")?\s*$')
 _FRAME = re.compile(r"^(.+) \(([^()]*)\)$")
+# a frame whose indentation a paste lost (a chat, a README rendering): only the plain form, one
+# word and a file:line or a library, tells it from a line of prose ending in parentheses
+_FLAT_FRAME = re.compile(r"^([^\s()]+) \(([^()\s]*(?::\d+|\.so[.\d]*))\)$")
 _NATIVE_EXT = (".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu", ".rs", ".S", ".s")
 
 
@@ -260,8 +263,8 @@ def _parse_stream(lines: list[str], path: str, taken_at: float) -> list[StackSam
         if stripped in ("Arguments:", "Locals:"):
             locals_indent = indent
             continue
-        frame = _FRAME.match(stripped)
-        if frame and edge is not None and indent > edge and threads:
+        frame = _FRAME.match(stripped) if indent != edge else _FLAT_FRAME.match(stripped)
+        if frame and edge is not None and indent >= edge and threads:
             threads[-1][4].append(_text_frame(frame.group(1), frame.group(2)))
     flush()
     return samples
