@@ -51,9 +51,11 @@ def detect(ctx: Context) -> list[Finding]:
         summary = (f"ranks {format_ranks(in_cycle)} wait on each other through {what}: "
                    + "; ".join(steps))
         ring = peer_cycle(ctx, in_cycle) if is_p2p else None
+        facing = ring is not None and _facing(ctx, ring)
+        odd = odd_tag(ctx, ring) if ring is not None and facing else None
         measures: dict[str, float | str] = {}
         if ring is not None:
-            evidence, summary = _ring_sentence(ctx, ring)
+            evidence, summary = _ring_sentence(ctx, ring, facing, odd)
             measures = _ring_measures(ctx, ring)
         first = next((r for r in reasons if r.kind in ("p2p", "collective")), None)
         collective = (CollectiveRef(first.pg, first.seq, first.op, first.pg_desc)
@@ -64,8 +66,7 @@ def detect(ctx: Context) -> list[Finding]:
                                         for r in ring):
             confidence = CONFIDENCE_FR  # every edge read from a frame's own peer argument
         culprits = in_cycle
-        if ring is not None and _facing(ctx, ring):
-            odd = odd_tag(ctx, ring)
+        if ring is not None and facing:
             if odd:
                 culprits = odd  # two ranks facing with different tags: the one out of step
             elif not _tags_differ(ctx, ring):
@@ -111,8 +112,10 @@ def peer_cycle(ctx: Context, ranks: list[int]) -> list[int] | None:
     return [src for src, _ in found] or None
 
 
-def _ring_sentence(ctx: Context, ring: list[int]) -> tuple[list[EvidenceItem], str]:
-    """Evidence per rank of a p2p ring and the sentence that walks it."""
+def _ring_sentence(ctx: Context, ring: list[int], facing: bool,
+                   odd: list[int] | None) -> tuple[list[EvidenceItem], str]:
+    """Evidence per rank of a p2p ring and the sentence that walks it (``facing``: two ranks,
+    a send and the receive it faces; ``odd``: the one whose tag is out of step)."""
     evidence, clauses = [], []
     for rank in ring:
         wait = ctx.stacks[rank].p2p
@@ -124,8 +127,7 @@ def _ring_sentence(ctx: Context, ring: list[int]) -> tuple[list[EvidenceItem], s
         clauses.append(f"rank {rank} {wait.clause()}")
     path = " -> ".join(str(r) for r in [*ring, ring[0]])
     ops = {ctx.stacks[rank].p2p.op for rank in ring}  # type: ignore[union-attr]
-    if _facing(ctx, ring):
-        odd = odd_tag(ctx, ring)
+    if facing:
         blame = (f": rank {odd[0]}'s tag is the one no other waiting rank uses, so it is the "
                  "one that skipped or added a message" if odd else "")
         summary = (f"ranks {ring[0]} and {ring[1]} face each other and neither call completes: "
