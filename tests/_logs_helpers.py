@@ -56,3 +56,11 @@ def verdict_of(folder: Path, text: str, name: str = "train.log"):  # type: ignor
 def kind_and_culprits(verdict):  # type: ignore[no-untyped-def]
     """(root finding's kind, its culprits), or None where nothing was found."""
     return (verdict.root.kind.value, verdict.root.culprit_ranks) if verdict.root else None
+
+
+def write_paste(folder: Path, text: str, name: str = "paste.log") -> Path:
+    """``text`` written as a log file ``name`` in ``folder`` (made as needed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text)
+    return path

@@ -8,9 +8,10 @@ waiting on its GPU (all-wait-on-gpu)."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
-from _logs_helpers import kind_and_culprits
+from _logs_helpers import kind_and_culprits, write_paste
 
 from hangscope.analysis.engine import analyze
 from hangscope.options import LoadOptions
@@ -63,11 +64,7 @@ def test_a_program_stamp_followed_by_its_level_is_not_peeled(tmp_path: Path) -> 
     assert all(e.rank is None for e in events)
 
 
-def _write(folder: Path, text: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "job.log"
-    path.write_text(text)
-    return path
+_write = partial(write_paste, name="job.log")
 
 
 # --- spawn's header names the process of the traceback under it -----------------------------------

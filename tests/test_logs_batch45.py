@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _logs_helpers import kind_and_culprits
+from _logs_helpers import kind_and_culprits, write_paste
 
 from hangscope.analysis.engine import analyze
 from hangscope.options import LoadOptions
@@ -19,11 +19,7 @@ _WATCHDOG = ("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=812,
              "1800042 milliseconds before timing out.")
 
 
-def _write(folder: Path, text: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "paste.log"
-    path.write_text(text)
-    return path
+_write = write_paste
 
 
 def _timeouts(path: Path) -> list[int | None]:

@@ -8,19 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _logs_helpers import kind_and_culprits
+from _logs_helpers import kind_and_culprits, write_paste
 
 from hangscope.analysis.engine import analyze
 from hangscope.options import LoadOptions
 from hangscope.sources.load import load_paths
 from hangscope.sources.logs import scan_log
 
-
-def _write(folder: Path, text: str, name: str = "paste.log") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text(text)
-    return path
+_write = write_paste
 
 
 def _verdict(path: Path):  # type: ignore[no-untyped-def]
