@@ -12,16 +12,22 @@ Fires only when every rank seen has a stack and is in that op, stuck (not moving
 with no dump: otherwise a rank elsewhere is the better suspect (``missing_rank``), and FR names the
 group and seq itself. Confidence 0.5: a stack names no group, and one collective legitimately called
 from two places on a transport stall looks the same. Cites each place's first rank's stack.
+
+Where the odd ranks' own logs say they skipped a step on a non-finite loss or gradient
+(``step_skipped``) and no majority rank's log does, the split is no ordering: the odd ranks dropped
+that step's collectives and went on to the next step's, where they wait for ranks still in the
+skipped one (collective_mismatch, 0.6, rule ``one-sided-skip``; the skip line is cited).
 """
 
 from __future__ import annotations
 
-from hangscope.analysis.context import Context
+from hangscope.analysis.context import Context, log_evidence
 from hangscope.analysis.pg_order import stack_sites
 from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
 from hangscope.ranges import ranks_phrase
 
 CONFIDENCE = 0.5
+SKIP_CONFIDENCE = 0.6
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -47,6 +53,22 @@ def detect(ctx: Context) -> list[Finding]:
                "TORCH_FR_BUFFER_SIZE, would confirm)")
     evidence = [item for r in [majority[0], *(ranks[0] for _, ranks in minority)]
                 if (item := ctx.stack_evidence(r, "main thread: ")) is not None]
+    skips = {e.rank: e for e in ctx.log_events("step_skipped") if e.rank is not None}
+    if skips and set(odd) <= set(skips) and not set(majority) & set(skips):
+        first = skips[odd[0]]
+        what = str(first.fields.get("what", "step"))
+        summary = (f"every rank is stuck in {op}, {ranks_phrase(majority)} called from {where} and "
+                   f"{odd_where}; {ranks_phrase(odd)}'s own log says it skipped "
+                   f"{'an' if what[:1] in 'aeiou' else 'a'} {what} on a non-finite value "
+                   f"(\u201c{' '.join(first.message.split())[:120]}\u201d) and no other rank's "
+                   "does: a skip decided on one rank drops that step's collectives there alone, so "
+                   f"{ranks_phrase(odd)} went on to the next step's {op} while the others wait in "
+                   "the skipped one (the skip decision must be taken on all-reduced values)")
+        return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=odd, waiting_ranks=majority,
+                        confidence=SKIP_CONFIDENCE, summary=summary,
+                        evidence=[*evidence, *(log_evidence(skips[r]) for r in odd[:4])],
+                        collective=CollectiveRef(pg=None, seq=None, op=op),
+                        measures={"rule": "one-sided-skip"})]
     return [Finding(kind=Kind.PG_ORDER_DEADLOCK, culprit_ranks=odd, waiting_ranks=majority,
                     confidence=CONFIDENCE, summary=summary, evidence=evidence,
                     collective=CollectiveRef(pg=None, seq=None, op=op))]

@@ -59,6 +59,8 @@ nccl_device                         host, pid, cuda_dev, nvml_dev, pci (a rank's
                                     NCCL ``Init COMPLETE`` line's busId)
 size_line                           template, values (``sizes``: a line naming a size, per
                                     rank stream and template)
+step_skipped                        what, reason (a rank skipped a step on a non-finite loss or
+                                    gradient: ``step_skips``)
 ==================================  =============================================================
 """
 

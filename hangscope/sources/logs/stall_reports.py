@@ -51,17 +51,35 @@ _FR_FIELD = re.compile(r"^\s*(?P<key>group info|collective|missing ranks|world s
 _CULPRIT = re.compile(r"Culprit rank (?P<rank>\d+); Error type: (?P<type>\w+)"
                       r"(?:, Expected input sizes: '?(?P<exp>[^']*)'? does not match found input "
                       r"sizes: '?(?P<found>[^',]*))?")
+# the FR analyzer's "missing ranks: {0}" (a Python set) quoted inside a sentence, with the
+# collective it names nearby ("`nccl:_all_gather_base` ... missing ranks: {0}")
+_FR_INLINE = re.compile(r"missing ranks: \{(?P<ranks>\d+(?:, ?\d+)*)\}")
+_FR_OP = re.compile(r"\b(?:nccl|gloo|xccl|ucc):(?P<op>_?[a-z][a-z_]*)")
 _MAX_OPS = 64
 
 
 def horovod_entries(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     out = []
+    if not _ENTRY.search(line.body) and not _FR_FIELD.match(line.body):
+        return _fr_inline(line, ctx)
     for m in list(_ENTRY.finditer(line.body))[:_MAX_OPS]:
         ranks = join_ints(ints(m.group("ranks")))
         out.append(make_event("stall_report", line, ctx, "warning",
                               {"tool": "horovod", "op": m.group("op").strip(" ,]"),
                                m.group("what"): ranks}))
     return out
+
+
+def _fr_inline(line: Line, ctx: Context) -> list[LogEvent]:
+    """The analyzer's missing set quoted in prose (an issue's account of ``fr_trace``'s output);
+    its own report block (``missing ranks:`` heading a line) is ``fr_not_joining``'s."""
+    m = _FR_INLINE.search(line.body)
+    if not m:
+        return []
+    op = _FR_OP.search(line.body)
+    return [make_event("stall_report", line, ctx, "warning",
+                       {"tool": "fr_analyzer", "op": op.group("op") if op else "",
+                        "missing": join_ints(ints(m.group("ranks")))})]
 
 
 def horovod_stalled_ranks(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
