@@ -112,7 +112,7 @@ def test_attach_names_a_rank_slow_on_its_reads_a_straggler(tmp_path) -> None:
         pytest.skip("py-spy not installed")
     from fixtures.jobrunner import running_job
 
-    # GIVEN a job whose rank 2 reads its records from storage that delivers one every 0.25 s
+    # GIVEN a job whose rank 2 reads its records from storage that takes 0.5 s to answer each read
     with running_job("slow_read_straggler", ready_dir=tmp_path / "ready") as job:
         time.sleep(1.0)
         # WHEN attaching with default options

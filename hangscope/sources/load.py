@@ -25,6 +25,7 @@ from hangscope.sources import (
     oswaits,
     pyspy,
     runtime,
+    source_lines,
     stack_pastes,
 )
 from hangscope.sources.logs import loader as log_loader
@@ -117,6 +118,8 @@ def _sniff(path: str, named: bool = False) -> tuple[str | None, bool]:
         return "pyspy", False
     if head.lstrip().startswith(b"{") and f'"{oswaits.SCHEMA}"'.encode() in head:
         return oswaits.KIND, False
+    if head.lstrip().startswith(b"{") and f'"{source_lines.SCHEMA}"'.encode() in head:
+        return source_lines.KIND, False  # a bundle's cited lines, beside its stacks
     if nvsmi.sniff(head) and not (nvsmi.is_table(head) and nvsmi.in_a_log(
             _head(path, nvsmi.TABLE_LOOK_BYTES))):
         return nvsmi.KIND, False  # (a log that opens with a table is read as the log it is)
@@ -175,6 +178,9 @@ def _find(paths: list[str], evidence: JobEvidence, report: LoadReport) -> _Found
             elif kind == oswaits.KIND:
                 oswaits.load_oswaits(file_path, None, evidence, report.problems)
                 report.loaded.setdefault(oswaits.KIND, []).append(file_path)
+            elif kind == source_lines.KIND:
+                source_lines.load_source_lines(file_path, None, evidence, report.problems)
+                report.loaded.setdefault(source_lines.KIND, []).append(file_path)
             elif kind == nvsmi.KIND:
                 nvsmi.load_gpu_file(file_path, None, evidence, report.problems)
                 report.loaded.setdefault(nvsmi.KIND, []).append(file_path)
