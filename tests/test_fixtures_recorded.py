@@ -253,7 +253,7 @@ def test_stacks_well_formed(scenario: str) -> None:
     names = [f"rank{r}" for r in e["stack_ranks"]]
     names += [f"rank{r}.worker{k}" for r, n in e["worker_stacks"].items() for k in range(int(n))]
     assert sorted(p.name for p in d.iterdir()) == sorted(
-        f"{n}.{ext}" for n in names for ext in ("json", "txt")
+        [f"{n}.{ext}" for n in names for ext in ("json", "txt")] + ["source-lines.json"]
     )
     for n in names:
         threads = stacks(scenario, n)

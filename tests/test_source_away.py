@@ -36,14 +36,15 @@ def _truth(folder: Path) -> dict:
 
 def _moved_away(folder: Path, into: Path) -> list[Path]:
     """Copy the recorded evidence, with every path to the job's scripts pointing at a folder that
-    does not exist (as on the machine the evidence was copied to)."""
+    does not exist (as on the machine the evidence was copied to), without the source lines a
+    recording carries (raw py-spy dumps carry none)."""
     gone = into / "moved-away" / "jobs"
     parts = []
     for part in ("fr/pickle", "stacks", "logs", "os", "runtime"):
         if not (folder / part).exists():
             continue
         dest = into / part
-        shutil.copytree(folder / part, dest)
+        shutil.copytree(folder / part, dest, ignore=shutil.ignore_patterns("source-lines.json"))
         for path in dest.rglob("*"):
             if path.is_file() and part != "fr/pickle":
                 text = path.read_text(errors="surrogateescape")
