@@ -139,3 +139,39 @@ def test_a_rank_that_said_something_else_is_still_absent_from_the_round(tmp_path
     root = verdict.root
     assert (root.kind.value, root.culprit_ranks, root.measures["rule"]) == (
         "missing_rank", [3], "absent-from-round")
+
+
+# --- per-rank sizes a person wrote out ----------------------------------------------------------
+
+def test_sizes_written_out_per_rank_name_the_odd_rank(tmp_path: Path) -> None:
+    # GIVEN a summary of many watchdog lines, in bullets, ranks as a range and a list
+    text = ("All ranks time out in SeqNum=881 (ALLGATHER). What they posted:\n"
+            "- ranks 0-5, 7 -> NumelIn 262144\n"
+            "- rank 6: NumelIn=262208\n")
+    verdict = verdict_of(tmp_path / "a", text)
+    # THEN a size mismatch of rank 6, both lines cited
+    root = verdict.root
+    assert (root.kind.value, root.culprit_ranks, root.measures["rule"]) == (
+        "collective_mismatch", [6], "stated-sizes")
+    assert len(root.evidence) == 2
+
+
+def test_a_table_of_sizes_with_no_majority_names_no_culprit(tmp_path: Path) -> None:
+    # GIVEN a Markdown table of NumelOut for two ranks that differ
+    text = ("| Rank | NumelOut |\n|---|---|\n| 0 | 4096 |\n| 1 | 8192 |\n")
+    verdict = verdict_of(tmp_path / "b", text)
+    # THEN a size mismatch, no side picked
+    root = verdict.root
+    assert (root.kind.value, root.culprit_ranks) == ("collective_mismatch", [])
+    assert "NumelOut=4096" in root.summary and "NumelOut=8192" in root.summary
+
+
+def test_sizes_that_agree_or_are_torchs_own_lines_are_no_stated_mismatch(tmp_path: Path) -> None:
+    # GIVEN a table whose sizes agree, then torch's own watchdog lines (the watchdog parser's)
+    text = ("| ranks | NumelIn |\n|---|---|\n| 0-3 | 1024 |\n| 4-7 | 1024 |\n\n"
+            "[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=100, NumelOut=100, "
+            "Timeout(ms)=600000) ran for 600006 milliseconds before timing out.\n")
+    verdict = verdict_of(tmp_path / "c", text)
+    # THEN no stated-sizes finding
+    assert all(f.measures.get("rule") != "stated-sizes" for f in verdict.findings)

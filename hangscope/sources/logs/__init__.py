@@ -61,6 +61,8 @@ size_line                           template, values (``sizes``: a line naming a
                                     rank stream and template)
 step_skipped                        what, reason (a rank skipped a step on a non-finite loss or
                                     gradient: ``step_skips``)
+stated_size                         ranks, what (NumelIn | NumelOut), numel (a person's per-rank
+                                    sizes of one collective: ``stated_sizes``)
 ==================================  =============================================================
 """
 

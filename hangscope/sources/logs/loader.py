@@ -26,6 +26,7 @@ from hangscope.sources.logs.rank_rounds import scan_rank_rounds
 from hangscope.sources.logs.rank_timings import scan_rank_timings
 from hangscope.sources.logs.scan import scan_log
 from hangscope.sources.logs.sizes import scan_sizes
+from hangscope.sources.logs.stated_sizes import scan_stated_sizes
 from hangscope.sources.logs.step_skips import scan_step_skips
 from hangscope.sources.logs.step_times import scan_step_times
 from hangscope.sources.logs.tail import logical_tail
@@ -78,6 +79,7 @@ def scan_log_file(path: str, rank: int | None) -> list[LogEvent]:
     events += scan_rank_positions(path, tail)  # a summary of where each rank's stack sits
     events += scan_rank_rounds(tail)  # a per-rank probe print with one rank missing
     events += scan_step_skips(path, rank_hint=rank, tail=tail)  # a rank skipped a non-finite step
+    events += scan_stated_sizes(path, rank_hint=rank, tail=tail)  # per-rank sizes written out
     events += scan_rank_timings(tail)  # one timer printed by every rank
     events += scan_last_shapes(path, tail)  # the shapes printed last, if they differ
     events += scan_cues(path, rank_hint=rank, tail=tail)  # words that point at a kind: last tier
