@@ -175,11 +175,20 @@ def _transport(ctx: Context) -> list[Finding]:
     named = [(peer, count) for peer, count in peers.most_common(4) if peer != "?"]
     blamed = (" name peer(s) " + ", ".join(f"{peer} ({count}x)" for peer, count in named)) \
         if named else " (NCCL's network transport failed; no peer named)"
-    summary = (f"NCCL transport errors on {ranks_phrase(reporters)}{blamed}: a link, NIC or "
-               "host on that path is the first suspect")
+    summary = (f"NCCL transport errors on {ranks_phrase(reporters)}{blamed}: "
+               f"{_suspect([f.event for r in reporters for f in transport[r]])}")
     return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=reporters, waiting_ranks=[],
                     confidence=0.5 if other_causes else 0.75, summary=summary,
                     evidence=evidence)]
+
+
+def _suspect(events: list[LogEvent]) -> str:
+    """Where to look first: NVLS failures are the NVSwitches' (NCCL's WARN says so), the others
+    a link's, a NIC's or a host's."""
+    if any(e.fields.get("transport") == "NVLS" for e in events):
+        return ("the NVSwitches' NVLink SHARP (NVLS) multicast resources are the first suspect "
+                "(Fabric Manager's log says which; NCCL_NVLS_ENABLE=0 avoids them)")
+    return "a link, NIC or host on that path is the first suspect"
 
 
 _ECHO_MARGIN_S = 5.0  # clocks of two hosts may differ by a few seconds
@@ -210,9 +219,9 @@ def _unranked(ctx: Context) -> list[Finding]:
     peers = Counter(str(e.fields["peer"]) for e in events if e.fields.get("peer"))
     blamed = (" naming peer(s) " + ", ".join(f"{peer} ({count}x)" for peer, count
                                             in peers.most_common(4))) if peers else ""
-    summary = (f"NCCL reports a transport failure{blamed}: {describe(events[0], 200)}; a link, NIC "
-               "or host on that path is the first suspect (the lines name no rank: map the "
-               "host:pid or peer address to ranks with NCCL_DEBUG=INFO's 'Init COMPLETE' lines)")
+    summary = (f"NCCL reports a transport failure{blamed}: {describe(events[0], 200)}; "
+               f"{_suspect(events)} (the lines name no rank: map the host:pid or peer address to "
+               "ranks with NCCL_DEBUG=INFO's 'Init COMPLETE' lines)")
     evidence = [EvidenceItem("log", None, describe(e), e.where()) for e in events[:4]]
     return [Finding(kind=Kind.NETWORK_FAULT, culprit_ranks=[], waiting_ranks=[],
                     confidence=0.6, summary=summary, evidence=evidence)]

@@ -64,7 +64,7 @@ from hangscope.sources.logs.common import Context, Line, make_event
 # what follows the process's head: the source file and line (WARN; a net plugin's own lines,
 # aws-ofi-nccl's, name the function instead: "int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t
 # **):208"), the level, the message
-_BODY = (r"(?:(?P<src>[\w./\-]+(?::| )\d+|(?:[\w:]+\s+){0,2}[\w:~]+\([\w\s*&,:<>]{0,160}\):\d+) )?"
+_BODY = (r"(?:(?P<src>[\w./\-]+(?::| )\d+(?: \(\w+\))?|(?:[\w:]+\s+){0,2}[\w:~]+\([\w\s*&,:<>]{0,160}\):\d+) )?"
          r"NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<msg>.*)$")
 LINE = re.compile(r"(?:^|\s)(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] " + _BODY)
 # the same line with its ``host:pid:tid [dev]`` head left out of the paste (``NCCL INFO ...``,
@@ -84,6 +84,10 @@ _PEER = re.compile(
 _IB_ERR = re.compile(r"with (?:error|status=)\s*(?P<err>\d+)")
 _VENDOR = re.compile(r"vendor err (?P<v>\d+)")
 _DIRECTION = re.compile(r"\((?P<dir>Send|Recv)\)")
+# a WARN raised in NCCL's network code names it by its source file whatever its words
+# ("transport/net_ib/gdaki/gin_host_gdaki.cc:431 (gdakiConnectQp) NCCL WARN DOCA failure 21")
+# (misc/ibvwrap's "Failed to open libibverbs.so" is no failure: NCCL falls back to sockets)
+_NET_SOURCE = re.compile(r"transport/(?:net|coll_net)\w*[./]")
 _TRANSPORT_WORDS = ("Connection closed", "Connection reset", "completion from peer", "NET/",
                     "socketProgress", "ibv_", "Net :", "timeout", "Timeout", "unreachable",
                     "refused", "truncated", "connection abort", "Connect to")
@@ -253,11 +257,15 @@ def _warn_kind(msg: str, fields: dict[str, str | int | float]) -> str:
     """The event kind a WARN's message makes (``cuda_error``, ``nccl_transport_error`` or
     ``nccl_warn``), its details added to ``fields``."""
     t = _TRANSPORT.search(msg)
+    if _NVLS.search(msg):  # the NVSwitches' multicast objects ran out: the fabric, not one GPU
+        fields["transport"] = "NVLS"
+        return "nccl_transport_error"
     cuda = _CUDA_FAILURE.search(msg)
     if cuda:  # NCCL's own CUDA call failed on this rank's GPU: ``Cuda failure 'out of memory'``
         fields["error"] = cuda.group("error")
         return "cuda_error"
-    if _ASYNC_READ.search(msg) or not (t or any(word in msg for word in _TRANSPORT_WORDS)):
+    if _ASYNC_READ.search(msg) or not (t or any(word in msg for word in _TRANSPORT_WORDS)
+                                       or _NET_SOURCE.match(str(fields.get("src", "")))):
         return "nccl_warn"  # (the async-event thread's read failing: an echo, module docstring)
     fields["transport"] = t.group("transport") if t else ""
     p = _PEER.search(msg)
@@ -303,12 +311,29 @@ def last_error(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
         return []  # a WARN line of its own, read as one
     fields: dict[str, str | int | float] = {"text": msg[:300], "last_error": 1}
     kind = _warn_kind(msg, fields)
-    if kind == "nccl_warn" or (kind == "nccl_transport_error" and not _TRANSPORT.search(msg)):
+    if kind == "nccl_warn" or (kind == "nccl_transport_error" and not _TRANSPORT.search(msg)
+                               and fields.get("transport") != "NVLS"):
         return []  # (only NCCL's own wordings: "Net : ...", "NET/IB : ...", a Cuda failure)
     return [make_event(kind, said, ctx, "warning", fields)]
 
 
+def nvls_failure(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """NCCL's NVLS WARN (``transport/nvls.cc``) quoted without its head, as torch's exception
+    prints NCCL's last error::
+
+        Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152 : CUDA error 2 'out of memory'.
+        This is usually caused by a system or configuration error in the Fabric Manager or NVSwitches.
+
+    The CUDA error is the NVSwitches' multicast resources (Fabric Manager), not the GPU's memory:
+    a ``nccl_transport_error`` of transport ``NVLS``. A headed WARN line is ``warn``'s."""
+    if nccl_line(line.body) is not None or not _NVLS.search(line.body):
+        return []
+    fields: dict[str, str | int | float] = {"text": line.body.strip()[:300], "transport": "NVLS"}
+    return [make_event("nccl_transport_error", line, ctx, "warning", fields)]
+
+
 _TRUNCATED = re.compile(r"message truncated : receiving (?P<got>\d+) bytes instead of (?P<want>\d+)")
+_NVLS = re.compile(r"\(NVLS\) Multicast memory")
 _ASYNC_READ = re.compile(r"^Call to ibv_get_async_event failed\s*$")
 _CUDA_FAILURE = re.compile(r"Cuda failure (?:\d+ )?'(?P<error>[^']+)'")
 _MISMATCH = re.compile(r"Mismatched collective detected, please check your collective calls at "
@@ -357,4 +382,5 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b"Destroy COMPLETE", comm_end),
     (b"NCCL INFO Connected all", connected),
     (b"Last error:", last_error),
+    (b"(NVLS) Multicast memory", nvls_failure),
 ]
