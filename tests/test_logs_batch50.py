@@ -17,6 +17,7 @@ from hangscope.sources.logs.step_skips import scan_step_skips
 
 RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "recorded"
 SPLIT_STACKS = RECORDED / "uneven_shard_eval" / "stacks"  # ranks 0-2 at one call site, 3 another
+OTHER_OP_STACKS = RECORDED / "collective_mismatch" / "stacks"  # ranks 0-2 in all_reduce, 3 all_gather
 
 
 # --- the FR analyzer's "missing ranks: {..}" quoted in a sentence ------------------------------
@@ -62,11 +63,13 @@ def test_skip_lines_in_several_wordings_are_read_with_their_rank(tmp_path: Path)
     text = ("2026-01-02 10:00:01,100 [rank2] WARNING non-finite loss at step 4, skipping update\n"
             "rank 1: loss is nan, skipping batch 1183\n"
             "[RANK 3] Skipping step 52 due to inf/nan gradients\n"
-            "rank 0: step 52 skipped: grad norm is inf\n")
+            "rank 0: step 52 skipped: grad norm is inf\n"
+            "[rank5] | WARNING: ran out of memory, skipping batch\n"
+            "[07:04:39][rank4] batch 12: OOM with padded length 60014, skipping batch\n")
     path = write_paste(tmp_path / "a", text)
     found = sorted((e.rank, e.fields["what"], e.fields["reason"]) for e in scan_step_skips(str(path)))
     assert found == [(0, "step", "inf"), (1, "batch", "nan"), (2, "update", "non-finite"),
-                     (3, "step", "inf")]
+                     (3, "step", "inf"), (4, "batch", "oom"), (5, "batch", "oom")]
 
 
 def test_skips_that_are_no_non_finite_skip_are_not_read(tmp_path: Path) -> None:
@@ -79,9 +82,9 @@ def test_skips_that_are_no_non_finite_skip_are_not_read(tmp_path: Path) -> None:
     assert scan_step_skips(str(path)) == []
 
 
-def _stacks_and_log(folder: Path, text: str):  # type: ignore[no-untyped-def]
+def _stacks_and_log(folder: Path, text: str, stacks: Path = SPLIT_STACKS):  # type: ignore[no-untyped-def]
     log = write_paste(folder, text, "train.log")
-    evidence, _ = load_paths([str(SPLIT_STACKS), str(log)], LoadOptions())
+    evidence, _ = load_paths([str(stacks), str(log)], LoadOptions())
     return analyze(evidence)[0]
 
 
@@ -109,6 +112,24 @@ def test_a_skip_every_rank_took_leaves_the_ordering_reading(tmp_path: Path) -> N
     root = verdict.root
     assert (root.kind.value, root.culprit_ranks) == ("pg_order_deadlock", [3])
     assert root.measures.get("rule") != "one-sided-skip"
+
+
+def test_the_rank_in_another_collective_that_skipped_a_batch_on_oom_is_that_ranks_oom(
+        tmp_path: Path) -> None:
+    # GIVEN stacks where rank 3 sits in all_gather while ranks 0-2 sit in all_reduce, and rank
+    # 3's log saying it caught an OOM and skipped the batch (fairseq's wording)
+    text = ("[rank0] | epoch 003:    120 / 800 loss=3.1\n"
+            "[rank3] | WARNING: ran out of memory, skipping batch\n")
+    verdict = _stacks_and_log(tmp_path / "a", text, OTHER_OP_STACKS)
+    # THEN rank 3's OOM is the cause, the collective split and the skip line cited
+    root = verdict.root
+    assert (root.kind.value, root.culprit_ranks, root.measures.get("rule")) == (
+        "rank_oom", [3], "one-sided-skip")
+    assert "out-of-memory" in root.summary and "all_gather" in root.summary
+    # without the skip line, the split is the mismatch it was
+    verdict = _stacks_and_log(tmp_path / "b", "[rank0] | epoch 003:    120 / 800 loss=3.1\n",
+                              OTHER_OP_STACKS)
+    assert (verdict.root.kind.value, verdict.root.culprit_ranks) == ("collective_mismatch", [3])
 
 
 # --- a round of prints where one rank said the line differently --------------------------------

@@ -16,13 +16,15 @@ from two places on a transport stall looks the same. Cites each place's first ra
 Where the odd ranks' own logs say they skipped a step on a non-finite loss or gradient
 (``step_skipped``) and no majority rank's log does, the split is no ordering: the odd ranks dropped
 that step's collectives and went on to the next step's, where they wait for ranks still in the
-skipped one (collective_mismatch, 0.6, rule ``one-sided-skip``; the skip line is cited).
+skipped one (collective_mismatch, 0.6, rule ``one-sided-skip``; the skip line is cited); a skip on
+an out-of-memory error is that rank's OOM (rank_oom; ``analysis/skips.py``).
 """
 
 from __future__ import annotations
 
 from hangscope.analysis.context import Context, log_evidence
 from hangscope.analysis.pg_order import stack_sites
+from hangscope.analysis.skips import cause, one_sided, sentence
 from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
 from hangscope.ranges import ranks_phrase
 
@@ -53,20 +55,15 @@ def detect(ctx: Context) -> list[Finding]:
                "TORCH_FR_BUFFER_SIZE, would confirm)")
     evidence = [item for r in [majority[0], *(ranks[0] for _, ranks in minority)]
                 if (item := ctx.stack_evidence(r, "main thread: ")) is not None]
-    skips = {e.rank: e for e in ctx.log_events("step_skipped") if e.rank is not None}
-    if skips and set(odd) <= set(skips) and not set(majority) & set(skips):
-        first = skips[odd[0]]
-        what = str(first.fields.get("what", "step"))
+    skipped = one_sided(ctx, odd, majority)
+    if skipped:
+        oom = cause(skipped).startswith("an out")
         summary = (f"every rank is stuck in {op}, {ranks_phrase(majority)} called from {where} and "
-                   f"{odd_where}; {ranks_phrase(odd)}'s own log says it skipped "
-                   f"{'an' if what[:1] in 'aeiou' else 'a'} {what} on a non-finite value "
-                   f"(\u201c{' '.join(first.message.split())[:120]}\u201d) and no other rank's "
-                   "does: a skip decided on one rank drops that step's collectives there alone, so "
-                   f"{ranks_phrase(odd)} went on to the next step's {op} while the others wait in "
-                   "the skipped one (the skip decision must be taken on all-reduced values)")
-        return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=odd, waiting_ranks=majority,
+                   f"{odd_where}; {sentence(skipped, ranks_phrase(odd))}")
+        return [Finding(kind=Kind.RANK_OOM if oom else Kind.COLLECTIVE_MISMATCH,
+                        culprit_ranks=odd, waiting_ranks=majority,
                         confidence=SKIP_CONFIDENCE, summary=summary,
-                        evidence=[*evidence, *(log_evidence(skips[r]) for r in odd[:4])],
+                        evidence=[*evidence, *(log_evidence(e) for e in skipped[:4])],
                         collective=CollectiveRef(pg=None, seq=None, op=op),
                         measures={"rule": "one-sided-skip"})]
     return [Finding(kind=Kind.PG_ORDER_DEADLOCK, culprit_ranks=odd, waiting_ranks=majority,

@@ -9,13 +9,18 @@ more than two ranks are shown). Cites: one FR entry per side, with the
 user's call site. False positives: ops torch records under different names for one user call
 (e.g. ``_allgather_base`` vs ``all_gather_into_tensor`` across torch versions), and ranks that
 dumped a different group under the same name.
+
+From stacks alone (no dumps), where the odd ranks' own logs say they skipped a step and no other
+rank's does (``analysis/skips.py``), the finding says so; a skip on an out-of-memory error makes
+it that rank's OOM (rank_oom, 0.7, rule ``one-sided-skip``).
 """
 
 from __future__ import annotations
 
-from hangscope.analysis.context import Context
+from hangscope.analysis.context import Context, log_evidence
 from hangscope.analysis.detectors.mismatch_common import log_mismatch_findings, mismatch_finding
 from hangscope.analysis.majority import odd_ones_out
+from hangscope.analysis.skips import cause, one_sided, sentence
 from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
 from hangscope.ranges import format_ranks, ranks_phrase
 
@@ -66,6 +71,15 @@ def _from_stacks(ctx: Context) -> list[Finding]:
         summary += "; no majority: either side may be the odd one"
     evidence = [item for _, ranks in sides
                 if (item := ctx.stack_evidence(ranks[0], "main thread: ")) is not None]
+    skipped = one_sided(ctx, culprits, majority) if clear else []
+    if skipped:  # the odd ranks said why they are elsewhere (``analysis/skips.py``)
+        oom = cause(skipped).startswith("an out")
+        return [Finding(kind=Kind.RANK_OOM if oom else Kind.COLLECTIVE_MISMATCH,
+                        culprit_ranks=culprits, waiting_ranks=sorted(majority), confidence=0.7,
+                        summary=f"{summary}; {sentence(skipped, ranks_phrase(culprits))}",
+                        evidence=[*evidence, *(log_evidence(e) for e in skipped[:4])],
+                        collective=CollectiveRef(pg=None, seq=None, op=rest[0][0]),
+                        measures={"rule": "one-sided-skip"})]
     return [Finding(kind=Kind.COLLECTIVE_MISMATCH, culprit_ranks=culprits,
                     waiting_ranks=sorted(majority), confidence=0.7 if clear else 0.5,
                     summary=summary, evidence=evidence,
