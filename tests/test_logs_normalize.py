@@ -417,3 +417,15 @@ def test_a_rule_as_long_as_a_narrow_width_stays_its_own_line() -> None:
     fixed = normalize(_wrap(table.encode(), 60))
     # THEN each rule is its own line again, not glued to the heading after it
     assert fixed is not None and fixed.data.decode() == table
+
+
+def test_a_line_at_a_common_width_before_a_bracketed_time_is_no_wrap() -> None:
+    # GIVEN a job's own log whose one long record happens to be 80 characters long, each record
+    # opening with the logger's bracketed time of day
+    lines = ["[07:04:38][rank0] epoch 0 batch 10/45 loss 6.0309",
+             "[07:04:39][rank1] epoch 0 batch 12: OOM with padded length 60014, skipping batch",
+             "[07:04:40][rank0] epoch 0 batch 20/45 loss 5.7541"]
+    assert len(lines[1]) == 80
+    # THEN no record is joined to the next
+    fixed = normalize("\n".join(lines).encode())
+    assert fixed is None or fixed.data.decode().splitlines() == lines

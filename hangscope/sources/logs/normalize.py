@@ -99,6 +99,7 @@ _RECORD_START = re.compile(
     r"|\[?[IWEF]\d{4} \d\d:\d\d"
     r"|\[[IWEF] \w"
     r"|\[?\d{4}-\d\d-\d\d[ T]\d\d:"
+    r"|\[\d\d:\d\d:\d\d(?:[.,]\d+)?\]"  # a logger's bracketed time of day: "[07:04:40]"
     r"|\[\s*\d+\.\d+\] "
     r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d+ \d\d:\d\d:\d\d "
     r"|Traceback \(most"
