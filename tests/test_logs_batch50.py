@@ -126,6 +126,7 @@ def test_the_rank_in_another_collective_that_skipped_a_batch_on_oom_is_that_rank
     assert (root.kind.value, root.culprit_ranks, root.measures.get("rule")) == (
         "rank_oom", [3], "one-sided-skip")
     assert "out-of-memory" in root.summary and "all_gather" in root.summary
+    assert verdict.status.value == "hang"  # the rank caught its OOM and lives on, waiting
     # without the skip line, the split is the mismatch it was
     verdict = _stacks_and_log(tmp_path / "b", "[rank0] | epoch 003:    120 / 800 loss=3.1\n",
                               OTHER_OP_STACKS)

@@ -122,6 +122,8 @@ def _status(ctx: Context, findings: list[Finding], gaps: list[str]) -> Status:
     if findings:
         if _failed_mismatch(ctx, findings[0]):
             return Status.CRASHED
+        if findings[0].measures.get("rule") == "one-sided-skip":
+            return Status.HANG  # (an OOM caught and its batch skipped: the rank lives on, waiting)
         return STATUS_OF_KIND.get(findings[0].kind, Status.HANG)
     anyone_waits = any(ctx.picture.pending_ops(rank) for rank in ctx.picture.dumps)
     stuck_in_collective = sorted(r for r, s in ctx.stacks.items() if s.main is not None
