@@ -197,3 +197,17 @@ def test_sizes_that_agree_or_are_torchs_own_lines_are_no_stated_mismatch(tmp_pat
     verdict = verdict_of(tmp_path / "c", text)
     # THEN no stated-sizes finding
     assert all(f.measures.get("rule") != "stated-sizes" for f in verdict.findings)
+
+
+def test_a_rank_whose_stack_is_outside_any_collective_keeps_the_stacks_reading(
+        tmp_path: Path) -> None:
+    # GIVEN the launcher's shared log of missing_rank's job (every rank prints where it will
+    # hang: rank 2 "slow_checkpoint_write", the others "all_reduce") and the job's stacks, rank 2
+    # in a sleep inside slow_checkpoint_write and ranks 0, 1, 3 in all_reduce
+    text = "".join(f"[rank{r}] hang point: {'slow_checkpoint_write' if r == 2 else 'all_reduce'}\n"
+                   for r in (0, 1, 3, 2))
+    verdict = _stacks_and_log(tmp_path / "a", text, RECORDED / "missing_rank" / "stacks")
+    # THEN rank 2 is missing from the others' collective: its odd line is no other plan
+    root = verdict.root
+    assert (root.kind.value, root.culprit_ranks) == ("missing_rank", [2])
+    assert all(f.measures.get("rule") != "odd-line-in-round" for f in verdict.findings)

@@ -13,7 +13,9 @@ where every other rank printed ``local experts [2], bucket order [('dense', ...)
 there; what it said it would do differs from what the others said, and a rank that runs another
 plan (its buckets, sizes, groups or order) issues collectives the others do not match.
 collective_mismatch, 0.35, citing both lines; the same caveats, and a print whose values differ
-by design from rank to rank reads the same.
+by design from rank to rank reads the same. Not where the rank's own stack shows it outside any
+collective (``[rank2] hang point: slow_checkpoint_write``, in a sleep there): the print then only
+says where it went, and the stacks' reading (a rank missing from the others' collective) stands.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ def detect(ctx: Context) -> list[Finding]:
     present = int(event.fields["present"])
     waiting = [r for r in range(present + 1) if r != absent]
     if "variant" in event.fields:
+        state = ctx.stacks.get(absent)
+        if state is not None and state.main is not None and state.main.kind != "collective":
+            return []  # its stack says where it is, in no collective: the stacks' reading stands
         return [_variant(event, absent, present, waiting)]
     summary = (f"rule `{RULE}`: {present} ranks printed the same line in its last round "
                f"(\u201c{' '.join(event.message.split())[:120]}\u201d) and rank {absent} alone did "
