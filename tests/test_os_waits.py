@@ -12,6 +12,7 @@ import pytest
 from live_jobs import attach_quietly, bundle_verdict_moved_away, copy_of_jobs
 
 from hangscope.analysis.os_waits import os_edges
+from hangscope.collect import oswaits
 from hangscope.errors import ExitCode
 from hangscope.model import JobEvidence
 from hangscope.sources.oswaits import load_oswaits
@@ -60,6 +61,48 @@ def test_a_reader_blocked_on_a_pipe_waits_for_its_writer_not_for_itself(tmp_path
     edges = sorted((e.waiter, e.holder, e.resource) for e in os_edges(evidence))
     # THEN each reader points at the other end's writer
     assert edges == [(10, 20, "pipe:[9]"), (20, 10, "pipe:[8]")]
+
+
+def test_a_reading_taken_while_py_spy_holds_the_process_stopped_is_read_again(tmp_path) -> None:
+    # GIVEN a /proc where rank 0's first reading is what a process held by a blocking py-spy dump
+    # shows (``running``, wchan ptrace_stop), and every later one its read of a pipe
+    proc = tmp_path / "proc"
+    (proc / "10" / "fd").mkdir(parents=True)
+    (proc / "10" / "fd" / "5").symlink_to("pipe:[9]")
+    (proc / "10" / "fdinfo").mkdir()
+    (proc / "10" / "fdinfo" / "5").write_text("pos:\t0\nflags:\t02000000\n")
+    (proc / "10" / "status").write_text("PPid:\t1\n")
+    (proc / "10" / "syscall").write_text("running\n")
+    (proc / "10" / "wchan").write_text("ptrace_stop")
+    (proc / "locks").write_text("")
+    resumed = iter([None])
+
+    def resume_after_the_first_read(path: str, limit: int = 4096) -> str | None:
+        if path.endswith("/locks") and next(resumed, "done") is None:
+            (proc / "10" / "syscall").write_text("0 0x5 0x7f 0x1000 0x0 0x0 0x0 0x7ffd 0x7f\n")
+            (proc / "10" / "wchan").write_text("anon_pipe_read")
+        return read(path, limit)
+
+    read = oswaits._read
+    oswaits._read = resume_after_the_first_read
+    try:
+        # WHEN the snapshot is taken
+        doc = json.loads(oswaits.snapshot({10: 0}, {}, proc_root=str(proc)))
+    finally:
+        oswaits._read = read
+    # THEN it keeps the reading of the process's own wait
+    taken = doc["processes"]["10"]
+    assert (taken["syscall"].split()[:2], taken["wchan"]) == (["0", "0x5"], "anon_pipe_read")
+
+
+def test_a_process_that_runs_stays_running(tmp_path) -> None:
+    proc = tmp_path / "proc"
+    (proc / "10" / "fd").mkdir(parents=True)
+    (proc / "10" / "syscall").write_text("running\n")
+    (proc / "10" / "wchan").write_text("0")
+    (proc / "locks").write_text("")
+    taken = json.loads(oswaits.snapshot({10: 0}, {}, proc_root=str(proc)))["processes"]["10"]
+    assert (taken["syscall"], taken["wchan"]) == ("running", None)
 
 
 def test_a_snapshot_of_another_format_is_one_problem(tmp_path) -> None:

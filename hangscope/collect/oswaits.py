@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hangscope.bundle import BundleWriter, CollectionRecord
@@ -72,7 +72,7 @@ def snapshot(ranks: Mapping[int, int], workers: Mapping[int, int],
         owner = rank if rank is not None else parent_rank
         queue += [(child, None, owner) for child in children_of(pid, proc_root)
                   if child not in known]
-    locks = _locks_over(proc_root)
+    locks = _locks_over(proc_root, between=lambda: _settle(known, proc_root))
     # the holders of locks someone here waits on, wherever they are
     wanted = {lock["dev_ino"] for lock in locks if lock["blocked"] and lock["pid"] in known}
     for lock in locks:
@@ -104,6 +104,32 @@ def _process(pid: int, rank: int | None, worker_of: int | None,
             "syscall": (_read(f"{base}/syscall", 512) or "").strip(),
             "wchan": wchan if wchan and wchan != "0" else None,
             "ppid": _ppid(base), "fds": _fds(base)}
+
+
+# what a process's wait reads while a blocking py-spy dump holds it stopped
+_STOPPED_WCHAN = ("ptrace_stop", "do_signal_stop")
+
+
+def _settled(proc: dict[str, Any]) -> bool:
+    """Whether the reading shows the process's own wait: a system call (its number first) and
+    no wchan of a ptrace stop. Attach samples stacks meanwhile: a process read while py-spy
+    holds it stopped, or in the moment it resumes, reads ``running`` or ``ptrace_stop``."""
+    call = proc["syscall"].split(" ", 1)[0]
+    return call.isdigit() and proc["wchan"] not in _STOPPED_WCHAN
+
+
+def _settle(known: dict[int, dict[str, Any]], proc_root: str) -> None:
+    """Read again the system call and wchan of each process whose reading is not settled, and
+    keep a settled one: a process that really runs stays ``running`` at no cost but the read."""
+    for pid, proc in known.items():
+        if _settled(proc):
+            continue
+        base = f"{proc_root}/{pid}"
+        wchan = (_read(f"{base}/wchan", 256) or "").strip()
+        again = {"syscall": (_read(f"{base}/syscall", 512) or "").strip(),
+                 "wchan": wchan if wchan and wchan != "0" else None}
+        if _settled(again):
+            proc.update(again)
 
 
 def _ppid(base: str) -> int | None:
@@ -150,16 +176,18 @@ def _flags(path: str) -> int | None:
     return None
 
 
-def _locks_over(proc_root: str, reads: int = LOCK_READS, gap_s: float = LOCK_READ_GAP_S
-                ) -> list[dict[str, Any]]:
+def _locks_over(proc_root: str, reads: int = LOCK_READS, gap_s: float = LOCK_READ_GAP_S,
+                between: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """/proc/locks read ``reads`` times ``gap_s`` apart, each lock and request once. Attach
     samples stacks meanwhile, and a blocking py-spy dump stops its target: a request blocked in
     flock is withdrawn while its process is stopped and made again when it resumes, so one read
-    can miss a waiter that every other moment shows."""
+    can miss a waiter that every other moment shows. ``between`` runs after each gap."""
     seen: dict[tuple[Any, ...], dict[str, Any]] = {}
     for index in range(max(1, reads)):
         if index:
             time.sleep(gap_s)
+            if between is not None:
+                between()
         for lock in _locks(proc_root):
             seen.setdefault((lock["kind"], lock["mode"], lock["pid"], lock["dev_ino"],
                              lock["blocked"]), lock)
