@@ -134,6 +134,12 @@ class LogEvent:
 FrState = Literal["scheduled", "started", "completed"]
 
 
+def is_default_pg(pg: str | None) -> bool:
+    """Whether a log line's group name is the job's default group: torch prints it as ``0``,
+    ``0:default_pg`` or ``default_pg``; a line that names no group (None, "") speaks of it too."""
+    return not pg or pg in ("0", "default_pg") or pg.endswith(":default_pg")
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessGroupInfo:
     """A process group as a dump describes it. ``ranks`` are global ranks; None when unknown

@@ -31,9 +31,6 @@ ObsState = Literal[
 # States of ranks that are inside a collective and wait for others.
 WAITING_STATES = frozenset({"timed_out", "waiting"})
 
-# how lines name the default process group (the whole job's); "" where they name none
-DEFAULT_PG = frozenset({"", "0", "0:default_pg", "default_pg"})
-
 
 @dataclass(frozen=True, slots=True)
 class Observation:

@@ -361,13 +361,10 @@ def _switch_rate(procs: list[ProcessState], samples: list[StackSample]) -> float
     """The main thread's own voluntary context switches per second over the /proc samples,
     less those the stack dumps in that span caused (py-spy interrupts a thread blocked in a
     futex); None where that cannot be told (a dump that did not measure its own)."""
-    counted = [p for p in procs if p.voluntary_switches is not None and p.status != "gone"]
-    if len(counted) < 2:
+    span = _span(procs, "voluntary_switches")
+    if span is None:
         return None
-    first, last = counted[0], counted[-1]
-    wall = last.sampled_at - first.sampled_at
-    if wall <= 0:
-        return None
+    first, last, wall = span
     # a dump that began up to a second before the first look may still have held the thread
     dumps = [s for s in samples if first.sampled_at - 1.0 <= s.taken_at <= last.sampled_at]
     if any(s.switches_during is None for s in dumps):
@@ -389,24 +386,31 @@ def moves_data(kind: str, io_rate: float | None) -> bool:
 def main_io_rate(procs: Sequence[ProcessState]) -> float | None:
     """Bytes per second the main thread read and wrote between the first and the last state
     that read its counters, over at least :data:`MIN_SWITCH_WINDOW_S`."""
-    read = [p for p in procs if p.main_io_bytes is not None and p.status not in ("gone", "Z")]
-    if len(read) < 2:
+    span = _span(procs, "main_io_bytes", skip=("gone", "Z"))
+    if span is None or span[2] < MIN_SWITCH_WINDOW_S:
         return None
-    wall = read[-1].sampled_at - read[0].sampled_at
-    if wall < MIN_SWITCH_WINDOW_S:
-        return None
-    return max(0, (read[-1].main_io_bytes or 0) - (read[0].main_io_bytes or 0)) / wall
+    first, last, wall = span
+    return max(0, (last.main_io_bytes or 0) - (first.main_io_bytes or 0)) / wall
 
 
 def cpu_share(procs: Sequence[ProcessState]) -> float | None:
     """CPU seconds gained per wall second between the first and the last state."""
-    timed = [p for p in procs if p.cpu_time_s is not None and p.status != "gone"]
-    if len(timed) < 2:
+    span = _span(procs, "cpu_time_s")
+    if span is None:
         return None
-    wall = timed[-1].sampled_at - timed[0].sampled_at
-    if wall <= 0:
+    first, last, wall = span
+    return max(0.0, (last.cpu_time_s or 0.0) - (first.cpu_time_s or 0.0)) / wall
+
+
+def _span(procs: Sequence[ProcessState], counter: str, skip: tuple[str, ...] = ("gone",)
+          ) -> tuple[ProcessState, ProcessState, float] | None:
+    """The first and last states that read ``counter`` (of a live process) and the wall between
+    them; None where fewer than two read it or no time passed."""
+    read = [p for p in procs if getattr(p, counter) is not None and p.status not in skip]
+    if len(read) < 2:
         return None
-    return max(0.0, (timed[-1].cpu_time_s or 0.0) - (timed[0].cpu_time_s or 0.0)) / wall
+    wall = read[-1].sampled_at - read[0].sampled_at
+    return (read[0], read[-1], wall) if wall > 0 else None
 
 
 def _stack_key(sample: StackSample) -> tuple[tuple[str, str, int | None], ...]:

@@ -25,10 +25,10 @@ from collections import defaultdict
 
 from hangscope.analysis.context import Context
 from hangscope.analysis.log_causes import describe, torn_down
-from hangscope.analysis.observations import DEFAULT_PG, WAITING_STATES, Observation
+from hangscope.analysis.observations import WAITING_STATES, Observation
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.analysis.waitgraph import WaitReason
-from hangscope.model import LogEvent
+from hangscope.model import LogEvent, is_default_pg
 from hangscope.ranges import format_ranks, ranks_phrase
 
 _STRENGTH = {"barrier": 0.9, "desync": 0.85, "watchdog": 0.75, "work_status": 0.75}
@@ -83,12 +83,12 @@ def _root_absent(ctx: Context, seen: list[Observation]) -> Finding | None:
     0.45: the root is not named by the lines, and rank 0's log may simply be missing."""
     waiting = sorted({o.rank for o in seen})
     if 0 in waiting or ctx.picture.observed(0) or _aborted(ctx, 0) or \
-            not all("broadcast" in o.op.lower() and o.pg in DEFAULT_PG
+            not all("broadcast" in o.op.lower() and is_default_pg(o.pg)
                     for o in seen):  # another group's rank 0 is not global rank 0
         return None
     first = min(seen, key=lambda o: o.where)
     if any(e.kind == "nccl_work_status" and e.fields.get("seq") == first.seq
-           and str(e.fields.get("pg", "")) not in DEFAULT_PG
+           and not is_default_pg(str(e.fields.get("pg", "")))
            for e in [*ctx.evidence.unattributed_logs,
                      *(e for r in ctx.evidence.ranks.values() for e in r.logs)]):
         return None  # the status line beside it names another group: its root is not rank 0
@@ -150,7 +150,7 @@ def _rank0_silent(ctx: Context, seen: list[Observation]) -> Finding | None:
     # (a work-status line, "Timeout at NCCL work: 15037", names the seq and not the op)
     spots = {(o.op.lower(), o.seq) for o in seen if o.op}
     if len(spots) != 1 or {o.seq for o in seen} != {next(iter(spots))[1]} or \
-            not all(o.pg in DEFAULT_PG for o in seen):
+            not all(is_default_pg(o.pg) for o in seen):
         return None
     first = min((o for o in seen if o.op), key=lambda o: o.where)
     phase = _phase_before(ctx, seen)
@@ -204,7 +204,7 @@ def _sole_other(ctx: Context, seen: list[Observation]) -> Finding | None:
         return None
     other = 1 - waiting[0]
     if ctx.picture.observed(other) or _aborted(ctx, other) or \
-            not all(o.pg in DEFAULT_PG for o in seen):
+            not all(is_default_pg(o.pg) for o in seen):
         return None
     first = min(seen, key=lambda o: o.where)
     summary = (f"rule sole-other: rank {waiting[0]} {first.describe()} in a job of two ranks, and "

@@ -35,9 +35,8 @@ from __future__ import annotations
 from hangscope.analysis.context import Context, log_evidence
 from hangscope.analysis.log_causes import failures
 from hangscope.analysis.log_health import clean_rows
-from hangscope.analysis.observations import DEFAULT_PG
 from hangscope.analysis.verdict import Finding, Kind
-from hangscope.model import LogEvent
+from hangscope.model import LogEvent, is_default_pg
 
 _TIMEOUTS = ("nccl_watchdog_timeout", "nccl_work_status")
 _CHECK = ("check GPU peer access (NCCL_P2P_LEVEL / NCCL_P2P_DISABLE=1 as a test; IOMMU "
@@ -72,7 +71,7 @@ def _every_rank(ctx: Context, every: list[LogEvent]) -> list[Finding]:
     named |= {int(e.fields[k]) for e in every for k in ("local_rank", "cuda_dev", "gpu")
               if isinstance(e.fields.get(k), int)}  # another process's device on the host
     declared = ctx.evidence.stated_world_size() or 0
-    if pg not in DEFAULT_PG or not isinstance(seq, int) or not op or named - set(ranks) \
+    if not is_default_pg(pg) or not isinstance(seq, int) or not op or named - set(ranks) \
             or declared > len(ranks) or (declared != len(ranks) and seq > EARLY_SEQ):
         return []
     summary = (f"rule every-rank-timed-out: ranks {ranks[0]}-{ranks[-1]}, every rank these "
@@ -92,7 +91,7 @@ def _every_rank(ctx: Context, every: list[LogEvent]) -> list[Finding]:
 
 
 def _group(pg: str) -> str:
-    return "" if pg in DEFAULT_PG else pg
+    return "" if is_default_pg(pg) else pg
 
 
 def _ras_clean(every: list[LogEvent]) -> list[Finding]:

@@ -39,7 +39,7 @@ import re
 import time as _time
 from dataclasses import dataclass, field
 
-from hangscope.model import LogEvent, Severity
+from hangscope.model import LogEvent, Severity, is_default_pg
 
 MESSAGE_CLIP = 1000
 
@@ -370,10 +370,6 @@ def pg_info(text: str) -> tuple[str | None, int | None]:
         desc = m.group("desc2")
         return (f"{m.group('pg')}:{desc}" if desc else m.group("pg")), int(m.group("r2"))
     return None, int(m.group("r3"))
-
-
-def is_default_pg(pg: str | None) -> bool:
-    return pg is None or pg in ("0", "0:default_pg") or pg.endswith(":default_pg")
 
 
 def resolve_rank(line: Line, ctx: Context, message_rank: int | None = None,
