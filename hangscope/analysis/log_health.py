@@ -45,7 +45,7 @@ def logs_moving(evidence: JobEvidence) -> str | None:
         return None
     cancelled = stopped_by_scheduler(every)
     if any(e.severity in ("error", "fatal") or (e.kind == "cue" and e.fields.get("cue") not in
-                                                 _NOT_A_FAULT and not went_on(e, moving)
+                                                 _NOT_A_FAULT and not went_on(e, moving or in_step)
                                                  and not teardown_of_stop(e, cancelled))
            for e in every):
         return None

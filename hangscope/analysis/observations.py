@@ -102,6 +102,8 @@ def _pg_of(event: LogEvent, status_pg: dict[tuple[int | None, int | None], str])
 # a non-zero rank's report that rank 0's monitored barrier failed ("received errors while waiting
 # for send/recv from rank 0"): it names rank 0, which only relayed who failed
 PEER_SIDE = "peer side of a monitored barrier"
+# the same report, whose exception says rank 0's connection closed: its process went away
+PEER_CLOSED = "peer side of a monitored barrier: the connection to it closed"
 
 
 def log_observations(evidence: JobEvidence) -> list[Observation]:
@@ -116,11 +118,17 @@ def log_observations(evidence: JobEvidence) -> list[Observation]:
             key = (obs.rank, obs.state, obs.numbering, obs.pg, obs.seq, obs.op, obs.reporter)
             found.setdefault(key, obs)
     out = list(found.values())
-    if any(o.numbering == "barrier" and o.state == "never_joined" and o.detail != PEER_SIDE
-           for o in out):
+    if any(o.numbering == "barrier" and o.state == "never_joined"
+           and o.detail not in (PEER_SIDE, PEER_CLOSED) for o in out):
         # rank 0 names who failed its barrier; the others' "errors from rank 0" echo its report
-        out = [o for o in out if o.detail != PEER_SIDE]
+        out = [o for o in out if o.detail not in (PEER_SIDE, PEER_CLOSED)]
     return out
+
+
+def _barrier_side(fields: dict[str, str | int | float]) -> str:
+    if not fields.get("peer_side"):
+        return ""
+    return PEER_CLOSED if fields.get("peer_closed") else PEER_SIDE
 
 
 def _at_dump_signal(rank: int, event: LogEvent, where: str) -> list[Observation]:
@@ -181,7 +189,7 @@ def _from_event(rank: int | None, event: LogEvent,
         out = [Observation(r, "never_joined", "barrier", str(fields.get("pg", "")), None,
                            "monitored_barrier", where, reporter=rank, time=event.time,
                            timeout_ms=_int(fields.get("timeout_ms")),
-                           detail=PEER_SIDE if fields.get("peer_side") else "") for r in failed]
+                           detail=_barrier_side(fields)) for r in failed]
         if rank is not None and rank not in failed:
             out.append(Observation(rank, "timed_out", "barrier", str(fields.get("pg", "")), None,
                                    "monitored_barrier", where, time=event.time,

@@ -12,9 +12,12 @@ rank-0 phase was left unfinished, the wait is the set-up barrier, or, weakest an
 prior, one rank's timeout is all there is), or ranks around one block timed out and that block
 logged nothing (``hole-in-timeouts``), or the waits are a broadcast rank 0 roots
 (``broadcast-root-absent``), or in a job of two ranks one timed out and the other logged no wait
-(``sole-other``), or the launcher stopped ranks that never timed out. Neither rank-0
-rule holds where a launcher says rank 0's process ended in SIGABRT (-6, status 134): how the
-watchdog ends a rank whose collective timed out, not a rank alive elsewhere.
+(``sole-other``), or the launcher stopped ranks that never timed out. A monitored barrier whose
+waiting ranks say the connection to the absent rank closed (gloo's "Connection closed by peer"
+as the barrier's original exception) is that rank's death (``barrier-peer-closed``:
+rank_died). Neither rank-0 rule holds where a launcher says rank 0's process ended in SIGABRT
+(-6, status 134): how the watchdog ends a rank whose collective timed out, not a rank alive
+elsewhere.
 False positives: a report of one group read as another's (a desync report's ranks are group
 ranks; they are global only in the default group).
 """
@@ -25,7 +28,7 @@ from collections import defaultdict
 
 from hangscope.analysis.context import Context
 from hangscope.analysis.log_causes import describe, torn_down
-from hangscope.analysis.observations import WAITING_STATES, Observation
+from hangscope.analysis.observations import PEER_CLOSED, WAITING_STATES, Observation
 from hangscope.analysis.verdict import CollectiveRef, EvidenceItem, Finding, Kind
 from hangscope.analysis.waitgraph import WaitReason
 from hangscope.model import LogEvent, is_default_pg
@@ -297,7 +300,15 @@ def _finding(ctx: Context, culprits: list[int],
     confidence = max(_STRENGTH.get(n, 0.6) for n in numberings)
     if numberings <= {"watchdog", "work_status"} and not reason.pg:
         confidence = 0.55
-    if reason.numbering == "barrier":
+    kind = Kind.MISSING_RANK
+    if reason.numbering == "barrier" and _closed_on(ctx, culprits):
+        # rule barrier-peer-closed: the waiting ranks' exception is that the connection to the
+        # rank closed, not that it timed out: its process went away while they waited
+        kind = Kind.RANK_DIED
+        text = (f"{ranks_phrase(culprits)} went away during the monitored barrier that "
+                f"{ranks_phrase(waiting)} waited in: their connection to it closed (its "
+                "process exited or was killed; its own log says why)")
+    elif reason.numbering == "barrier":
         text = (f"{ranks_phrase(culprits)} failed to pass the monitored barrier that "
                 f"{ranks_phrase(waiting)} waited in")
     elif reason.numbering == "desync":
@@ -315,9 +326,16 @@ def _finding(ctx: Context, culprits: list[int],
         if not reason.pg:
             text += " (the lines name no process group: if these are different groups, the " \
                     "numbers do not compare)"
-    return Finding(kind=Kind.MISSING_RANK, culprit_ranks=culprits, waiting_ranks=waiting,
+    return Finding(kind=kind, culprit_ranks=culprits, waiting_ranks=waiting,
                    confidence=confidence, summary=text, evidence=evidence,
                    collective=_ref(reason))
+
+
+def _closed_on(ctx: Context, culprits: list[int]) -> bool:
+    """Every report of the culprits' absence from a monitored barrier says the connection to
+    them closed (``observations.PEER_CLOSED``)."""
+    seen = [o for r in culprits for o in ctx.picture.observed(r) if o.numbering == "barrier"]
+    return bool(seen) and all(o.detail == PEER_CLOSED for o in seen)
 
 
 def _lag(ctx: Context, rank: int) -> str:

@@ -389,7 +389,7 @@ def _not_set_up(lines: list[LogEvent]) -> tuple[list[int], str | None]:
 # run_finished wordings that speak for the whole job (sources/logs/finish.py); not
 # "pg_destructed_at_exit" (printed by a process leaving after an exception too) nor
 # "ranks_seen" (some ranks only)
-_JOB_ENDED = frozenset({"hf_trainer", "lightning", "megatron", "elastic", "fairseq",
+_JOB_ENDED = frozenset({"hf_trainer", "lightning", "megatron", "elastic", "fairseq", "script",
                         "bar_then_done", "last_epoch", "every_rank", "nccl_destroyed",
                         "launcher_exits"})
 

@@ -260,8 +260,12 @@ CUES: tuple[Cue, ...] = (
         # two settings of one process that the program reconciled itself (accelerate: "Gradient
         # accumulation steps mismatch: GradientAccumulationPlugin has 1, DeepSpeed config has 4.
         # Using DeepSpeed's value."): no rank disagrees with another
+        # DDP's reducer warning of one process's gradient layout ("Grad strides do not match
+        # bucket view strides. This may indicate grad was not created according to the gradient
+        # layout contract"): a copy it makes, every rank alike, no rank disagreeing
         unless=re.compile(r"(?i)mismatch.{0,160}\b(?:Using|will use|overrid(?:e|es|ing|den)|"
-                          r"defaulting to|falling back to)\b.{0,40}\b(?:value|setting|config)")),
+                          r"defaulting to|falling back to)\b.{0,40}\b(?:value|setting|config)|"
+                          r"Grad strides do not match bucket view strides")),
     Cue("p2p-words", "p2p_deadlock", "cause", re.compile(
         r"(?i)\b(?:isend|irecv|send|recv|batch_isend_irecv|p2p|point-to-point|send/recv|SendRecv)\b.{0,80}"
         r"(?:deadlock|hang|hangs|stuck|blocks forever|never (?:returns|completes))|"

@@ -10,6 +10,7 @@ wording matched) for::
     2022-07-29 22:52:33 | INFO | fairseq_cli.train | done training in 162.1 seconds   # fairseq
     [default] worker group successfully finished. Waiting 300 seconds for other agents to finish.
                                                                                       # torchelastic
+    Training complete! Final step: 263082                                             # a script's own
     Epoch 10/10                                                                       # Keras, and the
     70/70 [==============================] - 7s 99ms/step - loss: 0.0863              # like: the last
                                                                                       # epoch's bar full
@@ -61,7 +62,7 @@ from hangscope.sources.logs.common import Line, make_event
 from hangscope.sources.logs.nccl_debug import COMM_END
 from hangscope.sources.logs.tail import LogicalTail, logical_tail, tail_candidates
 
-_CANDIDATE = re.compile(rb"(?i)completed|stopped|training is done|done training|successfully finished|epoch|\[=|"
+_CANDIDATE = re.compile(rb"(?i)complete|stopped|training is done|done training|successfully finished|epoch|\[=|"
                         rb"exits (?:successfully|with return code)|num_local_procs=|"
                         rb"success|succeeded|finished|NOT been destroyed|was not called before program exit|(?:training|total|run) (?:time|duration)|"
                         rb"(?:Destroy|Abort) COMPLETE|\d/\d+ \[")
@@ -79,6 +80,13 @@ _SAID = (
     ("megatron", re.compile(r"\[after training is done\]")),
     ("elastic", re.compile(r"worker group successfully finished")),
     ("fairseq", re.compile(r"\bdone training in \d+(?:\.\d+)? seconds")),
+    # a training script's own last word, as a sentence of its own ("Training complete! Final
+    # step: 1000", "[INFO] [train.py:535] Training finished, exiting ...", "*** Finished
+    # Training ***"); never one rank's ("Training completed for rank 6") or a hedge ("Training
+    # completed or interrupted")
+    ("script", re.compile(r"(?i)(?:^|[]|:>*#=-]\s*)(?:(?:training|train run) (?:is )?"
+                          r"(?:complete[ds]?|finished|done|ended)|(?:finished|done|completed) "
+                          r"training)\b(?![^.!;]*\b(?:or|for rank|on rank|with errors?)\b)")),
     # torch >= 2.4, ProcessGroupNCCL's destructor at interpreter exit without
     # destroy_process_group(): printed by a process that left its program normally
     # (torch 2.4's words; 2.5's "... before we destruct ProcessGroupNCCL"; 2.6 on:

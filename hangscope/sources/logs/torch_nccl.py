@@ -275,6 +275,9 @@ _BARRIER_PEER = re.compile(r"(?:Rank (?P<me>\d+) )?successfully reached monitore
                            r"received errors while "
                            r"waiting for send/recv from rank (?P<ranks>\d+)")
 _BARRIER_MS = re.compile(r"Timed out waiting (\d+)ms")
+# what the peer side's "Original exception:" says when rank 0's connection went away, not timed
+# out: gloo's "Connection closed by peer [10.0.0.1]:22693", "Connection reset by peer"
+_BARRIER_CLOSED = re.compile(r"Connection (?:closed|reset) by peer|Broken pipe")
 
 
 def monitored_barrier(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
@@ -288,7 +291,9 @@ def monitored_barrier(line: Line, ctx: Context, follow: Follow) -> list[LogEvent
     else:
         for count, nxt in enumerate(follow.lines()):
             ms = _BARRIER_MS.search(nxt.body)
-            if ms or count > 3:
+            if _BARRIER_CLOSED.search(nxt.body):
+                fields["peer_closed"] = 1  # the rank it waited on closed its connection
+            if ms or count > 3 or "peer_closed" in fields:
                 if ms:
                     fields["timeout_ms"] = int(ms.group(1))
                 break
