@@ -27,6 +27,7 @@ def _training(ranks: int, last_step: int) -> str:
 
 def test_a_scripts_own_word_that_training_finished_is_a_finished_run(tmp_path: Path) -> None:
     for n, last in enumerate(("Training complete! Final step: 400",
+                              "Epoch 4/4 done. Training finished.",
                               "2026-12-02 09:10:11 | INFO | train.py:88 | Training finished, exiting",
                               "=========== Finished Training ===========")):
         # GIVEN a run's rank-prefixed steps, then the script's last word in its own wording
@@ -43,6 +44,8 @@ def test_one_ranks_or_a_hedged_finish_is_no_end_of_the_run(tmp_path: Path) -> No
     for n, last in enumerate(("Training completed for rank 1. Waiting for the others",
                               "[MAIN] Training completed or interrupted",
                               "epoch 3 training complete, starting eval",
+                              "Epoch 5: Training complete. Starting validation",
+                              "[Epoch 5] Training finished",
                               "Training finished with errors: see above")):
         path = write_paste(tmp_path / str(n), _training(2, 300) + last + "\n")
         # THEN no run_finished of the script's kind

@@ -82,9 +82,11 @@ _SAID = (
     ("fairseq", re.compile(r"\bdone training in \d+(?:\.\d+)? seconds")),
     # a training script's own last word, as a sentence of its own ("Training complete! Final
     # step: 1000", "[INFO] [train.py:535] Training finished, exiting ...", "*** Finished
-    # Training ***"); never one rank's ("Training completed for rank 6") or a hedge ("Training
-    # completed or interrupted")
-    ("script", re.compile(r"(?i)(?:^|[]|:>*#=-]\s*)(?:(?:training|train run) (?:is )?"
+    # Training ***"); never one rank's ("Training completed for rank 6"), a hedge ("Training
+    # completed or interrupted") or one epoch's ("Epoch 5: Training complete. Validating")
+    ("script", re.compile(r"(?i)^(?!.*\b(?:epoch|iteration|stage|phase|round)\b[^.!;]{0,40}"
+                          r"\b(?:training|train run) (?:is )?(?:complete|finished|done|ended))"
+                          r".*?(?:^|[]|:>*#=.!;-]\s*)(?:(?:training|train run) (?:is )?"
                           r"(?:complete[ds]?|finished|done|ended)|(?:finished|done|completed) "
                           r"training)\b(?![^.!;]*\b(?:or|for rank|on rank|with errors?)\b)")),
     # torch >= 2.4, ProcessGroupNCCL's destructor at interpreter exit without
