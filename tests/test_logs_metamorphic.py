@@ -236,11 +236,6 @@ DIFFERS: dict[tuple[str, str], str] = {
         "as at 100",
     ("zo_verl_agent2_dp_actor_v1_sft_branch_mismatch", "screen120"):
         "as at 100",
-    ("zt_bigscience_meg_ds_3d_perf_n16_ds_on_healthy", "wrap100"):
-        "missing_rank [38] (absent-from-round) instead of healthy: rank 38's '(after 1 iterations) "
-        "memory (MB)' record is glued mid-line after rank 39's (two processes' output on one "
-        "line); cut at 100, its text runs across the cut ('| all' / 'ocated:'), so its print no "
-        "longer matches the round's line and rank 38 reads as the one that did not print it",
     ("h_deepep_106_ib_error12_multinode_wrapped", "wrap100"):
         "network_fault [5] instead of network_fault []: as at 200, the screen rows' padding split "
         "by a second wrap starts one IB error's line on its own, read with rank 5's prefix",

@@ -429,3 +429,35 @@ def test_a_line_at_a_common_width_before_a_bracketed_time_is_no_wrap() -> None:
     # THEN no record is joined to the next
     fixed = normalize("\n".join(lines).encode())
     assert fixed is None or fixed.data.decode().splitlines() == lines
+
+
+_TABLE = ["PGID   | Process Group Desc        | Op Type    | Size                             "
+          "| Dtype    | Missing Ranks",
+          "74     | EXPERT_MODEL_PARALLEL_GROUP | nccl:all_to_all | 4096x5120                 "
+          "            | BFloat16 | 12,14",
+          "42     | TENSOR_MODEL_PARALLEL_GROUP | nccl:_all_gather_base | 4096x1x5120           "
+          "                  | BFloat16 | 14",
+          *(f"{pg:<6} | DATA_PARALLEL_GROUP_{pg} | nccl:_reduce_scatter_base | {pg * 512}x4096     "
+            f"                      | Float | 3,{pg % 8}" for pg in range(100, 108))]
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_a_pipe_tables_row_cut_before_a_column_bar_is_rejoined(width: int) -> None:
+    # GIVEN a tool's pipe table hard-wrapped so that pieces start "word | " or "16 | 14" (the
+    # shape of docker compose's "service  | " head)
+    pieces = [p for row in _TABLE for p in _cut(row, width)]
+    assert any(p[:1].isalnum() and " | " in p[:12] for p in pieces[1:])
+    fixed = normalize("".join(f"{p}\n" for p in pieces).encode())
+    # THEN each row is one line again
+    assert fixed is not None and fixed.data.decode().splitlines() == _TABLE
+
+
+def test_compose_heads_still_start_their_records_at_the_wrap_width() -> None:
+    # GIVEN a compose log whose lines all carry a service's head, one of them 80 columns long
+    first = "trainer_1  | [rank0]: step 10 loss 1.25 "
+    first += "x" * (80 - len(first))
+    lines = [first, "trainer_2  | [rank1]: step 10 loss 1.27", "trainer_1  | [rank0]: step 11"]
+    fixed = normalize("".join(f"{ln}\n" for ln in lines * 3).encode())
+    # THEN no line is joined to the next: each head starts a record of its own
+    data = (fixed.data if fixed is not None else "".join(f"{ln}\n" for ln in lines * 3).encode())
+    assert not any("trainer_1" in ln and "trainer_2" in ln for ln in data.decode().splitlines())

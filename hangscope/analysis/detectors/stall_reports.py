@@ -1,9 +1,9 @@
 """missing_rank / collective_mismatch from other tools' reports of who joined a stalled collective.
 
-Horovod's stall inspector and torch's flight-recorder analyzer (``sources/logs/stall_reports.py``)
-each say, per stalled collective, which ranks submitted it (``ready ranks``) or which did not
-(``missing ranks``). Rules, each named in the finding's ``measures["rule"]`` with its basis in the
-summary:
+Horovod's stall inspector and torch's flight-recorder analyzer (and NVRx's and torch_npu's, in
+``sources/logs/stall_reports.py``) each say, per stalled collective, which ranks submitted it
+(``ready ranks``) or which did not (``missing ranks``). Rules, each named in the finding's
+``measures["rule"]`` with its basis in the summary:
 
 * ``absent-from-stalled-ops`` (missing_rank, 0.8; 0.6 when the absent ranks were inferred from a
   ready list and a world size read as the highest rank named + 1): the same ranks are missing
@@ -40,7 +40,9 @@ from hangscope.analysis.verdict import CollectiveRef, Finding, Kind
 from hangscope.model import LogEvent
 from hangscope.ranges import format_ranks, ranks_phrase
 
-_TOOL = {"horovod": "Horovod's stall inspector", "fr_analyzer": "torch's flight-recorder analyzer"}
+_TOOL = {"horovod": "Horovod's stall inspector", "fr_analyzer": "torch's flight-recorder analyzer",
+         "nvrx_fr": "NVRx's flight-recorder attribution",
+         "npu_fr": "torch_npu's flight-recorder analyser"}
 
 
 def _ranks(text: object) -> set[int]:

@@ -187,7 +187,7 @@ def _one_head(lines: list[str]) -> Head | None:
         if len(sample) < 2 and name not in _SELF_EVIDENT:
             continue  # "E   ", "node1: ", "3: " could open one line of a log's own
         found = _carried(sample, pattern)
-        if found is not None:
+        if found is not None and not (name == "compose" and _table_rows(sample, pattern)):
             return name, found
     # (a collector's stamp is told by what follows it, on one line as on many)
     for name, pattern in _STAMPS:
@@ -198,6 +198,14 @@ def _one_head(lines: list[str]) -> Head | None:
     if sum(1 for line in sample if _QUOTE_HEAD.match(line)) >= HEAD_SHARE * len(sample):
         return "quote", _QUOTE_HEAD
     return None
+
+
+def _table_rows(sample: list[str], pattern: re.Pattern[str]) -> bool:
+    """Whether the lines that open like compose's ``NAME  | `` are a pipe table's rows (NVRx's
+    ``74     | EXPERT_MODEL_PARALLEL_GROUP | nccl:all_to_all | ... | 12,14``): most go on with two
+    column bars more, which a service's own lines seldom hold."""
+    rests = [line[m.end():] for line in sample if (m := pattern.match(line)) is not None]
+    return sum(1 for rest in rests if rest.count(" | ") >= 2) >= HEAD_SHARE * len(rests)
 
 
 def _collected(stamped: list[tuple[str, int]]) -> bool:

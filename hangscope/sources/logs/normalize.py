@@ -108,8 +108,11 @@ _RECORD_START = re.compile(
     r"|\[(?:\.\.\.|\u2026)|(?:\.\.\.|\u2026)(?![\])])"
     r"|[\w.\-]+:\d+:\d+ \[\d+\] NCCL "
     r"|E {3}"
-    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[:\] ]"
-    r"|[\w.\-]+ +\| ")
+    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[:\] ]")
+# docker compose's "service_1  | " starts a record only in a paste whose lines carry it: a wrapped
+# piece of a table's row may start with a word and a column bar ("...| D" / "type    | Ranks"),
+# and a table's row itself opens so ("74     | EXPERT_MODEL_PARALLEL_GROUP | nccl:all_to_all | ")
+_COMPOSE_START = re.compile(r"[\w.\-]+ +\| ")
 
 # ``srun -l``'s task label ("12: ") starts a record only in a paste where other lines carry one
 # too: a wrapped piece may start with a number and a colon ("...CUDA error" / "2: out of memory")
@@ -463,6 +466,9 @@ def _continues(before: str, after: str, srun: bool = True, opening: str | None =
         return False  # a whole traceback frame line, then its indented source line
     if opening is None:
         opening = before
+    if _COMPOSE_START.match(after) and (m := _COMPOSE_START.match(opening)) is not None \
+            and opening.count(" | ", m.end()) < 2:  # (a table's row is no service's line)
+        return False
     head = min(HEAD, len(opening))
     return head < 4 or opening[:head] != after[:head]
 

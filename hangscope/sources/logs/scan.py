@@ -82,7 +82,7 @@ _ANCHORS = re.compile(
     rb"|T(?:imeout at|imed out|raceback \(most|he client socket|he node |hread )|A(?:vg bus bandwidth)|#(?:wrong)|H(?:eartbeat monitor)"
     rb"|K(?:illed process)|L(?:ast error:)|=(?:CONSTRAINT_)"
     rb"|\((?:exitcode: |first observed failure\)|pid|local_rank: |elements\))|\)(?: INCOMPLETE| MISMATCH)|S(?:ending process|talled ranks|TRAGGLER DETECTION)"
-    rb"|F(?:ailures:|ile \")|P(?:G on this rank|G debug info|U relative performance:|U individual performance:)|I(?:nit timings|nput shapes:)|R(?:unning collective: C|ecorder|eceived a dump|eceived \d+ death|eceived Signals\.|ead timeout \[)|i(?:ng to dump d|ng ncclUniqueId)"
+    rb"|F(?:ailures:|ile \")|P(?:G on this rank|G debug info|rocess Group Desc|U relative performance:|U individual performance:)|I(?:nit timings|nput shapes:)|R(?:unning collective: C|ecorder|eceived a dump|eceived \d+ death|eceived Signals\.|ead timeout \[)|i(?:ng to dump d|ng ncclUniqueId)"
     rb"|M(?:ISMATCH|ismatched collective d|issing communicator|issing ranks:|EMBER: |PLETE)|S(?:TART\b)|B(?:arrier in|arrier, but)"
     rb"|U(?:DA out of memory|DA error|nexpected |sing |nable to determine)"
     rb"|y(?: peer| environment to | ranks: )|g(?: ranks: |ht collective op|ht signal |glers? detected|glers found)"
@@ -90,7 +90,7 @@ _ANCHORS = re.compile(
     rb"|x(?:pectedly)|l(?:ocalRank \d)|k(?:er process has died|er died or was)|I(?:P out of memory)|'(?:out of memory')"
     rb"|\*(?:\*\* STEP |\*\* JOB )|(?:noticed that |srun: |The first process to do so was|RUNNING AT |comm op: |Matrix \(us\)|watchdog hang|the following error|recorder dump)"
     rb"|G(?:B/s|bps)|bw|BW|k(?:B, limit )"
-    rb"|S(?:endF|endB|END_F|END_B|hard \d)|R(?:ecvF|ecvB|ECV_F|ECV_B)|C(?:onnected all)|: (?:\[Horovod)")
+    rb"|S(?:endF|endB|END_F|END_B|hard \d)|R(?:ecvF|ecvB|ECV_F|ECV_B)|C(?:onnected all|omputational task took)|: (?:\[Horovod)")
 _PREFILTER = _ANCHORS
 
 # Where ahocorasick_rs is installed (a dependency; it has wheels for every platform the project

@@ -25,6 +25,21 @@ text torch's flight-recorder analyzer (``torch.distributed.flight_recorder``, ``
   fields: tool (horovod | fr_analyzer), op, missing and/or ready (comma-separated ranks), seq, pg,
   world_size; from a per-rank list also ops (how many) and op_names (the first 16, comma-separated).
 
+  NVRx's flight-recorder attribution (``nvidia_resiliency_ext``'s ``fr_attribution.py``): its
+  summary of the groups where ranks are missing, one row per group, the last column the ranks it
+  would isolate (versions before April 2026 print that column's head literally as
+  ``{missing_or_completed} Ranks``); one event for the table, its ranks the rows' union, as the
+  tool reads its own table::
+
+    PGID   | Process Group Desc        | Op Type    | Size     | Dtype    | Missing Ranks
+    74     | EXPERT_MODEL_PARALLEL_GROUP | nccl:all_to_all | 4096x5120 | BFloat16 | 12,14
+    42     | TENSOR_MODEL_PARALLEL_GROUP | nccl:_all_gather_base | 4096x1x5120 | BFloat16 | 14
+
+  torch_npu's flight-recorder analyser (``tools/flight_recorder/analysis_flight.py``), where one
+  rank's own work kept it from a collective the others timed out in::
+
+    The pg_id 0's rank 0's Computational task took too long, causing the other ranks' HCCL task to time out.
+
 ``stated_wait`` -- a wait-for edge written out, by a person (an issue's or a PR's wait chain) or a
 tool: ``rank 4 → waiting on rank 5 (ncclCommFinalize for C_c_4567)``, ``Rank 1 is waiting for rank
 0 to finish preprocessing`` (fields waiter, waited, what). Apps print such lines in normal runs
@@ -56,6 +71,12 @@ _CULPRIT = re.compile(r"Culprit rank (?P<rank>\d+); Error type: (?P<type>\w+)"
 _FR_INLINE = re.compile(r"missing ranks: \{(?P<ranks>\d+(?:, ?\d+)*)\}")
 _FR_OP = re.compile(r"\b(?:nccl|gloo|xccl|ucc):(?P<op>_?[a-z][a-z_]*)")
 _MAX_OPS = 64
+_NVRX_HEAD = re.compile(r"\bPGID\s*\|\s*Process Group Desc\s*\|.*\|\s*"
+                        r"(?:Missing|\{missing_or_completed\}) Ranks\s*$")
+_NVRX_ROW = re.compile(r"(?:^|:)\s*(?P<pg>\d+)\s*\|(?P<desc>[^|]*)\|(?P<op>[^|]*)\|[^|]*\|[^|]*\|"
+                       r"\s*(?P<ranks>\d+(?:\s*,\s*\d+)*)\s*$")
+_NPU_VERDICT = re.compile(r"The pg_id (?P<pg>\d+)'s rank (?P<rank>\d+)'s Computational task took "
+                          r"too long, causing the other ranks' (?:HCCL|NCCL) task to time out")
 
 
 def horovod_entries(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
@@ -163,6 +184,40 @@ def fr_culprits(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
     return [make_event("fr_analyzer_error", line, ctx, "error", fields)]
 
 
+def nvrx_missing_table(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    """NVRx's table of the groups with missing ranks: one ``stall_report`` for the whole table,
+    its ``missing`` every row's ranks (NVRx's own reading of it: the ranks to isolate)."""
+    # read raw: "PGID   | ..." and "74     | ..." look like docker compose's "service  | "
+    if not _NVRX_HEAD.search(line.raw):
+        return []
+    rows = []
+    for nxt in follow.lines():
+        m = _NVRX_ROW.search(nxt.raw)
+        if not m:
+            break
+        follow.consume(nxt.line_no)
+        rows.append(m)
+        if len(rows) >= _MAX_OPS:
+            break
+    if not rows:
+        return []
+    missing = sorted(set().union(*(ints(m.group("ranks")) for m in rows)))
+    first = rows[0]
+    return [make_event("stall_report", line, ctx, "warning",
+                       {"tool": "nvrx_fr", "op": first.group("op").strip().split(":")[-1],
+                        "pg": f"{first.group('pg')}:{first.group('desc').strip()}",
+                        "missing": join_ints(missing), "groups": len(rows)})]
+
+
+def npu_verdict(line: Line, ctx: Context, follow: Follow) -> list[LogEvent]:
+    m = _NPU_VERDICT.search(line.body)
+    if not m:
+        return []
+    return [make_event("stall_report", line, ctx, "warning",
+                       {"tool": "npu_fr", "op": "", "pg": m.group("pg"),
+                        "missing": m.group("rank")})]
+
+
 # "rank 4 → waiting on rank 5 (ncclCommFinalize for C_c_4567)", "Rank 1 is waiting for rank 0",
 # "rank 2 -> waits on rank 3 (send)": a wait-for edge a person or a tool's dump wrote out
 _STATED_WAIT = re.compile(
@@ -193,6 +248,8 @@ HANDLERS: list[tuple[bytes, Handler]] = [
     (b": [Horovod", horovod_headless_list),
     (b"Not all ranks joining collective", fr_not_joining),
     (b"Culprit rank ", fr_culprits),
+    (b"| Process Group Desc", nvrx_missing_table),
+    (b"Computational task took too long", npu_verdict),
     (b"waiting on rank", stated_wait),
     (b"waiting for rank", stated_wait),
     (b"waits on rank", stated_wait),
