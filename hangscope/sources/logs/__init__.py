@@ -16,7 +16,7 @@ nccl_desync                         timed_out_rank, op, seq, lagging_ranks, join
                                     finished_not_joined_next, never_joined
 collective_fingerprint_mismatch     rank_a, rank_b, seq_a/op_a/shape_a/dtype_a, seq_b/.../dtype_b,
                                     differ
-monitored_barrier_failure           failed_ranks, timeout_ms, group_rank, pg
+monitored_barrier_failure           failed_ranks, timeout_ms, group_rank, pg, peer_side, peer_closed
 nccl_heartbeat_stuck                stuck_s, work_list_size
 nccl_error                          code, error, where, nccl_version, last_error
 fr_dump_notice                      action, from, last_enqueued, last_completed, dump_path
@@ -32,7 +32,8 @@ elastic_child_failed                local_rank, pid, exitcode, signal, host, fai
                                     srun's reports, ``mpi``: the global rank they name)
 nccl_device_mismatch                around_rank, host, pid (NCCL's "Mismatched collective
                                     detected ... at and around rank N")
-stall_report                        tool, op, missing, ready, seq, pg, world_size, ops, op_names
+stall_report                        tool, op, missing, ready, seq, pg, world_size, ops, op_names,
+                                    groups
 stated_wait                         waiter, waited, what ("rank 4 → waiting on rank 5 (...)")
 pp_actions                          actions (torch.distributed.pipelining schedule actions of a
                                     rank: ``stage:TYPE:microbatch``, comma-separated)

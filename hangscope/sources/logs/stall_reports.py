@@ -22,8 +22,9 @@ text torch's flight-recorder analyzer (``torch.distributed.flight_recorder``, ``
     missing ranks: {3, 4, 5, 6, 7}
     world size: 8
 
-  fields: tool (horovod | fr_analyzer), op, missing and/or ready (comma-separated ranks), seq, pg,
-  world_size; from a per-rank list also ops (how many) and op_names (the first 16, comma-separated).
+  fields: tool (horovod | fr_analyzer | nvrx_fr | npu_fr), op, missing and/or ready
+  (comma-separated ranks), seq, pg, world_size; from a per-rank list also ops (how many) and
+  op_names (the first 16, comma-separated); from NVRx's table groups (its rows).
 
   NVRx's flight-recorder attribution (``nvidia_resiliency_ext``'s ``fr_attribution.py``): its
   summary of the groups where ranks are missing, one row per group, the last column the ranks it
