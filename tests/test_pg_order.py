@@ -7,6 +7,7 @@ next step's gradients) and ``pg_order_deadlock`` (two ranks, one against one).""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hangscope.analysis.correlate import build_picture
@@ -168,4 +169,65 @@ def test_one_rank_elsewhere_is_not_an_odd_call_site() -> None:
     verdict = _verdict([p for p in (RECORDED / "uneven_shard_eval" / "stacks").iterdir()
                         if not p.name.startswith("rank0")])
     # THEN no call-site culprit: the unseen rank may be the one the others wait for
+    assert not any(f.kind is Kind.PG_ORDER_DEADLOCK for f in verdict.findings)
+
+
+def _spy_frame(name: str, filename: str, line: int) -> dict:
+    short = filename.split("site-packages/")[-1]
+    return {"name": name, "filename": filename, "module": None, "short_filename": short,
+            "line": line, "locals": None, "is_entry": False, "is_shim_entry": False}
+
+
+_TORCH = "/usr/lib/python3/site-packages/torch/"
+_JOB = "/srv/train/adapters.py"
+
+
+def _write_stacks(folder: Path, paths: dict[int, list[tuple[str, int]]]) -> Path:
+    """One py-spy JSON dump per rank: its main thread in torch's all_reduce, called from the
+    job's ``sync`` helper (line 124), which ``paths[rank]`` (outward) reached."""
+    folder.mkdir(parents=True)
+    for rank, outer in paths.items():
+        frames = [_spy_frame("all_reduce", _TORCH + "distributed/distributed_c10d.py", 3252),
+                  _spy_frame("_exception_logger.<locals>.wrapper",
+                             _TORCH + "distributed/c10d_logger.py", 83),
+                  _spy_frame("GradSync.sync", _JOB, 124)]
+        for name, line in outer:
+            if name.startswith("torch."):
+                frames.append(_spy_frame(name[6:], _TORCH + "autograd/graph.py", line))
+            else:
+                frames.append(_spy_frame(name, _JOB, line))
+        dump = [{"pid": 100 + rank, "thread_id": 1, "thread_name": "MainThread",
+                 "os_thread_id": 100 + rank, "active": False, "owns_gil": False,
+                 "frames": frames}]
+        (folder / f"rank{rank}.json").write_text(json.dumps(dump))
+    return folder
+
+
+_AT_END = [("GradSync.finish", 139), ("train_step", 210), ("main", 300)]
+_IN_HOOK = [("GradSync.on_adapter_grad", 135), ("torch._engine_run_backward", 829),
+            ("train_step", 204), ("main", 300)]
+
+
+def test_one_helper_line_reached_along_different_paths_is_an_ordering_deadlock(
+        tmp_path) -> None:
+    # GIVEN every rank stuck in all_reduce at one line of a sync helper: ranks 0, 2, 3 called it
+    # at the step's end, rank 1 from a gradient hook inside backward (another group's sync)
+    folder = _write_stacks(tmp_path / "stacks", {0: _AT_END, 1: _IN_HOOK, 2: _AT_END,
+                                                 3: _AT_END})
+    verdict = _verdict([folder])
+    # THEN the ranks stand at different points of the program: rank 1, the odd path, is named,
+    # and the summary says where the paths part
+    root = verdict.root
+    assert (root.kind, root.culprit_ranks, root.waiting_ranks) == (
+        Kind.PG_ORDER_DEADLOCK, [1], [0, 2, 3])
+    assert "via GradSync.on_adapter_grad" in root.summary
+    assert "via GradSync.finish" in root.summary
+
+
+def test_one_helper_line_reached_along_one_path_is_no_ordering_deadlock(tmp_path) -> None:
+    # GIVEN the same line reached the same way by every rank (one collective, stuck for
+    # another reason: a transport stall, say)
+    folder = _write_stacks(tmp_path / "stacks", dict.fromkeys(range(4), _AT_END))
+    verdict = _verdict([folder])
+    # THEN no ordering deadlock is read into it
     assert not any(f.kind is Kind.PG_ORDER_DEADLOCK for f in verdict.findings)

@@ -23,8 +23,8 @@ from itertools import combinations
 
 from hangscope.analysis.correlate import GroupView, Picture
 from hangscope.analysis.rank_state import RankStackState
-from hangscope.analysis.stacks import short_where
-from hangscope.model import FrEntry
+from hangscope.analysis.stacks import is_library, short_where
+from hangscope.model import Frame, FrEntry
 from hangscope.ranges import ranks_phrase
 
 
@@ -142,20 +142,45 @@ def order_verdict(picture: Picture, cycle_ranks: list[int]) -> OrderVerdict:
 def stack_sites(picture: Picture, stacks: dict[int, RankStackState]
                 ) -> dict[str, list[tuple[str, list[int]]]]:
     """Per collective op, the places of the job's code (file:line) ranks without a dump sit in it
-    from, not moving, the most-populated place first."""
+    from, not moving, the most-populated place first. Where every such rank sits at one line, a
+    helper reached along different paths of the job's code (a sync helper called from a backward
+    hook on one rank and from the step's end on the others), the places are the paths, each named
+    by the frame where it parts from the others: ranks at different points of the program."""
     sites: dict[tuple[str, str], list[int]] = {}
+    paths: dict[int, tuple[Frame, ...]] = {}
     for rank, state in stacks.items():
         main = state.main
         if (rank in picture.dumps or main is None or main.kind != "collective"
                 or state.progress == "moving" or main.user_frame is None):
             continue
         sites.setdefault((main.op or "?", short_where(main.user_frame)), []).append(rank)
+        paths[rank] = tuple(f for f in state.main_frames if not is_library(f))
     by_op: dict[str, list[tuple[str, list[int]]]] = {}
     for (op, where), ranks in sites.items():
         by_op.setdefault(op, []).append((where, sorted(ranks)))
-    for places in by_op.values():
+    for op, places in by_op.items():
+        if len(places) == 1:
+            by_op[op] = places = _by_path(*places[0], paths)
         places.sort(key=lambda item: (-len(item[1]), item[1]))
     return by_op
+
+
+def _by_path(where: str, ranks: list[int], paths: dict[int, tuple[Frame, ...]]
+             ) -> list[tuple[str, list[int]]]:
+    """Ranks at one line split by the path of the job's own frames that led there (innermost
+    first), each place named by the line and the first frame where the paths part."""
+    split: dict[tuple[Frame, ...], list[int]] = {}
+    for rank in ranks:
+        split.setdefault(paths.get(rank, ()), []).append(rank)
+    if len(split) < 2:
+        return [(where, ranks)]
+    shared = 0
+    keys = list(split)
+    while all(len(k) > shared and k[shared] == keys[0][shared] for k in keys):
+        shared += 1
+    return [(f"{where} via {short_where(path[shared])}" if len(path) > shared
+             else f"{where} (called from the top of its stack)", sorted(members))
+            for path, members in split.items()]
 
 
 def stack_only_note(picture: Picture, stacks: dict[int, RankStackState]) -> str | None:
