@@ -104,6 +104,7 @@ def _pg_of(event: LogEvent, status_pg: dict[tuple[int | None, int | None], str])
 PEER_SIDE = "peer side of a monitored barrier"
 # the same report, whose exception says rank 0's connection closed: its process went away
 PEER_CLOSED = "peer side of a monitored barrier: the connection to it closed"
+_PEER_SIDES = (PEER_SIDE, PEER_CLOSED)
 
 
 def log_observations(evidence: JobEvidence) -> list[Observation]:
@@ -118,10 +119,10 @@ def log_observations(evidence: JobEvidence) -> list[Observation]:
             key = (obs.rank, obs.state, obs.numbering, obs.pg, obs.seq, obs.op, obs.reporter)
             found.setdefault(key, obs)
     out = list(found.values())
-    if any(o.numbering == "barrier" and o.state == "never_joined"
-           and o.detail not in (PEER_SIDE, PEER_CLOSED) for o in out):
+    if any(o.numbering == "barrier" and o.state == "never_joined" and o.detail not in _PEER_SIDES
+           for o in out):
         # rank 0 names who failed its barrier; the others' "errors from rank 0" echo its report
-        out = [o for o in out if o.detail not in (PEER_SIDE, PEER_CLOSED)]
+        out = [o for o in out if o.detail not in _PEER_SIDES]
     return out
 
 

@@ -171,7 +171,7 @@ def _by_path(where: str, ranks: list[int], paths: dict[int, tuple[Frame, ...]]
     first), each place named by the line and the first frame where the paths part."""
     split: dict[tuple[Frame, ...], list[int]] = {}
     for rank in ranks:
-        split.setdefault(paths.get(rank, ()), []).append(rank)
+        split.setdefault(paths[rank], []).append(rank)
     if len(split) < 2:
         return [(where, ranks)]
     shared = 0

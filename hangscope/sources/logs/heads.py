@@ -200,12 +200,17 @@ def _one_head(lines: list[str]) -> Head | None:
     return None
 
 
+def table_row(rest: str) -> bool:
+    """Whether what follows a compose-like ``NAME  | `` goes on with two column bars more: a pipe
+    table's row (NVRx's ``74     | EXPERT_MODEL_PARALLEL_GROUP | nccl:all_to_all | ... | 12,14``),
+    which a service's own line seldom is."""
+    return rest.count(" | ") >= 2
+
+
 def _table_rows(sample: list[str], pattern: re.Pattern[str]) -> bool:
-    """Whether the lines that open like compose's ``NAME  | `` are a pipe table's rows (NVRx's
-    ``74     | EXPERT_MODEL_PARALLEL_GROUP | nccl:all_to_all | ... | 12,14``): most go on with two
-    column bars more, which a service's own lines seldom hold."""
+    """Whether most lines that open like compose's ``NAME  | `` are a pipe table's rows."""
     rests = [line[m.end():] for line in sample if (m := pattern.match(line)) is not None]
-    return sum(1 for rest in rests if rest.count(" | ") >= 2) >= HEAD_SHARE * len(rests)
+    return sum(1 for rest in rests if table_row(rest)) >= HEAD_SHARE * len(rests)
 
 
 def _collected(stamped: list[tuple[str, int]]) -> bool:

@@ -60,6 +60,7 @@ from hangscope.sources.logs.heads import (
     dedent,
     head_of,
     split_head,
+    table_row,
     unfenced,
     unnumbered,
     unpadded_rows,
@@ -467,7 +468,7 @@ def _continues(before: str, after: str, srun: bool = True, opening: str | None =
     if opening is None:
         opening = before
     if _COMPOSE_START.match(after) and (m := _COMPOSE_START.match(opening)) is not None \
-            and opening.count(" | ", m.end()) < 2:  # (a table's row is no service's line)
+            and not table_row(opening[m.end():]):  # (a table's row is no service's line)
         return False
     head = min(HEAD, len(opening))
     return head < 4 or opening[:head] != after[:head]
